@@ -1,0 +1,180 @@
+"""Delivery events on ``ledger.deliveries``: what we know about each outbound side effect."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+from uuid import UUID
+
+from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_validator
+
+from events.base import Event, check_key, check_run_id
+from events.channels import check_recipient
+from events.keys import idempotency_key, payload_hash
+
+
+class DeliveryEvent(Event):
+    """An event about one logical delivery, keyed by its idempotency key."""
+
+    idempotency_key: str
+    run_id: str
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        return check_key(value)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        return check_run_id(value)
+
+
+class DeliveryRequested(DeliveryEvent):
+    """A logical delivery exists (written with ``RunSucceeded`` in one transaction).
+
+    Version 2 added ``payload_hash`` and ``slo_seconds``; version 1 records are upcast.
+    """
+
+    TYPE: ClassVar[str] = "delivery.requested"
+    SCHEMA_VERSION: ClassVar[int] = 2
+    type: Literal["delivery.requested"] = "delivery.requested"
+    schema_version: int = 2
+    event_type: str = Field(pattern=r"^[A-Za-z0-9._\-]{1,100}$")
+    channel: str
+    recipient: str
+    payload: JsonValue
+    payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    slo_seconds: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeliveryRequested:
+        check_recipient(self.channel, self.recipient)
+        expected = idempotency_key(self.run_id, self.event_type, self.channel, self.recipient)
+        if self.idempotency_key != expected:
+            raise ValueError(
+                "idempotency_key does not match sha256(run_id:event_type:channel:recipient)"
+            )
+        if self.payload_hash != payload_hash(self.payload):
+            raise ValueError("payload_hash does not match the canonical hash of payload")
+        return self
+
+
+class DeliveryClaimed(DeliveryEvent):
+    """Attempt N may be made by worker W until ``lease_expires_at``, under a fencing token."""
+
+    TYPE: ClassVar[str] = "delivery.claimed"
+    type: Literal["delivery.claimed"] = "delivery.claimed"
+    attempt: int = Field(ge=1)
+    worker_id: str = Field(min_length=1, max_length=200)
+    fencing_token: int = Field(ge=1)
+    lease_expires_at: AwareDatetime
+
+
+class DeliverySent(DeliveryEvent):
+    """The provider accepted the request; not yet authoritative."""
+
+    TYPE: ClassVar[str] = "delivery.sent"
+    type: Literal["delivery.sent"] = "delivery.sent"
+    attempt: int = Field(ge=1)
+    fencing_token: int = Field(ge=1)
+    worker_id: str = Field(min_length=1, max_length=200)
+    provider_message_id: str | None = None
+    provider_status: str | None = None
+    http_status: int | None = None
+
+
+class DeliveryConfirmed(DeliveryEvent):
+    """Authoritative acknowledgement by the receiver or provider."""
+
+    TYPE: ClassVar[str] = "delivery.confirmed"
+    type: Literal["delivery.confirmed"] = "delivery.confirmed"
+    attempt: int = Field(ge=1)
+    fencing_token: int = Field(ge=1)
+    source: Literal["send", "reconciliation"]
+    provider_message_id: str | None = None
+    evidence: str = Field(min_length=1, max_length=4000)
+
+
+class DeliveryUnknown(DeliveryEvent):
+    """We cannot know whether the request left; never retried blindly."""
+
+    TYPE: ClassVar[str] = "delivery.unknown"
+    type: Literal["delivery.unknown"] = "delivery.unknown"
+    attempt: int = Field(ge=1)
+    fencing_token: int = Field(ge=1)
+    error_class: str = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=4000)
+
+
+class DeliveryReconciled(DeliveryEvent):
+    """What the provider's lookup by idempotency key said."""
+
+    TYPE: ClassVar[str] = "delivery.reconciled"
+    type: Literal["delivery.reconciled"] = "delivery.reconciled"
+    attempt: int = Field(ge=1)
+    fencing_token: int = Field(ge=1)
+    outcome: Literal["found", "not_found", "unsupported", "lookup_error"]
+    provider_message_id: str | None = None
+    provider_status: str | None = None
+    evidence: str = Field(min_length=1, max_length=4000)
+
+
+class DeliveryRetryScheduled(DeliveryEvent):
+    """The next attempt is due at ``retry_at``; ``safety`` says why a retry is safe."""
+
+    TYPE: ClassVar[str] = "delivery.retry_scheduled"
+    type: Literal["delivery.retry_scheduled"] = "delivery.retry_scheduled"
+    attempt: int = Field(ge=1)
+    next_attempt: int = Field(ge=2)
+    retry_at: AwareDatetime
+    error_class: str = Field(min_length=1, max_length=100)
+    safety: str = Field(min_length=1, max_length=4000)
+
+
+class DeliveryFailed(DeliveryEvent):
+    """Final: permanently rejected, or attempts exhausted."""
+
+    TYPE: ClassVar[str] = "delivery.failed"
+    type: Literal["delivery.failed"] = "delivery.failed"
+    attempts: int = Field(ge=0)
+    error_class: str = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=4000)
+
+
+class DuplicateDeliveryRequest(DeliveryEvent):
+    """The same key was requested again, with the same payload or a conflicting one."""
+
+    TYPE: ClassVar[str] = "delivery.duplicate_requested"
+    type: Literal["delivery.duplicate_requested"] = "delivery.duplicate_requested"
+    duplicate_event_id: UUID
+    payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    original_payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    outcome: Literal["deduplicated", "conflict"]
+
+
+def new_delivery_requested(
+    *,
+    run_id: str,
+    event_type: str,
+    channel: str,
+    recipient: str,
+    payload: Any,
+    slo_seconds: int,
+    producer: str,
+    occurred_at: datetime | None = None,
+) -> DeliveryRequested:
+    """Build a ``DeliveryRequested`` with its key and payload hash derived, not supplied."""
+    extra: dict[str, Any] = {} if occurred_at is None else {"occurred_at": occurred_at}
+    return DeliveryRequested(
+        idempotency_key=idempotency_key(run_id, event_type, channel, recipient),
+        run_id=run_id,
+        event_type=event_type,
+        channel=channel,
+        recipient=recipient,
+        payload=payload,
+        payload_hash=payload_hash(payload),
+        slo_seconds=slo_seconds,
+        producer=producer,
+        **extra,
+    )

@@ -1,0 +1,29 @@
+"""The idempotency key and canonical payload hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def idempotency_key(run_id: str, event_type: str, channel: str, recipient: str) -> str:
+    """sha256 of ``run_id:event_type:channel:recipient``, hex: one key per logical event.
+
+    Derived from the logical event, never from the attempt, so a retry after a timeout
+    addresses the same key at the receiver.
+    """
+    material = f"{run_id}:{event_type}:{channel}:{recipient}"
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def canonical_json(value: Any) -> bytes:
+    """JSON with sorted keys, no insignificant whitespace, UTF-8: one byte string per value."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def payload_hash(payload: Any) -> str:
+    """sha256 (hex) of the canonical JSON of a payload: equal payloads hash equal."""
+    return hashlib.sha256(canonical_json(payload)).hexdigest()

@@ -1,0 +1,231 @@
+"""The publisher SDK agents use: a run's result and its deliveries in ONE Kafka transaction.
+
+    async with Publisher(settings) as publisher:
+        await publisher.run_succeeded(
+            "run-42", "sha256:...",
+            deliveries=[DeliverySpec(channel="webhook", recipient="https://example.test/hook",
+                                     payload={"text": "done"})],
+        )
+
+A crash before the commit leaves nothing visible to ``read_committed`` consumers: no
+``RunSucceeded`` and no outbound work (failure matrix, row 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+
+from events.base import Event, check_run_id
+from events.channels import check_channel, check_recipient
+from events.codec import encode
+from events.delivery import DeliveryRequested, new_delivery_requested
+from events.execution import RunFailed, RunStarted, RunSucceeded
+from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
+from events.keys import canonical_json
+from events.settings import Settings
+from events.topics import record_key
+
+
+class PublishRejected(ValueError):
+    """Input refused before anything was written; the message names what was wrong."""
+
+
+class DeliverySpec(BaseModel):
+    """One delivery an agent asks for: a channel, a recipient and a JSON payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channel: str
+    recipient: str
+    payload: JsonValue = Field(default_factory=dict)
+    event_type: str = Field(default="run.succeeded", pattern=r"^[A-Za-z0-9._\-]{1,100}$")
+    slo_seconds: int | None = Field(default=None, ge=1)
+
+    @field_validator("channel")
+    @classmethod
+    def _channel(cls, value: str) -> str:
+        return check_channel(value)
+
+    @field_validator("recipient")
+    @classmethod
+    def _recipient(cls, value: str, info: Any) -> str:
+        channel = info.data.get("channel")
+        if channel is None:
+            return value
+        return check_recipient(channel, value)
+
+    @classmethod
+    def parse(cls, spec: str, payload: JsonValue) -> DeliverySpec:
+        """Parse ``CHANNEL:RECIPIENT`` as the CLI takes it."""
+        channel, sep, recipient = spec.partition(":")
+        if not sep or not channel or not recipient:
+            raise PublishRejected(f"delivery {spec!r} is not CHANNEL:RECIPIENT")
+        return build_spec(channel=channel, recipient=recipient, payload=payload)
+
+
+def build_spec(**fields: Any) -> DeliverySpec:
+    """A ``DeliverySpec`` or a ``PublishRejected`` naming the bad field."""
+    try:
+        return DeliverySpec(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "delivery"
+        raise PublishRejected(f"{where}: {err['msg']}") from None
+
+
+def parse_payload(text: str) -> JsonValue:
+    """A payload given on the command line: JSON text, or ``@path`` to a JSON file."""
+    source = "payload"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            with open(source, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise PublishRejected(f"cannot read payload file {source}: {exc.strerror}") from None
+    try:
+        value: JsonValue = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PublishRejected(f"{source} is not JSON: {exc}") from None
+    return value
+
+
+class Publisher:
+    """Async context manager over an aiokafka transactional producer."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        producer_name: str | None = None,
+        transactional_id: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self._producer_name = producer_name or settings.producer_name
+        self._transactional_id = transactional_id or (
+            f"ledger-publisher-{self._producer_name}-{uuid.uuid4().hex[:12]}"
+        )
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        """Connect and initialise the transactional producer."""
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._settings.bootstrap_servers,
+            transactional_id=self._transactional_id,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=0,
+        )
+        await producer.start()
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Flush and disconnect."""
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def run_started(self, run_id: str, *, agent: str | None = None) -> RunStarted:
+        """Record that a run began."""
+        event = RunStarted(run_id=_run_id(run_id), agent=agent, producer=self._producer_name)
+        await self._commit([(self._settings.topic_runs, event)])
+        return event
+
+    async def run_failed(self, run_id: str, error: str) -> RunFailed:
+        """Record that a run failed; no deliveries follow a failure."""
+        if not error:
+            raise PublishRejected("error must not be empty")
+        event = RunFailed(run_id=_run_id(run_id), error=error, producer=self._producer_name)
+        await self._commit([(self._settings.topic_runs, event)])
+        return event
+
+    async def run_succeeded(
+        self,
+        run_id: str,
+        result_hash: str,
+        deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
+    ) -> list[DeliveryRequested]:
+        """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically."""
+        run_id = _run_id(run_id)
+        if not result_hash or len(result_hash) > 200:
+            raise PublishRejected("result_hash must be 1-200 characters")
+        requests = self.delivery_requests(run_id, deliveries)
+        run_event = RunSucceeded(
+            run_id=run_id, result_hash=result_hash, producer=self._producer_name
+        )
+        batch: list[tuple[str, Event]] = [(self._settings.topic_runs, run_event)]
+        batch += [(self._settings.topic_deliveries, request) for request in requests]
+        await self._commit(batch)
+        return requests
+
+    def delivery_requests(
+        self, run_id: str, deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...]
+    ) -> list[DeliveryRequested]:
+        """Validate every delivery and build its event; raise before anything is written."""
+        requests: list[DeliveryRequested] = []
+        seen: dict[str, int] = {}
+        for index, spec in enumerate(deliveries, start=1):
+            size = len(canonical_json(spec.payload))
+            if size > self._settings.max_payload_bytes:
+                raise PublishRejected(
+                    f"delivery {index}: payload is {size} bytes, over the limit of "
+                    f"{self._settings.max_payload_bytes} (LEDGER_MAX_PAYLOAD_BYTES)"
+                )
+            request = new_delivery_requested(
+                run_id=run_id,
+                event_type=spec.event_type,
+                channel=spec.channel,
+                recipient=spec.recipient,
+                payload=spec.payload,
+                slo_seconds=spec.slo_seconds or self._settings.default_slo_seconds,
+                producer=self._producer_name,
+            )
+            if request.idempotency_key in seen:
+                raise PublishRejected(
+                    f"delivery {index} repeats delivery {seen[request.idempotency_key]} "
+                    "(same event type, channel and recipient: one logical event)"
+                )
+            seen[request.idempotency_key] = index
+            requests.append(request)
+        return requests
+
+    async def _commit(self, batch: list[tuple[str, Event]]) -> None:
+        producer = self._require_started()
+        async with producer.transaction():
+            futures = [
+                await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
+                for topic, event in batch
+            ]
+            await asyncio.gather(*futures)
+            crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+
+    def _require_started(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("Publisher is not started: use 'async with Publisher(...)'")
+        return self._producer
+
+
+def _run_id(run_id: str) -> str:
+    try:
+        return check_run_id(run_id)
+    except ValueError as exc:
+        raise PublishRejected(str(exc)) from None

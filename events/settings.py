@@ -1,0 +1,48 @@
+"""One settings object for every part of delivery-ledger (env prefix ``LEDGER_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformdirs import user_cache_dir, user_data_dir
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Where the broker is, what the topics are called, and the limits we enforce."""
+
+    model_config = SettingsConfigDict(env_prefix="LEDGER_", frozen=True, extra="ignore")
+
+    broker_host: str = "127.0.0.1"
+    broker_port: int = Field(default=9092, ge=1, le=65535)
+    controller_port: int = Field(default=9093, ge=1, le=65535)
+    bootstrap_servers: str = ""
+    kafka_version: str = "4.1.1"
+
+    topic_runs: str = "ledger.runs"
+    topic_deliveries: str = "ledger.deliveries"
+    topic_deadletter: str = "ledger.deadletter"
+    partitions: int = Field(default=8, ge=1, le=1024)
+
+    data_dir: Path = Path(user_data_dir("delivery-ledger"))
+    cache_dir: Path = Path(user_cache_dir("delivery-ledger"))
+
+    producer_name: str = "ledger-cli"
+    max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+    default_slo_seconds: int = Field(default=300, ge=1)
+
+    webhook_secret: SecretStr = SecretStr("whsec_ZGVsaXZlcnktbGVkZ2VyLWRldi1zZWNyZXQ=")
+
+    # Fault-injection points (see events/faults.py). Off unless named here.
+    faults: frozenset[str] = frozenset()
+
+    @model_validator(mode="after")
+    def _default_bootstrap(self) -> Settings:
+        if not self.bootstrap_servers:
+            object.__setattr__(self, "bootstrap_servers", f"{self.broker_host}:{self.broker_port}")
+        return self
+
+    def topic_names(self) -> tuple[str, str, str]:
+        """The three topics the ledger owns, in creation order."""
+        return (self.topic_runs, self.topic_deliveries, self.topic_deadletter)

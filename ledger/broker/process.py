@@ -1,0 +1,315 @@
+"""Start, stop and inspect the local broker process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaClient
+from aiokafka.errors import KafkaError
+
+from events.settings import Settings
+from ledger.broker.config import BrokerLayout, layout_for, write_config
+from ledger.broker.jars import ensure_jars
+from ledger.errors import LedgerError
+
+JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What ``ledger broker status`` reports."""
+
+    running: bool
+    pid: int | None
+    reachable: bool
+    bootstrap_servers: str
+    data_dir: Path
+    log_file: Path
+
+
+@dataclass(frozen=True)
+class StartReport:
+    """What happened on ``start``: how long it took and whether jars were downloaded."""
+
+    pid: int
+    seconds: float
+    downloaded: bool
+    already_running: bool
+    layout: BrokerLayout
+
+
+class LocalBroker:
+    """One local single-node KRaft broker under ``settings.data_dir``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.layout = layout_for(settings)
+
+    # -- status -------------------------------------------------------------
+    def pid(self) -> int | None:
+        """The pid of our broker if it is alive, else None."""
+        try:
+            pid = int(self.layout.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) and _is_kafka(pid) else None
+
+    def status(self) -> BrokerStatus:
+        """Is our broker running, and does it answer a metadata request?"""
+        return BrokerStatus(
+            running=self.pid() is not None,
+            pid=self.pid(),
+            reachable=metadata_ok(self.settings.bootstrap_servers, timeout=3.0),
+            bootstrap_servers=self.settings.bootstrap_servers,
+            data_dir=self.layout.data,
+            log_file=self.layout.server_log,
+        )
+
+    # -- start --------------------------------------------------------------
+    def start(self) -> StartReport:
+        """Provision jars, format once, start the JVM, return when metadata answers."""
+        began = time.monotonic()
+        running = self.pid()
+        if running is not None:
+            if metadata_ok(self.settings.bootstrap_servers, timeout=READY_TIMEOUT_S):
+                return StartReport(running, 0.0, False, True, self.layout)
+            raise LedgerError(
+                f"broker process {running} is running but not answering at "
+                f"{self.settings.bootstrap_servers}",
+                f"see {self.layout.server_log}, or run 'ledger broker stop' then start again",
+            )
+        java = shutil.which("java")
+        if java is None:
+            raise LedgerError(
+                "Java is not installed (Kafka needs a Java 17+ runtime)",
+                "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
+            )
+        for port in (self.settings.broker_port, self.settings.controller_port):
+            if _port_taken(self.settings.broker_host, port):
+                raise LedgerError(
+                    f"port {self.settings.broker_host}:{port} is already in use by another process",
+                    "stop that process, or choose other ports with LEDGER_BROKER_PORT and "
+                    "LEDGER_CONTROLLER_PORT",
+                )
+        libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
+        write_config(self.settings, self.layout)
+        classpath = f"{libs}/*"
+        self._format_once(java, classpath)
+        pid = self._spawn(java, classpath)
+        self._wait_ready(pid)
+        return StartReport(pid, time.monotonic() - began, downloaded, False, self.layout)
+
+    def _format_once(self, java: str, classpath: str) -> None:
+        meta = self.layout.data / "meta.properties"
+        if meta.exists():
+            if "cluster.id" not in meta.read_text(errors="replace"):
+                raise LedgerError(
+                    f"the Kafka data dir {self.layout.data} is corrupt (meta.properties has "
+                    "no cluster.id)",
+                    f"move it away (records in it are lost to this broker): "
+                    f"mv {self.layout.data} {self.layout.data}.corrupt",
+                )
+            return
+        if self.layout.data.exists() and any(self.layout.data.iterdir()):
+            raise LedgerError(
+                f"the Kafka data dir {self.layout.data} holds files but no meta.properties",
+                f"move it away: mv {self.layout.data} {self.layout.data}.corrupt",
+            )
+        cluster_id = self._cluster_id(java, classpath)
+        self.layout.data.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [
+                java,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self.layout.server_properties),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            why = _last_line(result.stderr or result.stdout)
+            raise LedgerError(
+                f"formatting the KRaft storage failed: {why}",
+                f"remove {self.layout.data} if it is a leftover, then start again",
+            )
+
+    def _cluster_id(self, java: str, classpath: str) -> str:
+        path = self.layout.cluster_id_file
+        if path.exists():
+            return path.read_text().strip()
+        result = subprocess.run(
+            [java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        cluster_id = result.stdout.strip().splitlines()[-1]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(cluster_id + "\n")
+        return cluster_id
+
+    def _spawn(self, java: str, classpath: str) -> int:
+        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        command = [
+            java,
+            *JVM_OPTS,
+            f"-Dlog4j2.configurationFile={self.layout.log4j2_properties}",
+            f"-Dkafka.logs.dir={self.layout.logs}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(self.layout.server_properties),
+        ]
+        with open(self.layout.stdout_log, "ab") as out:
+            process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.layout.pid_file.write_text(f"{process.pid}\n")
+        return process.pid
+
+    def _wait_ready(self, pid: int) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                self.layout.pid_file.unlink(missing_ok=True)
+                raise LedgerError(
+                    f"the broker exited during start-up: {self._last_error()}",
+                    f"see {self.layout.server_log} and {self.layout.stdout_log}",
+                )
+            if metadata_ok(self.settings.bootstrap_servers, timeout=2.0):
+                return
+            time.sleep(0.25)
+        raise LedgerError(
+            f"the broker did not answer within {READY_TIMEOUT_S:.0f}s",
+            f"see {self.layout.server_log}; 'ledger broker stop' cleans up",
+        )
+
+    def _last_error(self) -> str:
+        for path in (self.layout.stdout_log, self.layout.server_log):
+            try:
+                lines = path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in reversed(lines[-200:]):
+                if "ERROR" in line or "Exception" in line:
+                    return line.strip()[:300]
+        return "no error line in the logs"
+
+    # -- stop ---------------------------------------------------------------
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> tuple[int | None, float, bool]:
+        """SIGTERM, wait for a clean shutdown; returns (pid, seconds, had_to_kill)."""
+        pid = self.pid()
+        if pid is None:
+            self.layout.pid_file.unlink(missing_ok=True)
+            return None, 0.0, False
+        began = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        killed = False
+        while _alive(pid):
+            if time.monotonic() - began > timeout:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+                _wait_gone(pid, 10.0)
+                break
+            time.sleep(0.1)
+        self.layout.pid_file.unlink(missing_ok=True)
+        return pid, time.monotonic() - began, killed
+
+    def log_tail(self, lines: int = 50) -> list[str]:
+        """The last lines of server.log."""
+        try:
+            return self.layout.server_log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return []
+
+
+def metadata_ok(bootstrap_servers: str, timeout: float = 3.0) -> bool:
+    """True when a Kafka metadata request to ``bootstrap_servers`` succeeds."""
+    return asyncio.run(_metadata_ok(bootstrap_servers, timeout))
+
+
+async def _metadata_ok(bootstrap_servers: str, wait_s: float) -> bool:
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=int(wait_s * 1000) + 1000
+    )
+    try:
+        await asyncio.wait_for(client.bootstrap(), wait_s)
+        return True
+    except (KafkaError, OSError, TimeoutError):
+        return False
+    finally:
+        await client.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def _is_kafka(pid: int) -> bool:
+    # A stale pid file may name a pid the OS has since reused for something else.
+    try:
+        return b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"

@@ -1,0 +1,76 @@
+"""Create the ledger's topics (idempotent)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+from events.settings import Settings
+from ledger.errors import LedgerError
+
+FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """One topic and whether this call created it."""
+
+    name: str
+    partitions: int
+    created: bool
+
+
+async def create_topics(
+    settings: Settings, names: tuple[str, ...] | None = None
+) -> list[TopicResult]:
+    """Create the ledger topics with ``settings.partitions`` and infinite retention."""
+    names = names or settings.topic_names()
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=15000
+    )
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        await admin.close()
+        raise LedgerError(
+            f"no Kafka broker answers at {settings.bootstrap_servers}",
+            "start one with 'ledger broker start' (or 'docker compose up')",
+        ) from None
+    try:
+        existing = set(await admin.list_topics())
+        results: list[TopicResult] = []
+        for name in names:
+            if name in existing:
+                results.append(TopicResult(name, await _partitions(admin, name), False))
+                continue
+            response = await admin.create_topics(
+                [NewTopic(name, settings.partitions, 1, topic_configs=dict(FOREVER))]
+            )
+            code, message = _topic_error(response, name)
+            if code == TopicAlreadyExistsError.errno:
+                results.append(TopicResult(name, await _partitions(admin, name), False))
+            elif code != 0:
+                raise LedgerError(
+                    f"creating topic {name} failed: error {code} {message or ''}".strip(),
+                    "check the broker log ('ledger broker logs')",
+                )
+            else:
+                results.append(TopicResult(name, settings.partitions, True))
+        return results
+    finally:
+        await admin.close()
+
+
+def _topic_error(response: Any, name: str) -> tuple[int, str | None]:
+    for entry in response.topic_errors:
+        if entry[0] == name:
+            return int(entry[1]), (entry[2] if len(entry) > 2 else None)
+    return 0, None
+
+
+async def _partitions(admin: AIOKafkaAdminClient, name: str) -> int:
+    described = await admin.describe_topics([name])
+    return len(described[0]["partitions"])
