@@ -77,7 +77,7 @@ def build_spec(**fields: Any) -> DeliverySpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "delivery"
-        raise PublishRejected(f"{where}: {err['msg']}") from None
+        raise PublishRejected(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
 def parse_payload(text: str) -> JsonValue:
@@ -107,6 +107,8 @@ class Publisher:
         producer_name: str | None = None,
         transactional_id: str | None = None,
     ) -> None:
+        """``transactional_id`` should be stable per agent instance: a restart then fences
+        its dead predecessor and aborts that one's open transaction immediately."""
         self._settings = settings
         self._producer_name = producer_name or settings.producer_name
         self._transactional_id = transactional_id or (
@@ -121,6 +123,10 @@ class Publisher:
             transactional_id=self._transactional_id,
             enable_idempotence=True,
             acks="all",
+            # A publisher that dies mid-transaction holds back read_committed consumers of
+            # the partitions it touched until the broker aborts it: keep that window short.
+            # Restarting with the same transactional_id aborts it at once.
+            transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
             linger_ms=0,
         )
         await producer.start()

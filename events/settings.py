@@ -31,6 +31,7 @@ class Settings(BaseSettings):
     producer_name: str = "ledger-cli"
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
     default_slo_seconds: int = Field(default=300, ge=1)
+    publisher_transaction_timeout_ms: int = Field(default=15000, ge=1000)
 
     webhook_secret: SecretStr = SecretStr("whsec_ZGVsaXZlcnktbGVkZ2VyLWRldi1zZWNyZXQ=")
 

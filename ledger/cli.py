@@ -49,12 +49,12 @@ def guarded(func: Callable[[], T]) -> T:
     try:
         return func()
     except LedgerError as exc:
-        err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         if exc.hint:
-            err.print(f"[dim]hint:[/] {exc.hint}", highlight=False)
+            err.print(f"[dim]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except PublishRejected as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         err.print("[dim]hint:[/] nothing was written; fix the input and try again", highlight=False)
         raise typer.Exit(2) from None
 

@@ -1,0 +1,1 @@
+"""The ``ledger`` application: CLI, local broker, topic admin, replay, demo."""

@@ -1,0 +1,208 @@
+"""The publisher against the real broker: atomicity (failure matrix row 1), keys, bad input."""
+
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from events import DeliverySpec, Publisher, PublishRejected, RunSucceeded, encode
+from events.delivery import DeliveryClaimed
+from events.settings import Settings
+from events.topics import record_key
+from tests.fixtures.broker import ReadTopic
+
+HOOK = "http://127.0.0.1:9/hooks/a"
+
+
+def specs(n: int = 3) -> list[DeliverySpec]:
+    return [
+        DeliverySpec(channel="webhook", recipient=f"http://127.0.0.1:9/hooks/{i}", payload={"i": i})
+        for i in range(n)
+    ]
+
+
+async def test_run_succeeded_commits_run_and_deliveries(
+    settings: Settings, read_topic: ReadTopic
+) -> None:
+    async with Publisher(settings, producer_name="agent-1") as publisher:
+        requests = await publisher.run_succeeded("run-1", "sha256:r1", specs(3))
+    runs = await read_topic(settings.topic_runs)
+    deliveries = await read_topic(settings.topic_deliveries)
+    assert [type(e) for e in runs] == [RunSucceeded]
+    assert runs[0].result_hash == "sha256:r1"  # type: ignore[attr-defined]
+    assert sorted(d.idempotency_key for d in deliveries) == sorted(
+        r.idempotency_key for r in requests
+    )  # type: ignore[attr-defined]
+    assert {d.producer for d in deliveries} == {"agent-1"}  # type: ignore[attr-defined]
+
+
+async def test_aborted_transaction_leaves_nothing(
+    settings: Settings, read_topic: ReadTopic
+) -> None:
+    publisher = Publisher(settings)
+    await publisher.start()
+    producer = publisher._producer
+    assert producer is not None
+    requests = publisher.delivery_requests("run-abort", specs(2))
+    await producer.begin_transaction()
+    run = RunSucceeded(run_id="run-abort", result_hash="h", producer="t")
+    await producer.send_and_wait(settings.topic_runs, encode(run), key=record_key(run))
+    for r in requests:
+        await producer.send_and_wait(settings.topic_deliveries, encode(r), key=record_key(r))
+    await producer.abort_transaction()
+    await publisher.stop()
+    assert await read_topic(settings.topic_runs) == []
+    assert await read_topic(settings.topic_deliveries) == []
+    # The records were written to the log; only the abort hides them.
+    assert (
+        len(await read_topic(settings.topic_deliveries, isolation="read_uncommitted", raw=True))
+        == 2
+    )
+
+
+PUBLISH_AND_DIE = """
+import asyncio
+from events import DeliverySpec, Publisher, Settings
+async def main():
+    async with Publisher(Settings(), transactional_id=TXID) as p:
+        await p.run_succeeded("run-killed", "h", [
+            DeliverySpec(channel="webhook", recipient="http://127.0.0.1:9/a", payload={}),
+            DeliverySpec(channel="provider", recipient="http://127.0.0.1:9/b", payload={}),
+        ])
+    print("COMMITTED")
+asyncio.run(main())
+"""
+
+
+async def test_publisher_sigkilled_before_commit_leaves_no_outbound_work(
+    settings: Settings, read_topic: ReadTopic
+) -> None:
+    env = dict(os.environ)
+    env.update(
+        {
+            "LEDGER_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "LEDGER_TOPIC_RUNS": settings.topic_runs,
+            "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
+            "LEDGER_FAULTS": '["publisher.before_commit"]',
+        }
+    )
+    txid = f"agent-{settings.topic_runs}"
+    script = f"TXID = {txid!r}\n" + PUBLISH_AND_DIE
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert "COMMITTED" not in done.stdout
+    # Sent but never committed: the log holds the records, read_committed sees none of them.
+    assert (
+        len(await read_topic(settings.topic_deliveries, isolation="read_uncommitted", raw=True))
+        == 2
+    )
+    assert await read_topic(settings.topic_runs) == []
+    assert await read_topic(settings.topic_deliveries) == []
+    # The agent restarts with its stable transactional id: that fences the dead producer and
+    # aborts its open transaction at once, so consumers are not held back until it times out.
+    async with Publisher(settings, transactional_id=txid) as publisher:
+        await publisher.run_succeeded("run-again", "h", specs(1))
+    runs = await read_topic(settings.topic_runs)
+    assert [e.run_id for e in runs] == ["run-again"]  # type: ignore[attr-defined]
+    deliveries = await read_topic(settings.topic_deliveries)
+    assert [e.run_id for e in deliveries] == ["run-again"]  # type: ignore[attr-defined]
+
+
+async def test_all_events_of_one_key_share_a_partition(
+    settings: Settings, read_topic: ReadTopic
+) -> None:
+    async with Publisher(settings) as publisher:
+        requests = await publisher.run_succeeded("run-p", "h", specs(6))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        for r in requests:
+            for token in (1, 2, 3):
+                claim = DeliveryClaimed(
+                    idempotency_key=r.idempotency_key,
+                    run_id=r.run_id,
+                    producer="t",
+                    attempt=token,
+                    worker_id="w",
+                    fencing_token=token,
+                    lease_expires_at=r.occurred_at,
+                )
+                await producer.send_and_wait(
+                    settings.topic_deliveries, encode(claim), key=record_key(claim)
+                )
+    finally:
+        await producer.stop()
+    raw = await read_topic(settings.topic_deliveries, raw=True)
+    partitions: dict[bytes, set[int]] = defaultdict(set)
+    for message in raw:
+        partitions[message.key].add(message.partition)  # type: ignore[attr-defined]
+    assert len(partitions) == 6
+    assert all(len(p) == 1 for p in partitions.values())
+    assert sum(1 for m in raw) == 6 * 4
+    assert len({p for ps in partitions.values() for p in ps}) > 1  # keys do spread
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"channel": "pigeon", "recipient": HOOK}, "unknown channel 'pigeon'"),
+        ({"channel": "webhook", "recipient": "ftp://x/y"}, "must be an http(s) URL"),
+        ({"channel": "webhook", "recipient": "not a url"}, "must be an http(s) URL"),
+    ],
+)
+def test_bad_delivery_is_refused(fields: dict[str, str], message: str) -> None:
+    from events.publisher import build_spec
+
+    with pytest.raises(PublishRejected, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_spec(payload={}, **fields)
+
+
+def test_cli_delivery_and_payload_parsing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from events.publisher import parse_payload
+
+    with pytest.raises(PublishRejected, match="not CHANNEL:RECIPIENT"):
+        DeliverySpec.parse("webhook", {})
+    with pytest.raises(PublishRejected, match="payload is not JSON"):
+        parse_payload("{nope")
+    (tmp_path / "p.json").write_text('{"ok": true}')
+    assert parse_payload(f"@{tmp_path / 'p.json'}") == {"ok": True}
+    with pytest.raises(PublishRejected, match="cannot read payload file"):
+        parse_payload(f"@{tmp_path / 'missing.json'}")
+
+
+async def test_rejected_input_writes_nothing(settings: Settings, read_topic: ReadTopic) -> None:
+    small = settings.model_copy(update={"max_payload_bytes": 100})
+    async with Publisher(small) as publisher:
+        with pytest.raises(PublishRejected, match="over the limit of 100"):
+            await publisher.run_succeeded(
+                "run-big",
+                "h",
+                [
+                    DeliverySpec(channel="webhook", recipient=HOOK, payload={}),
+                    DeliverySpec(channel="webhook", recipient=HOOK + "2", payload={"x": "y" * 200}),
+                ],
+            )
+        with pytest.raises(PublishRejected, match="repeats delivery 1"):
+            await publisher.run_succeeded(
+                "run-dup",
+                "h",
+                [
+                    DeliverySpec(channel="webhook", recipient=HOOK, payload={}),
+                    DeliverySpec(channel="webhook", recipient=HOOK, payload={"other": 1}),
+                ],
+            )
+        with pytest.raises(PublishRejected, match="run_id must be"):
+            await publisher.run_succeeded("bad:run", "h", [])
+    assert await read_topic(settings.topic_runs) == []
+    assert await read_topic(settings.topic_deliveries) == []
