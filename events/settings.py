@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WebhookEndpoint(BaseModel):
+    """One webhook endpoint's secret and optional lookup URL."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    secret: SecretStr | None = None
+    lookup_url: str | None = None
 
 
 class Settings(BaseSettings):
@@ -33,7 +42,16 @@ class Settings(BaseSettings):
     default_slo_seconds: int = Field(default=300, ge=1)
     publisher_transaction_timeout_ms: int = Field(default=15000, ge=1000)
 
+    # Standard Webhooks signing secret used for endpoints without their own.
     webhook_secret: SecretStr = SecretStr("whsec_ZGVsaXZlcnktbGVkZ2VyLWRldi1zZWNyZXQ=")
+    # Per-endpoint configuration, by recipient URL prefix (longest prefix wins), as JSON:
+    # {"http://host/hooks/": {"secret": "whsec_...", "lookup_url": "http://host/lookup"}}
+    webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
+
+    # Outbound HTTP (httpx): timeouts and the pool shared by all sends of one worker.
+    http_connect_timeout_s: float = Field(default=2.0, gt=0)
+    http_timeout_s: float = Field(default=5.0, gt=0)
+    send_concurrency: int = Field(default=64, ge=1)
 
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()

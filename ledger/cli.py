@@ -15,6 +15,7 @@ from rich.console import Console
 from events.publisher import DeliverySpec, Publisher, PublishRejected, parse_payload
 from events.settings import Settings
 from ledger.broker import LocalBroker
+from ledger.commands import register_all
 from ledger.errors import LedgerError
 from ledger.render import event_line
 from ledger.replay import ReplayFilter, replay
@@ -215,6 +216,9 @@ def demo() -> None:
     from ledger.demo import run_demo
 
     guarded(lambda: run_demo(_settings(), out))
+
+
+register_all(app)
 
 
 def main() -> None:

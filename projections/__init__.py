@@ -1,0 +1,1 @@
+"""Projections: fold the log into ledger tables; rebuild, verify, dashboards."""

@@ -1,0 +1,1 @@
+"""Stream processors: the delivery state machine, the sender, timers, channel adapters."""

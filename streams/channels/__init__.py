@@ -1,0 +1,1 @@
+"""Channel adapters: how a delivery leaves the system, and how its fate is looked up."""
