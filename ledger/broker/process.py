@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -254,6 +255,17 @@ def metadata_ok(bootstrap_servers: str, timeout: float = 3.0) -> bool:
 
 
 async def _metadata_ok(bootstrap_servers: str, wait_s: float) -> bool:
+    # Probing a broker that is not up yet is expected to fail: keep aiokafka quiet.
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        return await _probe(bootstrap_servers, wait_s)
+    finally:
+        quiet.setLevel(level)
+
+
+async def _probe(bootstrap_servers: str, wait_s: float) -> bool:
     client = AIOKafkaClient(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=int(wait_s * 1000) + 1000
     )

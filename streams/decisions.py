@@ -1,0 +1,285 @@
+"""Pure decisions: given a delivery's state and what just happened, which events to append.
+
+No I/O and no clock: ``now`` is an argument (the processing time the edge passes in), so
+every decision is reproducible in tests. Decisions only *propose* events; ``apply`` in
+streams/state.py accepts or ignores them when they are read back from the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from events.base import Event
+from events.delivery import (
+    DeliveryClaimed,
+    DeliveryConfirmed,
+    DeliveryFailed,
+    DeliveryReconciled,
+    DeliveryRequested,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+    DuplicateDeliveryRequest,
+)
+from streams.channels.base import ErrorClass, LookupResult, SendOutcome, SendResult
+from streams.state import DeliveryState, Status
+
+# 429/408/425 mean the receiver did not process the request: a retry is safe.
+NOT_PROCESSED = frozenset({ErrorClass.HTTP_429, ErrorClass.HTTP_408, ErrorClass.HTTP_425})
+
+
+class RetryRules(Protocol):
+    """What the decisions need from a channel's retry policy (streams/retry.py)."""
+
+    def delay_s(self, key: str, attempt: int, retry_after_s: float | None = None) -> float:
+        """Backoff before the attempt after ``attempt`` (deterministic jitter)."""
+        ...
+
+    def exhausted(self, attempt: int, first_requested_at: datetime, now: datetime) -> bool:
+        """True when no further attempt may be made."""
+        ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """The worker-specific inputs of decisions."""
+
+    worker_id: str
+    producer: str
+    rules: Callable[[str], RetryRules]
+    receiver_dedupes: Callable[[str], bool]
+    lease_s: float = 30.0
+    claim_grace_s: float = 10.0
+    lookup_backoff_s: float = 1.0
+    lookup_backoff_max_s: float = 60.0
+    max_lookups: int = 12
+    max_sent_polls: int = 20
+
+
+def claim(state: DeliveryState, now: datetime, ctx: Context) -> DeliveryClaimed:
+    """The next attempt's claim, under a strictly newer fencing token."""
+    return DeliveryClaimed(
+        idempotency_key=state.idempotency_key,
+        run_id=state.run_id,
+        producer=ctx.producer,
+        attempt=state.attempt + 1,
+        fencing_token=state.fencing_token + 1,
+        worker_id=ctx.worker_id,
+        lease_expires_at=now + timedelta(seconds=ctx.lease_s),
+        occurred_at=now,
+    )
+
+
+def on_request(
+    before: DeliveryState | None,
+    event: DeliveryRequested,
+    after: DeliveryState | None,
+    now: datetime,
+    ctx: Context,
+) -> list[Event]:
+    """A new delivery is claimed at once; a repeated request is recorded as a duplicate."""
+    if before is None and after is not None:
+        return [claim(after, now, ctx)]
+    if before is None or str(event.event_id) in before.seen:
+        return []
+    same = event.payload_hash == before.payload_hash
+    return [
+        DuplicateDeliveryRequest(
+            idempotency_key=before.idempotency_key,
+            run_id=before.run_id,
+            producer=ctx.producer,
+            duplicate_event_id=event.event_id,
+            payload_hash=event.payload_hash,
+            original_payload_hash=before.payload_hash,
+            outcome="deduplicated" if same else "conflict",
+            occurred_at=now,
+        )
+    ]
+
+
+def after_send(
+    state: DeliveryState, token: int, result: SendResult, now: datetime, ctx: Context
+) -> list[Event]:
+    """The outcome events of one send attempt, classified."""
+    common = _common(state, ctx, now)
+    attempt = {"attempt": state.attempt, "fencing_token": token}
+    error = str(result.error_class) if result.error_class else "unclassified"
+    match result.outcome:
+        case SendOutcome.CONFIRMED:
+            return [
+                DeliveryConfirmed(
+                    **common,
+                    **attempt,
+                    source="send",
+                    provider_message_id=result.provider_message_id,
+                    evidence=result.evidence,
+                )
+            ]
+        case SendOutcome.SENT:
+            return [
+                DeliverySent(
+                    **common,
+                    **attempt,
+                    worker_id=ctx.worker_id,
+                    provider_message_id=result.provider_message_id,
+                    provider_status=result.provider_status,
+                    http_status=result.http_status,
+                )
+            ]
+        case SendOutcome.UNKNOWN:
+            return [DeliveryUnknown(**common, **attempt, error_class=error, reason=result.evidence)]
+        case SendOutcome.REJECTED:
+            return [
+                DeliveryFailed(
+                    **common, attempts=state.attempt, error_class=error, reason=result.evidence
+                )
+            ]
+        case SendOutcome.NOT_SENT:
+            safety = f"nothing was written ({error}): {result.evidence}"
+            return [retry_or_fail(state, error, safety, now, ctx)]
+        case SendOutcome.TRANSIENT if result.error_class in NOT_PROCESSED:
+            safety = f"the receiver did not process it ({error}): {result.evidence}"
+            return [retry_or_fail(state, error, safety, now, ctx, result.retry_after_s)]
+        case _:
+            # 5xx / 409: the receiver may have accepted before failing. Look up first.
+            reason = f"{result.evidence}; it may have been accepted: lookup before retry"
+            return [DeliveryUnknown(**common, **attempt, error_class=error, reason=reason)]
+
+
+def after_lookup(
+    state: DeliveryState, result: LookupResult, now: datetime, ctx: Context
+) -> list[Event]:
+    """Record the lookup, then act on its evidence."""
+    common = _common(state, ctx, now)
+    attempt = {"attempt": state.attempt, "fencing_token": state.fencing_token}
+    events: list[Event] = [
+        DeliveryReconciled(
+            **common,
+            **attempt,
+            outcome=result.outcome,
+            provider_message_id=result.provider_message_id,
+            provider_status=result.provider_status,
+            evidence=result.evidence,
+        )
+    ]
+    if result.outcome == "found" and result.delivered:
+        events.append(
+            DeliveryConfirmed(
+                **common,
+                **attempt,
+                source="reconciliation",
+                provider_message_id=result.provider_message_id,
+                evidence=f"lookup by idempotency key: {result.evidence}",
+            )
+        )
+    elif state.status is Status.UNKNOWN and result.outcome == "not_found":
+        safety = f"lookup by idempotency key found nothing: {result.evidence}"
+        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+    elif (
+        state.status is Status.UNKNOWN
+        and result.outcome == "unsupported"
+        and ctx.receiver_dedupes(state.channel)
+    ):
+        safety = (
+            "no lookup API; a retry is safe because the receiver dedupes on the "
+            "idempotency key (Standard Webhooks webhook-id)"
+        )
+        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+    return events
+
+
+def retry_or_fail(
+    state: DeliveryState,
+    error_class: str,
+    safety: str,
+    now: datetime,
+    ctx: Context,
+    retry_after_s: float | None = None,
+) -> Event:
+    """Schedule the next attempt, or fail when the channel's policy is exhausted."""
+    rules = ctx.rules(state.channel)
+    common = _common(state, ctx, now)
+    if rules.exhausted(state.attempt, state.requested_at, now):
+        return DeliveryFailed(
+            **common,
+            attempts=state.attempt,
+            error_class=error_class,
+            reason=f"retries exhausted after attempt {state.attempt}: {safety}",
+        )
+    delay = rules.delay_s(state.idempotency_key, state.attempt, retry_after_s)
+    return DeliveryRetryScheduled(
+        **common,
+        attempt=state.attempt,
+        next_attempt=state.attempt + 1,
+        retry_at=now + timedelta(seconds=delay),
+        error_class=error_class,
+        safety=safety,
+    )
+
+
+def due_at(state: DeliveryState, ctx: Context) -> datetime | None:
+    """When a timer must next look at this delivery (None: nothing to wait for)."""
+    base = state.updated_at or state.requested_at
+    match state.status:
+        case Status.PENDING:
+            return base + timedelta(seconds=ctx.claim_grace_s)
+        case Status.RETRY_SCHEDULED:
+            return state.retry_at
+        case Status.CLAIMED:
+            return state.lease_expires_at
+        case Status.UNKNOWN:
+            if state.reconciled not in (None, "lookup_error") or state.lookups >= ctx.max_lookups:
+                return None  # decided, or an operator must resolve it
+            return base + timedelta(seconds=_backoff(state.lookups, ctx))
+        case Status.SENT:
+            if state.lookups >= ctx.max_sent_polls:
+                return None
+            return base + timedelta(seconds=_backoff(state.lookups + 1, ctx))
+    return None
+
+
+TimerAction = str  # "lookup" when the edge must ask the provider
+
+
+def on_timer(
+    state: DeliveryState, now: datetime, ctx: Context
+) -> tuple[list[Event], TimerAction | None]:
+    """What a due timer decides: a claim, a lease expiry, or a lookup to make."""
+    due = due_at(state, ctx)
+    if due is None or now < due:
+        return [], None
+    if state.status in (Status.PENDING, Status.RETRY_SCHEDULED):
+        return [claim(state, now, ctx)], None
+    if state.status is Status.CLAIMED:
+        reason = (
+            f"lease of worker {state.claim_worker} for attempt {state.attempt} expired "
+            "with no outcome: the request may have left"
+        )
+        return [
+            DeliveryUnknown(
+                **_common(state, ctx, now),
+                attempt=state.attempt,
+                fencing_token=state.fencing_token,
+                error_class=str(ErrorClass.LEASE_EXPIRED),
+                reason=reason,
+            )
+        ], None
+    return [], "lookup"
+
+
+def _backoff(n: int, ctx: Context) -> float:
+    if n <= 0:
+        return 0.0
+    return float(min(ctx.lookup_backoff_s * 2 ** (n - 1), ctx.lookup_backoff_max_s))
+
+
+def _common(state: DeliveryState, ctx: Context, now: datetime) -> dict[str, object]:
+    return {
+        "idempotency_key": state.idempotency_key,
+        "run_id": state.run_id,
+        "producer": ctx.producer,
+        "occurred_at": now,
+    }

@@ -1,0 +1,249 @@
+"""A delivery's state, and the pure fold that applies one event to it.
+
+``apply`` has no I/O and no clock: the state after a sequence of events depends only on
+those events. It is also safe under at-least-once input: an event already applied
+(same ``event_id``) changes nothing, and outcome events carrying a stale fencing token
+are ignored, because outcomes come from outside the processor's transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from pydantic import JsonValue
+
+from events.base import Event
+from events.delivery import (
+    DeliveryClaimed,
+    DeliveryConfirmed,
+    DeliveryEvent,
+    DeliveryFailed,
+    DeliveryReconciled,
+    DeliveryRequested,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+    DuplicateDeliveryRequest,
+)
+
+# How many applied event ids a state remembers for dedupe. A delivery sees a handful of
+# events per attempt; redelivered input is recent, so a bounded window suffices.
+SEEN_WINDOW = 64
+
+
+class Status(enum.StrEnum):
+    """Where a delivery stands. CLAIMED and RETRY_SCHEDULED are PENDING to the outside."""
+
+    PENDING = "PENDING"
+    CLAIMED = "CLAIMED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    SENT = "SENT"
+    UNKNOWN = "UNKNOWN"
+    CONFIRMED = "CONFIRMED"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        """CONFIRMED and FAILED never change again."""
+        return self in (Status.CONFIRMED, Status.FAILED)
+
+    @property
+    def public(self) -> str:
+        """The delivery state operators see (ARCHITECTURE.md)."""
+        if self in (Status.CLAIMED, Status.RETRY_SCHEDULED):
+            return "PENDING"
+        return self.value
+
+
+@dataclass(frozen=True)
+class DeliveryState:
+    """Everything the processor knows about one logical delivery."""
+
+    idempotency_key: str
+    run_id: str
+    event_type: str
+    channel: str
+    recipient: str
+    payload: JsonValue
+    payload_hash: str
+    slo_seconds: int
+    requested_at: datetime
+    request_event_id: str
+    status: Status = Status.PENDING
+    attempt: int = 0
+    fencing_token: int = 0
+    claim_worker: str | None = None
+    lease_expires_at: datetime | None = None
+    retry_at: datetime | None = None
+    last_error_class: str | None = None
+    last_reason: str | None = None
+    provider_message_id: str | None = None
+    provider_status: str | None = None
+    # The last lookup's outcome for the current attempt: the evidence a retry needs.
+    reconciled: str | None = None
+    lookups: int = 0
+    check_at: datetime | None = None
+    updated_at: datetime | None = None
+    duplicates: int = 0
+    conflicts: int = 0
+    seen: tuple[str, ...] = field(default_factory=tuple)
+
+
+def apply(state: DeliveryState | None, event: Event) -> DeliveryState | None:
+    """Fold one event into the state. Unknown, stale or repeated events change nothing."""
+    if not isinstance(event, DeliveryEvent):
+        return state
+    if state is None:
+        return _new(event) if isinstance(event, DeliveryRequested) else None
+    event_id = str(event.event_id)
+    if event_id in state.seen or event.idempotency_key != state.idempotency_key:
+        return state
+    seen = (*state.seen, event_id)[-SEEN_WINDOW:]
+    changed = _transition(state, event)
+    if changed is None:
+        # Remember ignored events too: redelivered later, after the state has moved on,
+        # they must not apply where they did not apply the first time.
+        return replace(state, seen=seen)
+    return replace(changed, seen=seen, updated_at=event.occurred_at)
+
+
+def _new(event: DeliveryRequested) -> DeliveryState:
+    return DeliveryState(
+        idempotency_key=event.idempotency_key,
+        run_id=event.run_id,
+        event_type=event.event_type,
+        channel=event.channel,
+        recipient=event.recipient,
+        payload=event.payload,
+        payload_hash=event.payload_hash,
+        slo_seconds=event.slo_seconds,
+        requested_at=event.occurred_at,
+        request_event_id=str(event.event_id),
+        updated_at=event.occurred_at,
+        seen=(str(event.event_id),),
+    )
+
+
+def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
+    """The new state, or None when the event does not apply to this state."""
+    if isinstance(e, DuplicateDeliveryRequest):
+        if e.outcome == "conflict":
+            return replace(s, conflicts=s.conflicts + 1)
+        return replace(s, duplicates=s.duplicates + 1)
+    if s.status.terminal or isinstance(e, DeliveryRequested):
+        return None
+    if isinstance(e, DeliveryClaimed):
+        # A claim is live only if it is the next attempt under a strictly newer token.
+        if s.status not in (Status.PENDING, Status.RETRY_SCHEDULED):
+            return None
+        if e.fencing_token <= s.fencing_token or e.attempt != s.attempt + 1:
+            return None
+        return replace(
+            s,
+            status=Status.CLAIMED,
+            attempt=e.attempt,
+            fencing_token=e.fencing_token,
+            claim_worker=e.worker_id,
+            lease_expires_at=e.lease_expires_at,
+            retry_at=None,
+            reconciled=None,
+            lookups=0,
+            check_at=None,
+        )
+    if isinstance(e, DeliveryConfirmed):
+        # Any attempt's authoritative confirmation settles the logical event: the
+        # receiver identifies it by the key, not by the attempt.
+        if e.fencing_token > s.fencing_token:
+            return None
+        return replace(
+            s,
+            status=Status.CONFIRMED,
+            provider_message_id=e.provider_message_id or s.provider_message_id,
+            last_reason=e.evidence,
+            check_at=None,
+            lease_expires_at=None,
+        )
+    if isinstance(e, DeliveryFailed):
+        # Final only as the outcome of the current attempt, never out of SENT (it left),
+        # and out of UNKNOWN only with the lookup's evidence that nothing was accepted.
+        if e.attempts != s.attempt or s.status is Status.SENT:
+            return None
+        if s.status is Status.UNKNOWN and s.reconciled not in ("not_found", "unsupported"):
+            return None
+        return replace(
+            s,
+            status=Status.FAILED,
+            last_error_class=e.error_class,
+            last_reason=e.reason,
+            check_at=None,
+            retry_at=None,
+        )
+    if isinstance(e, DeliveryRetryScheduled):
+        return _retry(s, e)
+    if e.fencing_token != s.fencing_token:  # type: ignore[attr-defined]
+        return None  # an outcome of an attempt that is no longer current
+    if isinstance(e, DeliverySent):
+        if s.status not in (Status.CLAIMED, Status.UNKNOWN):
+            return None
+        return replace(
+            s,
+            status=Status.SENT,
+            provider_message_id=e.provider_message_id,
+            provider_status=e.provider_status,
+            lease_expires_at=None,
+            check_at=None,
+            lookups=0,
+            reconciled=None,
+        )
+    if isinstance(e, DeliveryUnknown):
+        if s.status is not Status.CLAIMED:
+            return None
+        return replace(
+            s,
+            status=Status.UNKNOWN,
+            last_error_class=e.error_class,
+            last_reason=e.reason,
+            lease_expires_at=None,
+            reconciled=None,
+            lookups=0,
+            check_at=e.occurred_at,
+        )
+    if isinstance(e, DeliveryReconciled):
+        return _reconciled(s, e)
+    return None
+
+
+def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None:
+    if s.status not in (Status.UNKNOWN, Status.SENT):
+        return None
+    updated = replace(s, reconciled=e.outcome, lookups=s.lookups + 1, last_reason=e.evidence)
+    if e.outcome == "found" and s.status is Status.UNKNOWN:
+        # The provider has it but has not delivered yet: it left the system.
+        return replace(
+            updated,
+            status=Status.SENT,
+            provider_message_id=e.provider_message_id,
+            provider_status=e.provider_status,
+            lookups=0,
+        )
+    return updated
+
+
+def _retry(s: DeliveryState, e: DeliveryRetryScheduled) -> DeliveryState | None:
+    if e.attempt != s.attempt or e.next_attempt != s.attempt + 1:
+        return None
+    if s.status is Status.UNKNOWN and s.reconciled not in ("not_found", "unsupported"):
+        return None  # never out of UNKNOWN without the lookup's evidence
+    if s.status not in (Status.CLAIMED, Status.UNKNOWN):
+        return None
+    return replace(
+        s,
+        status=Status.RETRY_SCHEDULED,
+        retry_at=e.retry_at,
+        last_error_class=e.error_class,
+        last_reason=e.safety,
+        lease_expires_at=None,
+        check_at=None,
+    )
