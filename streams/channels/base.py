@@ -40,6 +40,12 @@ class ErrorClass(enum.StrEnum):
     HTTP_5XX = "http_5xx"
     LEASE_EXPIRED = "lease_expired"
     PROTOCOL_ERROR = "protocol_error"
+    # Added with the HTTP adapters (additive; earlier names unchanged):
+    CONNECT_FAILED = "connect_failed"  # no connection for another reason (unreachable, TLS)
+    POOL_TIMEOUT = "pool_timeout"  # no free pooled connection in time; nothing was written
+    INVALID_RECIPIENT = "invalid_recipient"  # the URL cannot be requested at all
+    HTTP_3XX = "http_3xx"  # a redirect: we never follow one with a signed POST
+    PROVIDER_FAILED = "provider_failed"  # the provider reports the message failed/undelivered
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,264 @@
+"""The simulated receiver and provider: request handlers, dedupe, lookups, fault application."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from events.settings import Settings
+from ledger.simulator.faults import Fault, FaultKind, FaultPlan
+from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
+from ledger.simulator.verify import verify_signature
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+_DEFAULT_SECRET = Settings.model_fields["webhook_secret"].default.get_secret_value()
+
+
+class SimulatorConfig(BaseModel):
+    """How the simulator listens and behaves; the behaviour fields can change at run time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)  # 0: pick a free port
+    control_port: int | None = Field(default=0, ge=0, le=65535)  # None: no separate listener
+    webhook_secret: str = _DEFAULT_SECRET  # the ledger's default secret, so defaults agree
+    hook_secrets: dict[str, str] = Field(default_factory=dict)  # per /hooks/{name}
+    dedupe: bool = True  # False: every valid request is processed (to expose double sends)
+    delivered_after_s: float | None = Field(default=0.5, ge=0)  # None: stays "queued"
+    timestamp_tolerance_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_only(cls, value: str) -> str:
+        if value not in LOOPBACK:
+            raise ValueError("the simulator listens on loopback only (127.0.0.1, ::1)")
+        return value
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_NO_RESPONSE = object()
+
+
+def _abort(request: web.Request, *, reset: bool) -> None:
+    """Close the connection under a request without answering (FIN, or RST if ``reset``)."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if reset and sock is not None:
+        # Linger 0 turns close() into an RST: the client sees "connection reset".
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+
+
+class Receiver:
+    """Everything the simulator does with a request; state is shared with the control API."""
+
+    def __init__(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self.recorder = Recorder()
+        self.faults = FaultPlan()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def provider_status(self, event: AcceptedEvent) -> str:
+        """``queued`` until ``delivered_after_s`` has passed since acceptance, then delivered."""
+        after = self.config.delivered_after_s
+        if after is None or time.monotonic() - event.monotonic_at < after:
+            return "queued"
+        return "delivered"
+
+    async def _guarded(
+        self,
+        request: web.Request,
+        key: str | None,
+        body: Callable[[RequestRecord, Fault | None], Awaitable[web.StreamResponse | object]],
+    ) -> web.StreamResponse:
+        """Log the request, pick its fault, apply the faults that answer before processing."""
+        record = self.recorder.received(request.method, request.path, key)
+        fault = self.faults.take(request.method, request.path, key)
+        record.fault = fault.kind.value if fault else None
+        if fault is not None and fault.kind in (FaultKind.REJECT, FaultKind.RATE_LIMIT):
+            status = fault.response_status()
+            headers = (
+                {"Retry-After": fault.retry_after} if fault.kind is FaultKind.RATE_LIMIT else {}
+            )
+            result = "rate_limited" if fault.kind is FaultKind.RATE_LIMIT else "rejected"
+            self.recorder.finish(record, result, status)
+            return web.json_response(
+                {"error": f"injected {fault.kind}"}, status=status, headers=headers
+            )
+        if fault is not None and fault.kind is FaultKind.DELAY and not fault.accept_first:
+            await asyncio.sleep(fault.delay_s)
+        response = await body(record, fault)
+        if response is _NO_RESPONSE:
+            # The transport is closed; aiohttp gets a response it can no longer write.
+            return web.Response(status=499)
+        assert isinstance(response, web.StreamResponse)
+        return response
+
+    async def _after_accept(
+        self,
+        request: web.Request,
+        record: RequestRecord,
+        fault: Fault | None,
+        result: str,
+        ok: web.Response,
+    ) -> web.StreamResponse | object:
+        """Apply the faults that strike after the event was accepted, else answer ``ok``."""
+        if fault is None:
+            self.recorder.finish(record, result, ok.status)
+            return ok
+        if fault.kind is FaultKind.DELAY:
+            await asyncio.sleep(fault.delay_s)
+        elif fault.kind in (FaultKind.DROP, FaultKind.RESET):
+            self.recorder.finish(record, result, None)
+            _abort(request, reset=fault.kind is FaultKind.RESET)
+            return _NO_RESPONSE
+        elif fault.kind is FaultKind.ERROR_AFTER_ACCEPT:
+            status = fault.response_status()
+            self.recorder.finish(record, result, status)
+            return web.json_response({"error": "injected error after accepting"}, status=status)
+        self.recorder.finish(record, result, ok.status)
+        return ok
+
+    @staticmethod
+    def _invalid(
+        record: RequestRecord, recorder: Recorder, result: str, status: int, why: str
+    ) -> web.Response:
+        recorder.finish(record, result, status)
+        return web.json_response({"error": why}, status=status)
+
+    @staticmethod
+    def _json(body: bytes) -> tuple[Any, str | None]:
+        try:
+            return json.loads(body), None
+        except ValueError:
+            return None, "body is not JSON"
+
+    # -- webhook receiver ------------------------------------------------------------------
+
+    async def hook(self, request: web.Request) -> web.StreamResponse:
+        """POST /hooks/{name}: verify the Standard Webhooks signature, dedupe by webhook-id."""
+        key = request.headers.get("webhook-id")
+
+        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+            raw = await request.read()
+            name = request.match_info["name"]
+            secret = self.config.hook_secrets.get(name, self.config.webhook_secret)
+            problem = verify_signature(
+                secret,
+                request.headers,
+                raw,
+                now=time.time(),
+                tolerance_s=self.config.timestamp_tolerance_s,
+            )
+            record.signature_ok = problem is None
+            if problem is not None or key is None:
+                return self._invalid(
+                    record, self.recorder, "unauthorized", 401, problem or "no webhook-id"
+                )
+            payload, error = self._json(raw)
+            if error:
+                return self._invalid(record, self.recorder, "invalid", 400, error)
+            event, new = self.recorder.accept(
+                key, "webhook", request.path, payload, dedupe=self.config.dedupe, id_prefix="evt"
+            )
+            ok = web.json_response(
+                {"id": event.receiver_id, "webhook_id": key, "duplicate": not new}
+            )
+            return await self._after_accept(
+                request, record, fault, "accepted" if new else "duplicate", ok
+            )
+
+        return await self._guarded(request, key, body)
+
+    async def hook_lookup(self, request: web.Request) -> web.StreamResponse:
+        """GET /hooks/lookup/{key}: 200 with the receiver's id if accepted, else 404."""
+        key = request.match_info["key"]
+
+        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+            event = self.recorder.event(key)
+            if event is None or event.channel != "webhook":
+                ok = web.json_response({"error": "not found", "webhook_id": key}, status=404)
+                return await self._after_accept(request, record, fault, "not_found", ok)
+            found = {"id": event.receiver_id, "webhook_id": key, "status": "delivered"}
+            return await self._after_accept(
+                request, record, fault, "found", web.json_response(found)
+            )
+
+        return await self._guarded(request, key, body)
+
+    # -- provider API ----------------------------------------------------------------------
+
+    async def provider_send(self, request: web.Request) -> web.StreamResponse:
+        """POST /provider/messages: dedupe by Idempotency-Key; answer id + queued/delivered."""
+        key = request.headers.get("idempotency-key")
+
+        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+            raw = await request.read()
+            if not key:
+                return self._invalid(
+                    record, self.recorder, "invalid", 400, "Idempotency-Key is required"
+                )
+            payload, error = self._json(raw)
+            if error:
+                return self._invalid(record, self.recorder, "invalid", 400, error)
+            event, new = self.recorder.accept(
+                key, "provider", request.path, payload, dedupe=self.config.dedupe, id_prefix="msg"
+            )
+            answer = {
+                "id": event.receiver_id,
+                "status": self.provider_status(event),
+                "idempotency_key": key,
+            }
+            ok = web.json_response(answer, status=201 if new else 200)
+            return await self._after_accept(
+                request, record, fault, "accepted" if new else "duplicate", ok
+            )
+
+        return await self._guarded(request, key, body)
+
+    async def provider_lookup(self, request: web.Request) -> web.StreamResponse:
+        """GET /provider/messages?idempotency_key=K: 200 {id, status} or 404."""
+        key = request.query.get("idempotency_key")
+
+        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+            if not key:
+                return self._invalid(
+                    record, self.recorder, "invalid", 400, "idempotency_key is required"
+                )
+            event = self.recorder.event(key)
+            if event is None or event.channel != "provider":
+                ok = web.json_response({"error": "not found", "idempotency_key": key}, status=404)
+                return await self._after_accept(request, record, fault, "not_found", ok)
+            found = {
+                "id": event.receiver_id,
+                "status": self.provider_status(event),
+                "idempotency_key": key,
+            }
+            return await self._after_accept(
+                request, record, fault, "found", web.json_response(found)
+            )
+
+        return await self._guarded(request, key, body)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The receiver's and provider's routes."""
+        return [
+            web.get("/hooks/lookup/{key}", self.hook_lookup),
+            web.post("/hooks/{name}", self.hook),
+            web.post("/provider/messages", self.provider_send),
+            web.get("/provider/messages", self.provider_lookup),
+        ]

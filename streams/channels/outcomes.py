@@ -1,0 +1,208 @@
+"""How an HTTP attempt is classified: transport failures by when they happened, statuses by code.
+
+The line that matters is whether any byte of the request may have left. httpx keeps
+connect-phase failures (``ConnectError``, ``ConnectTimeout``, ``PoolTimeout``) apart from
+failures after the connection carried the request (``WriteError``/``WriteTimeout``,
+``ReadError``/``ReadTimeout``, ``RemoteProtocolError``); the first group is NOT_SENT
+(safe to retry), the second UNKNOWN (reconcile first).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from pydantic import JsonValue
+
+from streams.channels.base import ErrorClass, LookupResult, SendOutcome, SendResult
+
+MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is small; never buffer an unbounded one
+_EXCERPT = 200
+
+# httpcore's own message for EOF before any response byte (``RemoteProtocolError``).
+_DISCONNECTED = "disconnected without sending a response"
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 10:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _connect_error_class(exc: httpx.ConnectError) -> ErrorClass:
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return ErrorClass.DNS_FAILURE
+        if isinstance(cause, ConnectionRefusedError):
+            return ErrorClass.CONNECT_REFUSED
+    return ErrorClass.CONNECT_FAILED
+
+
+def transport_failure(exc: httpx.RequestError, what: str) -> SendResult:
+    """Classify an httpx exception raised before a response status arrived.
+
+    ``what`` names the request in the evidence (``"POST http://..."``).
+    """
+    detail = f"{what}: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
+    detail = detail[:1000]
+    if isinstance(exc, httpx.ConnectTimeout):
+        return SendResult(SendOutcome.NOT_SENT, detail, ErrorClass.CONNECT_TIMEOUT)
+    if isinstance(exc, httpx.PoolTimeout):
+        return SendResult(SendOutcome.NOT_SENT, detail, ErrorClass.POOL_TIMEOUT)
+    if isinstance(exc, httpx.ConnectError):
+        return SendResult(SendOutcome.NOT_SENT, detail, _connect_error_class(exc))
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return SendResult(SendOutcome.REJECTED, detail, ErrorClass.INVALID_RECIPIENT)
+    if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):
+        # A write timeout can strike after most of the request is in the peer's buffers.
+        return SendResult(SendOutcome.UNKNOWN, detail, ErrorClass.TIMEOUT_AFTER_WRITE)
+    if isinstance(exc, httpx.ReadError | httpx.WriteError):
+        return SendResult(SendOutcome.UNKNOWN, detail, ErrorClass.RESET_AFTER_WRITE)
+    if isinstance(exc, httpx.RemoteProtocolError) and _DISCONNECTED in str(exc).lower():
+        return SendResult(SendOutcome.UNKNOWN, detail, ErrorClass.RESET_AFTER_WRITE)
+    # Anything else happened on a live connection (malformed response, bad encoding): the
+    # request may have been processed, so nothing here is ever "not sent".
+    return SendResult(SendOutcome.UNKNOWN, detail, ErrorClass.PROTOCOL_ERROR)
+
+
+def retry_after_seconds(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """Parse ``Retry-After``: delay-seconds or an HTTP date (relative to ``now``); else None."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(int(text))
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; an obsolete form may parse naive
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A response whose status arrived: the headers, and at most MAX_BODY_BYTES of body."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    # Set when the connection failed while the body was being read: the status still stands.
+    body_error: str | None = None
+
+    def json_object(self) -> dict[str, JsonValue] | None:
+        """The body as a JSON object, or None if it is not one."""
+        try:
+            value = json.loads(self.body)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def excerpt(self) -> str:
+        """The start of the body, for evidence (never the whole thing)."""
+        text = self.body[:_EXCERPT].decode("utf-8", errors="replace").strip()
+        return f"{text} (body read failed: {self.body_error})" if self.body_error else text
+
+
+async def request(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> Answer:
+    """Make one request; once the status arrives, read at most MAX_BODY_BYTES of the body.
+
+    Raises httpx.RequestError only for failures before the status line arrived.
+    """
+    async with client.stream(method, url, **kwargs) as response:
+        body = bytearray()
+        error: str | None = None
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) >= MAX_BODY_BYTES:
+                    break
+        except httpx.RequestError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        return Answer(response.status_code, response.headers, bytes(body[:MAX_BODY_BYTES]), error)
+
+
+def non_success(answer: Answer, what: str, now: Callable[[], float] = time.time) -> SendResult:
+    """Classify a status that is not 2xx: 3xx/4xx permanent, 408/409/425/429/5xx transient."""
+    status = answer.status
+    evidence = f"{what} -> {status}"
+    excerpt = answer.excerpt()
+    if excerpt:
+        evidence += f": {excerpt}"
+    retry_after = retry_after_seconds(answer.headers.get("retry-after"), now)
+    transient = {
+        408: ErrorClass.HTTP_408,
+        409: ErrorClass.HTTP_409,
+        425: ErrorClass.HTTP_425,
+        429: ErrorClass.HTTP_429,
+    }
+    if status in transient:
+        return SendResult(
+            SendOutcome.TRANSIENT, evidence, transient[status], status, retry_after_s=retry_after
+        )
+    if 500 <= status <= 599:
+        # A 5xx may come after the receiver accepted the event: reconcile before a retry.
+        return SendResult(
+            SendOutcome.TRANSIENT, evidence, ErrorClass.HTTP_5XX, status, retry_after_s=retry_after
+        )
+    if 400 <= status <= 499:
+        return SendResult(SendOutcome.REJECTED, evidence, ErrorClass.HTTP_4XX, status)
+    if 300 <= status <= 399:
+        return SendResult(SendOutcome.REJECTED, evidence, ErrorClass.HTTP_3XX, status)
+    return SendResult(SendOutcome.UNKNOWN, evidence, ErrorClass.PROTOCOL_ERROR, status)
+
+
+def string_field(body: dict[str, JsonValue] | None, name: str) -> str | None:
+    """A non-empty string field of a JSON object, capped for evidence; else None."""
+    if body is None:
+        return None
+    value = body.get(name)
+    return value[:500] if isinstance(value, str) and value else None
+
+
+async def lookup_request(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    params: dict[str, str] | None = None,
+    *,
+    delivered: Callable[[str | None], bool] = lambda _status: True,
+) -> LookupResult:
+    """GET a lookup URL: 200 found (with id/status), 404 not found, anything else an error.
+
+    ``delivered`` decides from the looked-up status whether the event reached its recipient.
+    """
+    what = f"GET {url}"
+    try:
+        answer = await request(client, "GET", url, headers=headers, params=params)
+    except (httpx.RequestError, httpx.InvalidURL) as exc:
+        return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+    if answer.status == 404:
+        return LookupResult("not_found", f"{what} -> 404")
+    if answer.status != 200:
+        excerpt = answer.excerpt()
+        return LookupResult("lookup_error", f"{what} -> {answer.status}: {excerpt}"[:1000])
+    body = answer.json_object()
+    if body is None:
+        return LookupResult(
+            "lookup_error", f"{what} -> 200 without a JSON object: {answer.excerpt()}"
+        )
+    message_id = string_field(body, "id")
+    status = string_field(body, "status")
+    return LookupResult(
+        "found",
+        f"{what} -> 200, id {message_id}, status {status}",
+        provider_message_id=message_id,
+        provider_status=status,
+        delivered=delivered(status),
+    )
