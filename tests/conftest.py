@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.broker"]
+pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.postgres"]

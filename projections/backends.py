@@ -1,0 +1,25 @@
+"""Choosing a backend from a DSN: ``postgresql://...`` or ``sqlite:///path`` (or a path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from events.settings import Settings
+from projections.store import Store
+
+
+def default_dsn(settings: Settings) -> str:
+    """The embedded default: a SQLite file in the data dir."""
+    return f"sqlite://{(settings.data_dir / 'projections.sqlite3').resolve()}"
+
+
+def open_store(dsn: str) -> Store:
+    """Connect to the projection database the DSN names."""
+    if dsn.startswith(("postgresql://", "postgres://")):
+        from projections.postgres import PostgresStore
+
+        return PostgresStore(dsn)
+    from projections.sqlite import SqliteStore
+
+    path = dsn.removeprefix("sqlite://") if dsn.startswith("sqlite://") else dsn
+    return SqliteStore(dsn, Path(path))

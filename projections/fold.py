@@ -1,0 +1,307 @@
+"""Folding events into ledger rows: pure code, no I/O, no clock.
+
+A ``Batch`` holds the rows one batch of events touches (pre-loaded from the store) and
+records which of them changed. Every time written comes from an event's
+``occurred_at`` (or a time the event carries), so folding the same log always yields
+the same rows: that is what makes ``ledger rebuild`` equal to the live projection.
+
+Each entity's events share one Kafka partition (runs by ``run_id``, deliveries by
+idempotency key), so they arrive in order; nothing here depends on the order of
+events of *different* entities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from events.delivery import (
+    DeliveryClaimed,
+    DeliveryConfirmed,
+    DeliveryEvent,
+    DeliveryFailed,
+    DeliveryReconciled,
+    DeliveryRequested,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+    DuplicateDeliveryRequest,
+)
+from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
+from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from projections.schema import timestamp
+
+Row = dict[str, Any]
+AttemptKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a record sits in the log."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class Batch:
+    """The rows one batch touches, and which of them changed."""
+
+    runs: dict[str, Row] = field(default_factory=dict)
+    deliveries: dict[str, Row] = field(default_factory=dict)
+    attempts: dict[AttemptKey, Row] = field(default_factory=dict)
+    duplicates: list[Row] = field(default_factory=list)
+    skipped: list[Row] = field(default_factory=list)
+    dirty_runs: set[str] = field(default_factory=set)
+    dirty_deliveries: set[str] = field(default_factory=set)
+    dirty_attempts: set[AttemptKey] = field(default_factory=set)
+    applied: int = 0
+
+    def skip(self, where: Position, reason: str) -> None:
+        """Record a record we could not apply, and why."""
+        self.skipped.append(
+            {
+                "topic": where.topic,
+                "kafka_partition": where.partition,
+                "record_offset": where.offset,
+                "reason": reason[:1000],
+            }
+        )
+
+
+def apply(batch: Batch, where: Position, event: AnyExecutionEvent | AnyDeliveryEvent) -> None:
+    """Fold one decoded event into the batch's rows."""
+    if isinstance(event, DeliveryEvent):
+        _apply_delivery(batch, where, event)
+    else:
+        _apply_run(batch, event)
+    batch.applied += 1
+
+
+# Execution ------------------------------------------------------------------------
+
+
+def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
+    at = timestamp(event.occurred_at)
+    row = batch.runs.get(event.run_id)
+    if row is None:
+        row = {
+            "run_id": event.run_id,
+            "status": "RUNNING",
+            "agent": None,
+            "result_hash": None,
+            "error": None,
+            "started_at": None,
+            "finished_at": None,
+            "events": 0,
+            "created_at": at,
+            "updated_at": at,
+        }
+        batch.runs[event.run_id] = row
+    row["events"] += 1
+    row["updated_at"] = at
+    if isinstance(event, RunStarted):
+        row["started_at"] = row["started_at"] or at
+        row["agent"] = event.agent
+    elif isinstance(event, RunSucceeded):
+        row.update(status="SUCCEEDED", result_hash=event.result_hash, finished_at=at)
+    elif isinstance(event, RunFailed):
+        # A recorded success is the stronger fact; a later failure report does not undo it.
+        if row["status"] != "SUCCEEDED":
+            row.update(status="FAILED", error=event.error, finished_at=at)
+    elif isinstance(event, RunMarkedUnknown) and row["status"] == "RUNNING":
+        row.update(status="UNKNOWN", error=event.reason)
+    batch.dirty_runs.add(event.run_id)
+
+
+# Delivery -------------------------------------------------------------------------
+
+# CONFIRMED is authoritative and final; FAILED is final except against a confirmation.
+_FINAL = {"CONFIRMED": frozenset[str](), "FAILED": frozenset({"CONFIRMED"})}
+
+
+def _set_status(row: Row, status: str) -> None:
+    allowed = _FINAL.get(row["status"])
+    if allowed is None or status in allowed:
+        row["status"] = status
+
+
+def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> None:
+    key = event.idempotency_key
+    at = timestamp(event.occurred_at)
+    if isinstance(event, DeliveryRequested):
+        _requested(batch, event, at)
+        return
+    row = batch.deliveries.get(key)
+    if row is None:
+        batch.skip(where, f"{event.type} for key {key} that was never requested")
+        return
+    row["updated_at"] = at
+    batch.dirty_deliveries.add(key)
+    if isinstance(event, DuplicateDeliveryRequest):
+        batch.duplicates.append(
+            {
+                "event_id": str(event.event_id),
+                "idempotency_key": key,
+                "run_id": event.run_id,
+                "duplicate_event_id": str(event.duplicate_event_id),
+                "payload_hash": event.payload_hash,
+                "original_payload_hash": event.original_payload_hash,
+                "outcome": event.outcome,
+                "occurred_at": at,
+            }
+        )
+    elif isinstance(event, DeliveryFailed):
+        _set_status(row, "FAILED")
+        row["attempts"] = max(row["attempts"], event.attempts)
+        row["last_error_class"] = event.error_class
+        row["failed_at"] = row["failed_at"] or at
+        row["next_attempt_at"] = None
+        last = batch.attempts.get((key, event.attempts))
+        if last is not None and last["outcome"] != "CONFIRMED":
+            last.update(outcome="FAILED", error_class=event.error_class, reason=event.reason)
+            last.update(finished_at=last["finished_at"] or at, updated_at=at)
+            batch.dirty_attempts.add((key, event.attempts))
+    else:
+        _attempt_event(batch, row, event, at)
+
+
+def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
+    key = event.idempotency_key
+    row = batch.deliveries.get(key)
+    if row is not None:
+        # The same logical delivery requested again: the first request stands; the
+        # state machine reports it as DuplicateDeliveryRequest.
+        row["requests"] += 1
+        batch.dirty_deliveries.add(key)
+        return
+    deadline = timestamp(event.occurred_at + timedelta(seconds=event.slo_seconds))
+    batch.deliveries[key] = {
+        "idempotency_key": key,
+        "run_id": event.run_id,
+        "event_type": event.event_type,
+        "channel": event.channel,
+        "recipient": event.recipient,
+        "payload_hash": event.payload_hash,
+        "slo_seconds": event.slo_seconds,
+        "slo_deadline": deadline,
+        "status": "PENDING",
+        "attempts": 0,
+        "fencing_token": 0,
+        "provider_message_id": None,
+        "last_error_class": None,
+        "reconciliation": None,
+        "next_attempt_at": None,
+        "requests": 1,
+        "confirmed_at": None,
+        "failed_at": None,
+        "created_at": at,
+        "updated_at": at,
+    }
+    batch.dirty_deliveries.add(key)
+
+
+AttemptEvent = (
+    DeliveryClaimed
+    | DeliverySent
+    | DeliveryConfirmed
+    | DeliveryUnknown
+    | DeliveryReconciled
+    | DeliveryRetryScheduled
+)
+
+
+def _attempt_row(batch: Batch, delivery: Row, attempt: int, at: str) -> Row:
+    ident = (delivery["idempotency_key"], attempt)
+    row = batch.attempts.get(ident)
+    if row is None:
+        row = {
+            "idempotency_key": delivery["idempotency_key"],
+            "attempt": attempt,
+            "run_id": delivery["run_id"],
+            "channel": delivery["channel"],
+            "outcome": "CLAIMED",
+            "worker_id": None,
+            "fencing_token": None,
+            "claimed_at": None,
+            "lease_expires_at": None,
+            "sent_at": None,
+            "http_status": None,
+            "provider_message_id": None,
+            "error_class": None,
+            "reason": None,
+            "reconciliation": None,
+            "reconciled_at": None,
+            "finished_at": None,
+            "created_at": at,
+            "updated_at": at,
+        }
+        batch.attempts[ident] = row
+    row["updated_at"] = at
+    batch.dirty_attempts.add(ident)
+    return row
+
+
+def _attempt_outcome(attempt: Row, outcome: str) -> None:
+    # An attempt the provider confirmed stays confirmed, whatever arrives late.
+    if attempt["outcome"] != "CONFIRMED":
+        attempt["outcome"] = outcome
+
+
+def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None:
+    attempt = _attempt_row(batch, row, event.attempt, at)
+    token = getattr(event, "fencing_token", None)
+    # Events under an older fencing token are history of a superseded attempt: they are
+    # recorded on that attempt but do not move the delivery's state.
+    current = token is None or token >= row["fencing_token"]
+    if isinstance(event, DeliveryClaimed):
+        attempt.update(worker_id=event.worker_id, fencing_token=token, claimed_at=at)
+        attempt["lease_expires_at"] = timestamp(event.lease_expires_at)
+        row["attempts"] = max(row["attempts"], event.attempt)
+        row["fencing_token"] = max(row["fencing_token"], event.fencing_token)
+        if current:
+            row["next_attempt_at"] = None
+    elif isinstance(event, DeliverySent):
+        _attempt_outcome(attempt, "SENT")
+        attempt.update(sent_at=at, http_status=event.http_status, fencing_token=token)
+        attempt["worker_id"] = attempt["worker_id"] or event.worker_id
+        _provider_id(attempt, row if current else None, event.provider_message_id)
+        if current:
+            _set_status(row, "SENT")
+    elif isinstance(event, DeliveryConfirmed):
+        _attempt_outcome(attempt, "CONFIRMED")
+        attempt["finished_at"] = attempt["finished_at"] or at
+        _provider_id(attempt, row, event.provider_message_id)
+        # Authoritative evidence counts even from a superseded attempt: it left, once.
+        _set_status(row, "CONFIRMED")
+        row["confirmed_at"] = row["confirmed_at"] or at
+        row["next_attempt_at"] = None
+    elif isinstance(event, DeliveryUnknown):
+        _attempt_outcome(attempt, "UNKNOWN")
+        attempt.update(error_class=event.error_class, reason=event.reason)
+        attempt["finished_at"] = attempt["finished_at"] or at
+        if current:
+            _set_status(row, "UNKNOWN")
+            row["last_error_class"] = event.error_class
+    elif isinstance(event, DeliveryReconciled):
+        attempt.update(reconciliation=event.outcome, reconciled_at=at)
+        _provider_id(attempt, row if current else None, event.provider_message_id)
+        if current:
+            row["reconciliation"] = event.outcome
+    elif isinstance(event, DeliveryRetryScheduled):
+        _attempt_outcome(attempt, "RETRY")
+        attempt["error_class"] = event.error_class
+        attempt["finished_at"] = attempt["finished_at"] or at
+        _set_status(row, "PENDING")
+        row["last_error_class"] = event.error_class
+        row["next_attempt_at"] = timestamp(event.retry_at)
+
+
+def _provider_id(attempt: Row, delivery: Row | None, provider_message_id: str | None) -> None:
+    if provider_message_id is None:
+        return
+    attempt["provider_message_id"] = provider_message_id
+    if delivery is not None:
+        delivery["provider_message_id"] = provider_message_id

@@ -1,0 +1,118 @@
+"""Reading the ledger topics for a projection: read_committed, manual assignment, our offsets.
+
+A projection owns its offsets (they live in its database, committed with its rows), so
+it never joins a consumer group: it assigns every partition of both topics itself and
+seeks to where its last committed batch ended.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
+
+from events.settings import Settings
+from projections.records import LogRecord, decode_at
+from projections.store import Offsets, ProjectionError
+
+
+class LogReader:
+    """Batches of decoded records from ``ledger.runs`` and ``ledger.deliveries``."""
+
+    def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
+        """``batch_size`` caps the records one ``read`` returns."""
+        self._settings = settings
+        self._batch_size = batch_size
+        self._consumer: AIOKafkaConsumer | None = None
+        self.partitions: list[TopicPartition] = []
+        self.start_offsets: Offsets = {}
+
+    async def start(self, offsets: Offsets) -> None:
+        """Connect, assign every partition of both topics, seek to ``offsets`` (else 0)."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._settings.bootstrap_servers,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            group_id=None,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+        )
+        try:
+            await consumer.start()
+        except KafkaConnectionError:
+            await consumer.stop()
+            raise ProjectionError(
+                f"no Kafka broker answers at {self._settings.bootstrap_servers}",
+                "start one with 'ledger broker start'",
+            ) from None
+        self._consumer = consumer
+        for topic in (self._settings.topic_runs, self._settings.topic_deliveries):
+            numbers = consumer.partitions_for_topic(topic)
+            if numbers is None:
+                await consumer._client.force_metadata_update()
+                numbers = consumer.partitions_for_topic(topic)
+            if numbers is None:
+                raise ProjectionError(
+                    f"topic {topic} does not exist", "create it with 'ledger topics create'"
+                )
+            self.partitions += [TopicPartition(topic, n) for n in sorted(numbers)]
+        consumer.assign(self.partitions)
+        for tp in self.partitions:
+            start = offsets.get((tp.topic, tp.partition), 0)
+            self.start_offsets[(tp.topic, tp.partition)] = start
+            consumer.seek(tp, start)
+
+    async def end_offsets(self) -> Offsets:
+        """The last stable offset of every partition, now."""
+        ends = await self._live().end_offsets(self.partitions)
+        return {(tp.topic, tp.partition): int(ends[tp]) for tp in self.partitions}
+
+    async def positions(self) -> Offsets:
+        """The next offset this reader will return, per partition."""
+        consumer = self._live()
+        return {(tp.topic, tp.partition): await consumer.position(tp) for tp in self.partitions}
+
+    async def read(self, timeout_ms: int, until: Offsets | None = None) -> list[LogRecord]:
+        """The next records (possibly none), decoded; none at or past ``until``."""
+        consumer = self._live()
+        fetched = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._batch_size)
+        records: list[LogRecord] = []
+        for tp in sorted(fetched, key=lambda t: (t.topic, t.partition)):
+            limit = None if until is None else until.get((tp.topic, tp.partition), 0)
+            for message in fetched[tp]:
+                if limit is not None and message.offset >= limit:
+                    # Past the end we were asked for: stop fetching this partition.
+                    consumer.pause(tp)
+                    break
+                records.append(decode_at(tp.topic, tp.partition, message.offset, message.value))
+        return records
+
+    async def reached(self, until: Offsets) -> bool:
+        """True when every partition has been read up to ``until``."""
+        positions = await self.positions()
+        return all(positions[p] >= until.get(p, 0) for p in positions)
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _live(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("LogReader.start() was not called")
+        return self._consumer

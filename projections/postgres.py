@@ -1,0 +1,69 @@
+"""The production backend: PostgreSQL through psycopg 3."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from projections.store import ProjectionError, Store, redacted
+
+# pg_advisory_xact_lock key: one projector writes a database at a time.
+_WRITER_LOCK = 0x1ED6E5
+
+
+class PostgresStore(Store):
+    """A projection in a PostgreSQL database (the DSN's current schema)."""
+
+    placeholder = "%s"
+    # Byte-order text ("C") and 64-bit integers: the same ordering and range as SQLite.
+    column_types = {"TEXT": 'TEXT COLLATE "C"', "INTEGER": "BIGINT"}
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        try:
+            # autocommit: transactions are explicit BEGIN/COMMIT, exactly one per batch.
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ProjectionError(
+                f"cannot connect to {redacted(dsn)}: {first}",
+                "check the DSN and that PostgreSQL is running",
+            ) from None
+
+    def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        cursor = self._conn.execute(sql, params or None)
+        if cursor.description is None:
+            return [], []
+        return [d.name for d in cursor.description], cursor.fetchall()
+
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        # psycopg 3 pipelines executemany: one round trip per batch, not per row.
+        with self._conn.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+    def begin(self) -> None:
+        """Start a transaction and take the writer lock (released at commit)."""
+        self._conn.execute("BEGIN")
+        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
+
+    def commit(self) -> None:
+        """Commit the open transaction."""
+        self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Abandon the open transaction, if any."""
+        if not self._conn.closed:
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def table_names(self) -> set[str]:
+        """Tables in the connection's current schema."""
+        rows = self._execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        return {name for (name,) in rows}

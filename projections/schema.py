@@ -1,0 +1,175 @@
+"""The ledger tables: one portable definition for SQLite and PostgreSQL, and its version.
+
+Every column is TEXT or INTEGER, and every time is fixed-width ISO-8601 UTC text
+(``2026-01-02T03:04:05.000006Z``). That keeps one representation on both backends, so
+a dump from SQLite and one from PostgreSQL compare byte for byte, and text order is
+time order. Bump ``SCHEMA_VERSION`` whenever a table or a folding rule changes: a
+projection is rebuilt from the log, never migrated by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: its columns (name, SQL type) in order, and its primary key."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    key: tuple[str, ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Column names in definition order."""
+        return tuple(name for name, _ in self.columns)
+
+    def create_sql(self, native: Mapping[str, str]) -> str:
+        """``CREATE TABLE``, with portable types (TEXT, INTEGER) mapped by ``native``."""
+        cols = ",\n  ".join(f"{name} {_native(kind, native)}" for name, kind in self.columns)
+        return f"CREATE TABLE {self.name} (\n  {cols},\n  PRIMARY KEY ({', '.join(self.key)})\n)"
+
+
+AGENT_RUNS = Table(
+    "agent_runs",
+    (
+        ("run_id", "TEXT NOT NULL"),
+        ("status", "TEXT NOT NULL"),  # RUNNING | SUCCEEDED | FAILED | UNKNOWN
+        ("agent", "TEXT"),
+        ("result_hash", "TEXT"),
+        ("error", "TEXT"),
+        ("started_at", "TEXT"),
+        ("finished_at", "TEXT"),
+        ("events", "INTEGER NOT NULL"),
+        ("created_at", "TEXT NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("run_id",),
+)
+
+DELIVERIES = Table(
+    "deliveries",
+    (
+        ("idempotency_key", "TEXT NOT NULL"),
+        ("run_id", "TEXT NOT NULL"),
+        ("event_type", "TEXT NOT NULL"),
+        ("channel", "TEXT NOT NULL"),
+        ("recipient", "TEXT NOT NULL"),
+        ("payload_hash", "TEXT NOT NULL"),
+        ("slo_seconds", "INTEGER NOT NULL"),
+        ("slo_deadline", "TEXT NOT NULL"),
+        ("status", "TEXT NOT NULL"),  # PENDING | SENT | UNKNOWN | CONFIRMED | FAILED
+        ("attempts", "INTEGER NOT NULL"),
+        ("fencing_token", "INTEGER NOT NULL"),
+        ("provider_message_id", "TEXT"),
+        ("last_error_class", "TEXT"),
+        ("reconciliation", "TEXT"),
+        ("next_attempt_at", "TEXT"),
+        ("requests", "INTEGER NOT NULL"),
+        ("confirmed_at", "TEXT"),
+        ("failed_at", "TEXT"),
+        ("created_at", "TEXT NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("idempotency_key",),
+)
+
+DELIVERY_ATTEMPTS = Table(
+    "delivery_attempts",
+    (
+        ("idempotency_key", "TEXT NOT NULL"),
+        ("attempt", "INTEGER NOT NULL"),
+        ("run_id", "TEXT NOT NULL"),
+        ("channel", "TEXT NOT NULL"),
+        ("outcome", "TEXT NOT NULL"),  # CLAIMED | SENT | CONFIRMED | UNKNOWN | RETRY | FAILED
+        ("worker_id", "TEXT"),
+        ("fencing_token", "INTEGER"),
+        ("claimed_at", "TEXT"),
+        ("lease_expires_at", "TEXT"),
+        ("sent_at", "TEXT"),
+        ("http_status", "INTEGER"),
+        ("provider_message_id", "TEXT"),
+        ("error_class", "TEXT"),
+        ("reason", "TEXT"),
+        ("reconciliation", "TEXT"),
+        ("reconciled_at", "TEXT"),
+        ("finished_at", "TEXT"),
+        ("created_at", "TEXT NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("idempotency_key", "attempt"),
+)
+
+DUPLICATE_KEYS = Table(
+    "duplicate_keys",
+    (
+        ("event_id", "TEXT NOT NULL"),
+        ("idempotency_key", "TEXT NOT NULL"),
+        ("run_id", "TEXT NOT NULL"),
+        ("duplicate_event_id", "TEXT NOT NULL"),
+        ("payload_hash", "TEXT NOT NULL"),
+        ("original_payload_hash", "TEXT NOT NULL"),
+        ("outcome", "TEXT NOT NULL"),  # deduplicated | conflict
+        ("occurred_at", "TEXT NOT NULL"),
+    ),
+    ("event_id",),
+)
+
+SKIPPED_RECORDS = Table(
+    "skipped_records",
+    (
+        ("topic", "TEXT NOT NULL"),
+        ("kafka_partition", "INTEGER NOT NULL"),
+        ("record_offset", "INTEGER NOT NULL"),
+        ("reason", "TEXT NOT NULL"),
+    ),
+    ("topic", "kafka_partition", "record_offset"),
+)
+
+PROJECTION_OFFSETS = Table(
+    "projection_offsets",
+    (
+        ("topic", "TEXT NOT NULL"),
+        ("kafka_partition", "INTEGER NOT NULL"),
+        ("next_offset", "INTEGER NOT NULL"),
+    ),
+    ("topic", "kafka_partition"),
+)
+
+PROJECTION_META = Table(
+    "projection_meta",
+    (("name", "TEXT NOT NULL"), ("value", "TEXT NOT NULL")),
+    ("name",),
+)
+
+# Creation order; also the order of dumps and of ``ledger verify``'s comparison.
+TABLES: tuple[Table, ...] = (
+    AGENT_RUNS,
+    DELIVERIES,
+    DELIVERY_ATTEMPTS,
+    DUPLICATE_KEYS,
+    SKIPPED_RECORDS,
+    PROJECTION_OFFSETS,
+    PROJECTION_META,
+)
+
+INDEXES: tuple[str, ...] = (
+    "CREATE INDEX deliveries_run ON deliveries (run_id)",
+    "CREATE INDEX deliveries_status ON deliveries (status, slo_deadline)",
+    "CREATE INDEX duplicate_keys_key ON duplicate_keys (idempotency_key)",
+)
+
+
+def _native(kind: str, native: Mapping[str, str]) -> str:
+    base, _, rest = kind.partition(" ")
+    return " ".join(part for part in (native.get(base, base), rest) if part)
+
+
+def timestamp(moment: datetime) -> str:
+    """A time as the fixed-width UTC text every table stores."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,303 @@
+"""The projection store: one SQL implementation, two backends (SQLite and PostgreSQL).
+
+Backends differ only in how they connect, lock, spell placeholders and name column
+types; loading rows, folding, upserting and the offsets live here, once. A batch of
+events and the offsets it consumed commit in ONE database transaction, so each event
+is applied exactly once whatever kills the process.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from events.faults import crash_if_enabled
+from projections.fold import Batch, Row, apply
+from projections.records import LogRecord
+from projections.schema import (
+    AGENT_RUNS,
+    DELIVERIES,
+    DELIVERY_ATTEMPTS,
+    DUPLICATE_KEYS,
+    INDEXES,
+    PROJECTION_META,
+    PROJECTION_OFFSETS,
+    SCHEMA_VERSION,
+    SKIPPED_RECORDS,
+    TABLES,
+    Table,
+)
+
+# Fault-injection point (settings.faults): SIGKILL after a batch's rows are written but
+# before its transaction commits.
+PROJECTOR_MID_BATCH = "projector.mid_batch"
+
+Offsets = dict[tuple[str, int], int]
+Dump = dict[str, list[tuple[Any, ...]]]
+Mode = Literal["project", "rebuild", "read"]
+
+log = logging.getLogger(__name__)
+
+# SQL here is assembled only from the constant table definitions in schema.py (the S608
+# no-qa marks below); every value travels as a bound parameter.
+
+# Bound the number of parameters per statement (SQLite's limit is 32766).
+_CHUNK = 900
+
+
+class ProjectionError(Exception):
+    """A problem meant for a person: one line, and a hint saying what to do."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class Store(ABC):
+    """A projection database. Use ``open_store(dsn)``; close it when done."""
+
+    placeholder: str = "?"
+    column_types: dict[str, str] = {}
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    # What each backend provides ---------------------------------------------------
+
+    @abstractmethod
+    def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one statement; its column names and rows (both empty for non-queries)."""
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._run(sql, params)[1]
+
+    @abstractmethod
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for many parameter rows."""
+
+    @abstractmethod
+    def begin(self) -> None:
+        """Start a write transaction, holding the projection's writer lock."""
+
+    @abstractmethod
+    def commit(self) -> None:
+        """Commit the open transaction."""
+
+    @abstractmethod
+    def rollback(self) -> None:
+        """Abandon the open transaction."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection."""
+
+    @abstractmethod
+    def table_names(self) -> set[str]:
+        """Tables that exist in the database (or schema)."""
+
+    # Schema and version -------------------------------------------------------------
+
+    def prepare(self, mode: Mode, *, replace: bool = False) -> None:
+        """Make the schema ready for ``mode``, or raise ``ProjectionError`` saying why not.
+
+        ``project`` creates an empty schema or checks the stored version; ``rebuild``
+        needs an empty database (or ``replace`` to drop the ledger tables first);
+        ``read`` needs an existing projection of the current version.
+        """
+        ours = {t.name for t in TABLES} & self.table_names()
+        if mode == "rebuild" and ours:
+            if not replace:
+                raise ProjectionError(
+                    f"{redacted(self.dsn)} already holds ledger tables",
+                    "rebuild into an empty database, or pass --replace to drop them first",
+                )
+            self._drop(ours)
+            ours = set()
+        if not ours:
+            if mode == "read":
+                raise ProjectionError(
+                    f"no projection at {redacted(self.dsn)}",
+                    "build one with 'ledger project' or 'ledger rebuild --into DSN'",
+                )
+            self._create()
+            return
+        if PROJECTION_META.name not in ours:
+            raise ProjectionError(
+                f"{redacted(self.dsn)} has ledger tables but no projection_meta",
+                "rebuild into an empty database with 'ledger rebuild --into DSN'",
+            )
+        self.check_version()
+
+    def check_version(self) -> None:
+        """Raise a one-line ``ProjectionError`` unless the stored schema is ours."""
+        found = self.rows("SELECT value FROM projection_meta WHERE name = ?", ("schema_version",))
+        stored = found[0]["value"] if found else "none"
+        if stored != str(SCHEMA_VERSION):
+            raise ProjectionError(
+                f"projection schema at {redacted(self.dsn)} is version {stored}, this ledger "
+                f"needs version {SCHEMA_VERSION}: rebuild it from the log",
+                "ledger rebuild --into DSN (add --replace to overwrite this database)",
+            )
+
+    def _create(self) -> None:
+        self.begin()
+        try:
+            for table in TABLES:
+                self._execute(self._create_sql(table))
+            for index in INDEXES:
+                self._execute(index)
+            self._execute(
+                f"INSERT INTO projection_meta (name, value) VALUES ({self.placeholder}, "  # noqa: S608
+                f"{self.placeholder})",
+                ("schema_version", str(SCHEMA_VERSION)),
+            )
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    def _create_sql(self, table: Table) -> str:
+        return table.create_sql(self.column_types)
+
+    def _drop(self, names: Iterable[str]) -> None:
+        self.begin()
+        for name in sorted(names):
+            self._execute(f"DROP TABLE {name}")
+        self.commit()
+
+    # Applying a batch ---------------------------------------------------------------
+
+    def load_offsets(self) -> Offsets:
+        """The next offset to read, per (topic, partition) this projection has consumed."""
+        rows = self._execute("SELECT topic, kafka_partition, next_offset FROM projection_offsets")
+        return {(topic, part): offset for topic, part, offset in rows}
+
+    def apply_records(self, records: Sequence[LogRecord], faults: frozenset[str]) -> Batch:
+        """Fold records into the tables and store the offsets they consumed, atomically.
+
+        Records at or past an offset already stored are applied; earlier ones (another
+        projector got there first) are dropped inside the transaction.
+        """
+        self.begin()
+        try:
+            stored = self.load_offsets()
+            fresh = [
+                r
+                for r in records
+                if r.position.offset >= stored.get((r.position.topic, r.position.partition), 0)
+            ]
+            batch = Batch()
+            self._load(batch, fresh)
+            offsets: Offsets = {}
+            for record in fresh:
+                where = record.position
+                if record.event is None:
+                    batch.skip(where, record.reason or "undecodable")
+                else:
+                    apply(batch, where, record.event)
+                ident = (where.topic, where.partition)
+                offsets[ident] = max(offsets.get(ident, 0), where.offset + 1)
+            self._write(batch, offsets)
+            crash_if_enabled(PROJECTOR_MID_BATCH, faults)
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+        for row in batch.skipped:
+            log.warning("skipped %(topic)s[%(kafka_partition)s]@%(record_offset)s: %(reason)s", row)
+        return batch
+
+    def _load(self, batch: Batch, records: Sequence[LogRecord]) -> None:
+        run_ids: set[str] = set()
+        keys: set[str] = set()
+        for record in records:
+            event = record.event
+            if event is None:
+                continue
+            key = getattr(event, "idempotency_key", None)
+            if key is None:
+                run_ids.add(event.run_id)
+            else:
+                keys.add(key)
+        for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
+            batch.runs[row["run_id"]] = row
+        for row in self._select_in(DELIVERIES, "idempotency_key", keys):
+            batch.deliveries[row["idempotency_key"]] = row
+        for row in self._select_in(DELIVERY_ATTEMPTS, "idempotency_key", keys):
+            batch.attempts[(row["idempotency_key"], row["attempt"])] = row
+
+    def _select_in(self, table: Table, column: str, values: set[str]) -> list[Row]:
+        names = table.column_names
+        found: list[Row] = []
+        ordered = sorted(values)
+        for start in range(0, len(ordered), _CHUNK):
+            chunk = ordered[start : start + _CHUNK]
+            marks = ", ".join([self.placeholder] * len(chunk))
+            sql = f"SELECT {', '.join(names)} FROM {table.name} WHERE {column} IN ({marks})"  # noqa: S608
+            found += [dict(zip(names, row, strict=True)) for row in self._execute(sql, chunk)]
+        return found
+
+    def _write(self, batch: Batch, offsets: Offsets) -> None:
+        self._upsert(AGENT_RUNS, [batch.runs[k] for k in sorted(batch.dirty_runs)])
+        self._upsert(DELIVERIES, [batch.deliveries[k] for k in sorted(batch.dirty_deliveries)])
+        self._upsert(DELIVERY_ATTEMPTS, [batch.attempts[k] for k in sorted(batch.dirty_attempts)])
+        self._upsert(DUPLICATE_KEYS, batch.duplicates, update=False)
+        self._upsert(SKIPPED_RECORDS, batch.skipped, update=False)
+        self._upsert(
+            PROJECTION_OFFSETS,
+            [
+                {"topic": t, "kafka_partition": p, "next_offset": o}
+                for (t, p), o in sorted(offsets.items())
+            ],
+        )
+
+    def _upsert(self, table: Table, rows: Sequence[Row], *, update: bool = True) -> None:
+        if not rows:
+            return
+        names = table.column_names
+        marks = ", ".join([self.placeholder] * len(names))
+        changes = [n for n in names if n not in table.key]
+        action = (
+            "DO UPDATE SET " + ", ".join(f"{n} = excluded.{n}" for n in changes)
+            if update and changes
+            else "DO NOTHING"
+        )
+        sql = (
+            f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608
+            f"ON CONFLICT ({', '.join(table.key)}) {action}"
+        )
+        self._executemany(sql, [tuple(row[n] for n in names) for row in rows])
+
+    # Reading ------------------------------------------------------------------------
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run a read-only query written with ``?`` placeholders; rows as dicts."""
+        if self.placeholder != "?":
+            sql = sql.replace("?", self.placeholder)
+        names, found = self._run(sql, params)
+        return [dict(zip(names, row, strict=True)) for row in found]
+
+    def dump(self) -> Dump:
+        """Every table's rows, in primary-key order: equal dumps mean equal projections."""
+        result: Dump = {}
+        for table in TABLES:
+            names = table.column_names
+            rows = self._execute(f"SELECT {', '.join(names)} FROM {table.name}")  # noqa: S608
+            key_at = [names.index(k) for k in table.key]
+            result[table.name] = sorted(
+                (tuple(row) for row in rows), key=lambda r: tuple(r[i] for i in key_at)
+            )
+        return result
+
+
+def redacted(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or "@" not in rest:
+        return dsn
+    auth, _, host = rest.rpartition("@")
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in auth else dsn

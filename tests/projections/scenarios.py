@@ -1,0 +1,269 @@
+"""Event sequences for projection tests, built from the real event models.
+
+Until the worker exists these stand in for what it appends: each scenario is the log
+one run would leave, with fixed times so every projection of it is predictable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaProducer
+
+from events import (
+    DeliveryClaimed,
+    DeliveryConfirmed,
+    DeliveryFailed,
+    DeliveryReconciled,
+    DeliveryRequested,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+    DuplicateDeliveryRequest,
+    RunStarted,
+    RunSucceeded,
+    encode,
+)
+from events.delivery import new_delivery_requested
+from events.execution import ExecutionEvent
+from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.settings import Settings
+from events.topics import record_key
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+P = "test"
+
+
+def at(seconds: float) -> datetime:
+    """A fixed time, ``seconds`` after T0."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def requested(
+    run_id: str, n: int, t: float, slo: int = 60, payload: object = None
+) -> DeliveryRequested:
+    """A webhook delivery of ``run_id`` to hook ``n``."""
+    return new_delivery_requested(
+        run_id=run_id,
+        event_type="run.succeeded",
+        channel="webhook" if n % 2 else "provider",
+        recipient=f"http://127.0.0.1:9/hooks/{n}",
+        payload=payload if payload is not None else {"n": n},
+        slo_seconds=slo,
+        producer=P,
+        occurred_at=at(t),
+    )
+
+
+def happy(
+    req: DeliveryRequested, t: float, attempt: int = 1, token: int = 1
+) -> list[AnyDeliveryEvent]:
+    """Claimed, sent, confirmed by the provider."""
+    common = {"idempotency_key": req.idempotency_key, "run_id": req.run_id, "producer": P}
+    return [
+        DeliveryClaimed(
+            **common,
+            attempt=attempt,
+            worker_id="w1",
+            fencing_token=token,
+            lease_expires_at=at(t + 30),
+            occurred_at=at(t),
+        ),
+        DeliverySent(
+            **common,
+            attempt=attempt,
+            fencing_token=token,
+            worker_id="w1",
+            provider_message_id=f"msg-{req.idempotency_key[:6]}-{attempt}",
+            http_status=202,
+            occurred_at=at(t + 1),
+        ),
+        DeliveryConfirmed(
+            **common,
+            attempt=attempt,
+            fencing_token=token,
+            source="send",
+            provider_message_id=f"msg-{req.idempotency_key[:6]}-{attempt}",
+            evidence="provider status delivered",
+            occurred_at=at(t + 2),
+        ),
+    ]
+
+
+def timeout_then_retry(req: DeliveryRequested, t: float) -> list[AnyDeliveryEvent]:
+    """Attempt 1 times out (UNKNOWN), lookup says not found, retry, attempt 2 confirmed."""
+    common = {"idempotency_key": req.idempotency_key, "run_id": req.run_id, "producer": P}
+    return [
+        DeliveryClaimed(
+            **common,
+            attempt=1,
+            worker_id="w1",
+            fencing_token=1,
+            lease_expires_at=at(t + 30),
+            occurred_at=at(t),
+        ),
+        DeliveryUnknown(
+            **common,
+            attempt=1,
+            fencing_token=1,
+            error_class="timeout",
+            reason="read timeout after request was written",
+            occurred_at=at(t + 5),
+        ),
+        DeliveryReconciled(
+            **common,
+            attempt=1,
+            fencing_token=1,
+            outcome="not_found",
+            evidence="lookup by key: 404",
+            occurred_at=at(t + 6),
+        ),
+        DeliveryRetryScheduled(
+            **common,
+            attempt=1,
+            next_attempt=2,
+            retry_at=at(t + 10),
+            error_class="timeout",
+            safety="provider lookup: not found",
+            occurred_at=at(t + 6.5),
+        ),
+        *happy(req, t + 10, attempt=2, token=2),
+    ]
+
+
+def unknown(req: DeliveryRequested, t: float) -> list[AnyDeliveryEvent]:
+    """Sent, then the connection reset: awaiting reconciliation."""
+    common = {"idempotency_key": req.idempotency_key, "run_id": req.run_id, "producer": P}
+    return [
+        DeliveryClaimed(
+            **common,
+            attempt=1,
+            worker_id="w2",
+            fencing_token=1,
+            lease_expires_at=at(t + 30),
+            occurred_at=at(t),
+        ),
+        DeliveryUnknown(
+            **common,
+            attempt=1,
+            fencing_token=1,
+            error_class="connection_reset",
+            reason="reset after write",
+            occurred_at=at(t + 3),
+        ),
+    ]
+
+
+def rejected(req: DeliveryRequested, t: float) -> list[AnyDeliveryEvent]:
+    """A 500 then a permanent 400: FAILED after 2 attempts."""
+    common = {"idempotency_key": req.idempotency_key, "run_id": req.run_id, "producer": P}
+    return [
+        DeliveryClaimed(
+            **common,
+            attempt=1,
+            worker_id="w1",
+            fencing_token=1,
+            lease_expires_at=at(t + 30),
+            occurred_at=at(t),
+        ),
+        DeliveryRetryScheduled(
+            **common,
+            attempt=1,
+            next_attempt=2,
+            retry_at=at(t + 5),
+            error_class="http_5xx",
+            safety="receiver dedupes on webhook-id",
+            occurred_at=at(t + 1),
+        ),
+        DeliveryClaimed(
+            **common,
+            attempt=2,
+            worker_id="w1",
+            fencing_token=2,
+            lease_expires_at=at(t + 35),
+            occurred_at=at(t + 5),
+        ),
+        DeliveryFailed(
+            **common,
+            attempts=2,
+            error_class="http_4xx",
+            reason="400 Bad Request",
+            occurred_at=at(t + 6),
+        ),
+    ]
+
+
+def duplicate(req: DeliveryRequested, t: float, conflict: bool) -> DuplicateDeliveryRequest:
+    """The same key requested again (same payload, or a conflicting one)."""
+    other = "0" * 64 if conflict else req.payload_hash
+    return DuplicateDeliveryRequest(
+        idempotency_key=req.idempotency_key,
+        run_id=req.run_id,
+        producer=P,
+        duplicate_event_id=uuid.UUID(int=int(t * 1000)),
+        payload_hash=other,
+        original_payload_hash=req.payload_hash,
+        outcome="conflict" if conflict else "deduplicated",
+        occurred_at=at(t),
+    )
+
+
+def incident_log() -> list[AnyExecutionEvent | AnyDeliveryEvent]:
+    """Three runs covering every delivery state and dashboard question."""
+    a1, a2, a3 = requested("run-a", 1, 1), requested("run-a", 2, 1), requested("run-a", 3, 1)
+    b1 = requested("run-b", 1, 100, slo=30)  # never claimed: overdue after T0+130s
+    c1 = requested("run-c", 1, 200)  # confirmed, but run-c never reported a result
+    a4 = requested("run-a", 4, 1)
+    return [
+        RunStarted(run_id="run-a", agent="reporter", producer=P, occurred_at=at(0)),
+        RunSucceeded(run_id="run-a", result_hash="sha256:aa", producer=P, occurred_at=at(1)),
+        a1,
+        a2,
+        a3,
+        a4,
+        *happy(a1, 2),
+        *timeout_then_retry(a2, 2),
+        *unknown(a3, 2),
+        *rejected(a4, 2),
+        duplicate(a1, 50, conflict=True),
+        duplicate(a2, 51, conflict=False),
+        RunStarted(run_id="run-b", agent="reporter", producer=P, occurred_at=at(99)),
+        RunSucceeded(run_id="run-b", result_hash="sha256:bb", producer=P, occurred_at=at(100)),
+        b1,
+        RunStarted(run_id="run-c", agent="reporter", producer=P, occurred_at=at(199)),
+        c1,
+        *happy(c1, 201),
+    ]
+
+
+async def publish(
+    settings: Settings,
+    events: list[AnyExecutionEvent | AnyDeliveryEvent],
+    raw: list[tuple[str, bytes]] | None = None,
+) -> None:
+    """Append events (and raw ``(topic, bytes)`` records) in one Kafka transaction."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        transactional_id=f"test-{uuid.uuid4().hex}",
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+    )
+    await producer.start()
+    try:
+        async with producer.transaction():
+            futures = []
+            for event in events:
+                topic = (
+                    settings.topic_runs
+                    if isinstance(event, ExecutionEvent)
+                    else settings.topic_deliveries
+                )
+                futures.append(await producer.send(topic, encode(event), key=record_key(event)))
+            for topic, value in raw or []:
+                futures.append(await producer.send(topic, value, key=b"garbage"))
+            for future in futures:
+                await future
+    finally:
+        await producer.stop()
