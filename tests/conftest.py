@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.postgres"]
+pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.postgres", "tests.fixtures.receiver"]

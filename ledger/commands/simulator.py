@@ -1,0 +1,85 @@
+"""``ledger fake-provider``: run the receiver + provider simulator until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from ledger.simulator import FaultMix, Simulator, SimulatorConfig
+
+
+async def serve(config: SimulatorConfig, mix: FaultMix | None, as_json: bool) -> None:
+    """Start the simulator, print its URLs, and serve until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Simulator(config) as simulator:
+        simulator.receiver.faults.set_mix(mix)
+        urls = simulator.urls()
+        if as_json:
+            print(json.dumps(urls), flush=True)
+        else:
+            print("fake provider listening (Ctrl-C stops it)")
+            for name, url in urls.items():
+                print(f"  {name + ':':<16}{url}")
+            if mix is not None:
+                print(f"  random faults:  {mix.model_dump_json()}", flush=True)
+        await stop.wait()
+    print("fake provider stopped", flush=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ledger fake-provider``."""
+
+    @app.command("fake-provider")
+    def fake_provider(
+        port: Annotated[int, typer.Option(help="Receiver/provider port (0: any free).")] = 8780,
+        control_port: Annotated[int, typer.Option(help="Control API port (0: any).")] = 8781,
+        dedupe: Annotated[bool, typer.Option(help="Dedupe by idempotency key.")] = True,
+        delivered_after: Annotated[
+            float, typer.Option(help="Seconds a provider message stays queued (-1: forever).")
+        ] = 0.5,
+        seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
+        timeout_pct: Annotated[float, typer.Option(help="% of sends delayed past timeout.")] = 0,
+        error_pct: Annotated[float, typer.Option(help="% of sends: 500 after accepting.")] = 0,
+        reject_pct: Annotated[float, typer.Option(help="% of sends rejected with 400.")] = 0,
+        drop_pct: Annotated[float, typer.Option(help="% of sends accepted, then dropped.")] = 0,
+        delay: Annotated[float, typer.Option(help="Seconds a delayed answer waits.")] = 10.0,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
+    ) -> None:
+        """Run a webhook receiver + messaging-provider simulator on 127.0.0.1 with faults."""
+        try:
+            config = SimulatorConfig(
+                port=port,
+                control_port=control_port,
+                dedupe=dedupe,
+                delivered_after_s=None if delivered_after < 0 else delivered_after,
+            )
+            shares = (timeout_pct, error_pct, reject_pct, drop_pct)
+            mix = (
+                FaultMix(
+                    seed=seed,
+                    timeout=timeout_pct / 100,
+                    error_after_accept=error_pct / 100,
+                    reject=reject_pct / 100,
+                    drop=drop_pct / 100,
+                    delay_s=delay,
+                )
+                if any(shares)
+                else None
+            )
+        except ValidationError as exc:
+            typer.echo(f"error: {exc.errors()[0]['msg']}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            asyncio.run(serve(config, mix, as_json))
+        except OSError as exc:
+            typer.echo(f"error: cannot listen: {exc}", err=True)
+            typer.echo("hint: pick other ports with --port/--control-port (0: any)", err=True)
+            raise typer.Exit(1) from None

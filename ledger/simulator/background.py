@@ -1,0 +1,191 @@
+"""The simulator in its own thread and event loop, with a blocking API for tests and benches.
+
+Test code may block (``time.sleep``, a synchronous client, a subprocess wait) and the
+simulator keeps serving, because nothing it does runs on the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Self, TypeVar
+
+from events.settings import Settings, WebhookEndpoint
+from ledger.simulator.control import state
+from ledger.simulator.faults import Fault, FaultKind, FaultMix
+from ledger.simulator.receiver import SimulatorConfig
+from ledger.simulator.records import AcceptedEvent, RequestRecord
+from ledger.simulator.server import Simulator
+
+T = TypeVar("T")
+_CALL_TIMEOUT_S = 15.0
+
+
+class BackgroundSimulator:
+    """A started ``Simulator`` on a daemon thread; every method is safe from any thread."""
+
+    def __init__(self, config: SimulatorConfig | None = None) -> None:
+        self.simulator = Simulator(config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="fake-provider", daemon=True)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.simulator.start())
+        except BaseException as exc:  # noqa: BLE001 - handed to start() in the caller's thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.simulator.stop())
+        self._loop.close()
+
+    def start(self, timeout_s: float = 10.0) -> Self:
+        """Start serving; returns once the ports are bound."""
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError("the simulator did not start in time")
+        if self._error is not None:
+            raise RuntimeError(f"the simulator failed to start: {self._error}") from self._error
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop serving and join the thread."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        future = asyncio.run_coroutine_threadsafe(make(), self._loop)
+        return future.result(_CALL_TIMEOUT_S)
+
+    # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The receiver/provider port."""
+        return self.simulator.port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return self.simulator.base_url
+
+    def webhook_url(self, name: str = "default") -> str:
+        """POST target of webhook endpoint ``name``."""
+        return self.simulator.webhook_url(name)
+
+    @property
+    def webhook_lookup_url(self) -> str:
+        """Lookup base for webhooks: GET {this}/{key}."""
+        return self.simulator.webhook_lookup_url
+
+    @property
+    def provider_url(self) -> str:
+        """The provider's messages URL."""
+        return self.simulator.provider_url
+
+    @property
+    def control_url(self) -> str:
+        """The control API's base URL."""
+        return self.simulator.control_url
+
+    def settings(self, base: Settings | None = None, *, lookup: bool = True) -> Settings:
+        """``base`` with this receiver's webhook endpoints configured (secret, lookup URL)."""
+        base = base or Settings()
+        endpoints = dict(base.webhook_endpoints)
+        endpoints[f"{self.base_url}/hooks/"] = WebhookEndpoint(
+            lookup_url=self.webhook_lookup_url if lookup else None
+        )
+        return base.model_copy(update={"webhook_endpoints": endpoints})
+
+    # -- faults and behaviour -----------------------------------------------------------------
+
+    def add_fault(self, fault: Fault) -> Fault:
+        """Arm a targeted fault."""
+        self.simulator.receiver.faults.add(fault)
+        return fault
+
+    def fault(self, kind: FaultKind | str, **fields: Any) -> Fault:
+        """Arm a targeted fault from keyword fields (count, key, path, status, delay_s, ...)."""
+        return self.add_fault(Fault(kind=FaultKind(kind), **fields))
+
+    def set_mix(self, mix: FaultMix | None) -> None:
+        """Turn the random fault mix on (or off with None)."""
+        self.simulator.receiver.faults.set_mix(mix)
+
+    def configure(self, **changes: Any) -> SimulatorConfig:
+        """Change behaviour at run time: dedupe, delivered_after_s, timestamp_tolerance_s."""
+        receiver = self.simulator.receiver
+        receiver.config = receiver.config.model_validate(
+            {**receiver.config.model_dump(), **changes}
+        )
+        return receiver.config
+
+    def refuse(self, for_s: float | None = None) -> None:
+        """Stop listening (connects get ECONNREFUSED) and cut open connections."""
+        self._call(lambda: self.simulator.refuse(for_s))
+
+    def resume(self) -> None:
+        """Listen on the same port again."""
+        self._call(self.simulator.resume)
+
+    def reset(self) -> None:
+        """Disarm faults, forget everything seen, listen again."""
+        self.simulator.receiver.faults.clear()
+        self.simulator.receiver.recorder.reset()
+        self.resume()
+
+    # -- observations -------------------------------------------------------------------------
+
+    def event(self, key: str) -> AcceptedEvent | None:
+        """The logical event accepted under ``key`` (None if never accepted)."""
+        return self.simulator.receiver.recorder.event(key)
+
+    def accepted(self, key: str) -> int:
+        """How many times ``key`` was processed as new (exactly once is the goal)."""
+        event = self.event(key)
+        return event.accepted if event else 0
+
+    def events(self) -> dict[str, AcceptedEvent]:
+        """Every accepted logical event, by key."""
+        return self.simulator.receiver.recorder.snapshot()[1]
+
+    def requests(
+        self, *, key: str | None = None, path: str | None = None, method: str | None = None
+    ) -> list[RequestRecord]:
+        """The request log, optionally filtered by key, path prefix and method."""
+        return [
+            r
+            for r in self.simulator.receiver.recorder.snapshot()[0]
+            if (key is None or r.key == key)
+            and (path is None or r.path.startswith(path))
+            and (method is None or r.method == method.upper())
+        ]
+
+    def state(self) -> dict[str, Any]:
+        """The same JSON document as GET /_control/state."""
+        return state(self.simulator.receiver, self.simulator)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+        """Poll ``predicate`` every 20 ms until it holds or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(0.02)
+        return predicate()
