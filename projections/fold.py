@@ -162,7 +162,7 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
         last = batch.attempts.get((key, event.attempts))
         if last is not None and last["outcome"] != "CONFIRMED":
             last.update(outcome="FAILED", error_class=event.error_class, reason=event.reason)
-            last.update(finished_at=last["finished_at"] or at, updated_at=at)
+            last.update(failed_at=at, finished_at=last["finished_at"] or at, updated_at=at)
             batch.dirty_attempts.add((key, event.attempts))
     else:
         _attempt_event(batch, row, event, at)
@@ -232,8 +232,13 @@ def _attempt_row(batch: Batch, delivery: Row, attempt: int, at: str) -> Row:
             "provider_message_id": None,
             "error_class": None,
             "reason": None,
+            "unknown_at": None,
             "reconciliation": None,
             "reconciled_at": None,
+            "retry_scheduled_at": None,
+            "retry_at": None,
+            "confirmed_at": None,
+            "failed_at": None,
             "finished_at": None,
             "created_at": at,
             "updated_at": at,
@@ -272,6 +277,7 @@ def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None
             _set_status(row, "SENT")
     elif isinstance(event, DeliveryConfirmed):
         _attempt_outcome(attempt, "CONFIRMED")
+        attempt["confirmed_at"] = attempt["confirmed_at"] or at
         attempt["finished_at"] = attempt["finished_at"] or at
         _provider_id(attempt, row, event.provider_message_id)
         # Authoritative evidence counts even from a superseded attempt: it left, once.
@@ -280,7 +286,7 @@ def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None
         row["next_attempt_at"] = None
     elif isinstance(event, DeliveryUnknown):
         _attempt_outcome(attempt, "UNKNOWN")
-        attempt.update(error_class=event.error_class, reason=event.reason)
+        attempt.update(error_class=event.error_class, reason=event.reason, unknown_at=at)
         attempt["finished_at"] = attempt["finished_at"] or at
         if current:
             _set_status(row, "UNKNOWN")
@@ -292,7 +298,8 @@ def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None
             row["reconciliation"] = event.outcome
     elif isinstance(event, DeliveryRetryScheduled):
         _attempt_outcome(attempt, "RETRY")
-        attempt["error_class"] = event.error_class
+        attempt.update(error_class=event.error_class, retry_scheduled_at=at)
+        attempt["retry_at"] = timestamp(event.retry_at)
         attempt["finished_at"] = attempt["finished_at"] or at
         _set_status(row, "PENDING")
         row["last_error_class"] = event.error_class

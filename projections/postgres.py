@@ -48,6 +48,10 @@ class PostgresStore(Store):
         self._conn.execute("BEGIN")
         self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
 
+    def begin_read(self) -> None:
+        """A snapshot for the whole transaction."""
+        self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
     def commit(self) -> None:
         """Commit the open transaction."""
         self._conn.execute("COMMIT")

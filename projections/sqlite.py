@@ -41,6 +41,10 @@ class SqliteStore(Store):
         """IMMEDIATE takes the write lock now: a second projector waits, then sees our offsets."""
         self._conn.execute("BEGIN IMMEDIATE")
 
+    def begin_read(self) -> None:
+        """A deferred transaction: in WAL mode its first read pins a snapshot."""
+        self._conn.execute("BEGIN")
+
     def commit(self) -> None:
         """Commit the open transaction."""
         self._conn.execute("COMMIT")

@@ -83,6 +83,10 @@ class Store(ABC):
         """Start a write transaction, holding the projection's writer lock."""
 
     @abstractmethod
+    def begin_read(self) -> None:
+        """Start a read-only transaction that sees one consistent snapshot."""
+
+    @abstractmethod
     def commit(self) -> None:
         """Commit the open transaction."""
 
@@ -283,13 +287,18 @@ class Store(ABC):
     def dump(self) -> Dump:
         """Every table's rows, in primary-key order: equal dumps mean equal projections."""
         result: Dump = {}
-        for table in TABLES:
-            names = table.column_names
-            rows = self._execute(f"SELECT {', '.join(names)} FROM {table.name}")  # noqa: S608
-            key_at = [names.index(k) for k in table.key]
-            result[table.name] = sorted(
-                (tuple(row) for row in rows), key=lambda r: tuple(r[i] for i in key_at)
-            )
+        # One snapshot: the offsets dumped are exactly those of the rows dumped.
+        self.begin_read()
+        try:
+            for table in TABLES:
+                names = table.column_names
+                rows = self._execute(f"SELECT {', '.join(names)} FROM {table.name}")  # noqa: S608
+                key_at = [names.index(k) for k in table.key]
+                result[table.name] = sorted(
+                    (tuple(row) for row in rows), key=lambda r: tuple(r[i] for i in key_at)
+                )
+        finally:
+            self.rollback()
         return result
 
 

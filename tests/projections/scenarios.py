@@ -267,3 +267,20 @@ async def publish(
                 await future
     finally:
         await producer.stop()
+
+
+def fleet(runs: int, prefix: str = "fleet") -> list[AnyExecutionEvent | AnyDeliveryEvent]:
+    """``runs`` runs with two deliveries each: one confirmed at once, one after a retry."""
+    events: list[AnyExecutionEvent | AnyDeliveryEvent] = []
+    for i in range(runs):
+        run_id, t = f"{prefix}-{i}", i * 20.0
+        first, second = requested(run_id, 1, t + 1), requested(run_id, 2, t + 1)
+        events += [
+            RunStarted(run_id=run_id, agent="fleet", producer=P, occurred_at=at(t)),
+            RunSucceeded(run_id=run_id, result_hash=f"h{i}", producer=P, occurred_at=at(t + 1)),
+            first,
+            second,
+            *happy(first, t + 2),
+            *timeout_then_retry(second, t + 2),
+        ]
+    return events

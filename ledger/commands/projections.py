@@ -1,0 +1,253 @@
+"""Projection commands: project, rebuild, verify, status, run. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from events.settings import Settings
+from ledger.errors import LedgerError
+from projections.backends import default_dsn, open_store
+from projections.incident import run_view
+from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
+from projections.queries import status_report
+from projections.store import ProjectionError, Store, redacted
+from projections.verify import verify
+
+T = TypeVar("T")
+out = Console()
+err = Console(stderr=True)
+
+Dsn = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        envvar="LEDGER_PROJECTION_DSN",
+        help="Projection database: postgresql://... or sqlite:///path (default: a SQLite "
+        "file in the data dir).",
+        show_default=False,
+    ),
+]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Records per transaction.")]
+
+
+def _guarded(body: Callable[[], T]) -> T:
+    from ledger.cli import guarded
+
+    def translated() -> T:
+        try:
+            return body()
+        except ProjectionError as exc:
+            raise LedgerError(exc.message, exc.hint) from None
+
+    return guarded(translated)
+
+
+def _settings() -> Settings:
+    from ledger.cli import _settings as load
+
+    return load()
+
+
+@contextmanager
+def _reading(dsn: str) -> Iterator[Store]:
+    store = open_store(dsn)
+    try:
+        store.prepare("read")
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def _progress_bar(label: str) -> Iterator[ProgressCallback]:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} records"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def register(app: typer.Typer) -> None:
+    """Add the projection commands to ``app``."""
+
+    @app.command("project")
+    def project_command(dsn: Dsn = None, batch_size: BatchSize = DEFAULT_BATCH_SIZE) -> None:
+        """Fold the log into the ledger tables until Ctrl-C; resumes where it stopped."""
+
+        def body() -> None:
+            settings = _settings()
+            target = dsn or default_dsn(settings)
+            store = open_store(target)
+            try:
+                store.prepare("project")
+                out.print(
+                    f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
+                    f"{redacted(target)} (Ctrl-C stops)",
+                    highlight=False,
+                )
+                stats = asyncio.run(_until_signalled(settings, store, batch_size))
+            finally:
+                store.close()
+            out.print(
+                f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
+                f"in {stats.batches} batches",
+                highlight=False,
+            )
+
+        _guarded(body)
+
+    @app.command("rebuild")
+    def rebuild_command(
+        into: Annotated[str, typer.Option("--into", help="An EMPTY projection database DSN.")],
+        replace: Annotated[
+            bool, typer.Option("--replace", help="Drop existing ledger tables there first.")
+        ] = False,
+        batch_size: BatchSize = DEFAULT_BATCH_SIZE,
+    ) -> None:
+        """Replay both topics from offset 0 into an empty database."""
+
+        def body() -> None:
+            settings = _settings()
+            began = time.perf_counter()
+            with _progress_bar("rebuilding") as progress:
+                stats = asyncio.run(
+                    rebuild(
+                        settings, into, replace=replace, batch_size=batch_size, progress=progress
+                    )
+                )
+            seconds = time.perf_counter() - began
+            rate = stats.records / seconds if seconds > 0 else 0.0
+            out.print(
+                f"rebuilt {redacted(into)}: {stats.applied} events applied, {stats.skipped} "
+                f"skipped, in {seconds:.1f}s ({rate:,.0f} records/s)",
+                highlight=False,
+            )
+
+        _guarded(body)
+
+    @app.command("verify")
+    def verify_command(
+        dsn: Dsn = None,
+        against: Annotated[
+            str | None,
+            typer.Option("--against", help="A rebuilt projection (default: rebuild one now)."),
+        ] = None,
+    ) -> None:
+        """Compare a projection rebuilt from the log with the live one, row by row."""
+
+        def body() -> None:
+            settings = _settings()
+            live = dsn or default_dsn(settings)
+            with _progress_bar("rebuilding for comparison") as progress:
+                report = asyncio.run(verify(settings, live, against, progress=progress))
+            for difference in report.differences:
+                out.print(difference.line(), highlight=False, soft_wrap=True)
+            if not report.ok:
+                out.print(f"{len(report.differences)} differences between live and rebuilt")
+                raise typer.Exit(1)
+            out.print(f"identical: rebuilt equals live ({report.rows} rows)")
+
+        _guarded(body)
+
+    @app.command("status")
+    def status_command(
+        dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
+    ) -> None:
+        """Overdue, unknown, unexplained, conflicting deliveries; attempts by channel."""
+
+        def body() -> None:
+            settings = _settings()
+            with _reading(dsn or default_dsn(settings)) as store:
+                # The only clock read: the CLI decides what "now" is; the library never does.
+                report = status_report(store, datetime.now(UTC))
+            if as_json:
+                sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+                return
+            _print_status(report.to_json())
+
+        _guarded(body)
+
+    @app.command("run")
+    def run_command(
+        run_id: Annotated[str, typer.Argument(help="The agent run id.")],
+        dsn: Dsn = None,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """One run's incident view: execution, each delivery's attempts, as a timeline."""
+
+        def body() -> None:
+            settings = _settings()
+            with _reading(dsn or default_dsn(settings)) as store:
+                view = run_view(store, run_id)
+            if as_json:
+                sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
+                return
+            out.print(f"run {run_id}: execution {view.execution}", highlight=False)
+            for d in view.deliveries:
+                row = d.delivery
+                out.print(
+                    f"  {row['channel']} {row['recipient']}: {row['status']}, "
+                    f"{row['attempts']} attempt(s), left the system: {d.left_system}\n"
+                    f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
+                    f"    provider message id: {row['provider_message_id'] or 'none'}",
+                    highlight=False,
+                )
+            table = Table("time (UTC)", "subject", "what", title="timeline")
+            for entry in view.timeline:
+                table.add_row(entry.at, entry.subject, entry.what)
+            out.print(table)
+
+        _guarded(body)
+
+
+async def _until_signalled(settings: Settings, store: Store, batch_size: int) -> Any:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # Finish (commit) the batch in hand, then return: Ctrl-C never splits a batch.
+        loop.add_signal_handler(sig, stop.set)
+    return await project(settings, store, stop=stop, batch_size=batch_size)
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    sections: list[tuple[str, str, list[str]]] = [
+        ("overdue_pending", "pending deliveries past their SLO",
+         ["run_id", "channel", "recipient", "attempts", "slo_deadline"]),
+        ("unknown", "unknown deliveries awaiting reconciliation",
+         ["run_id", "channel", "recipient", "last_error_class", "unknown_since"]),
+        ("confirmed_without_result", "confirmed deliveries with no execution result",
+         ["run_id", "channel", "recipient", "run_status", "confirmed_at"]),
+        ("duplicate_conflicts", "duplicate-key conflicts",
+         ["run_id", "channel", "recipient", "idempotency_key", "occurred_at"]),
+        ("attempts_by_channel", "attempts by channel and error class",
+         ["channel", "error_class", "outcome", "attempts"]),
+    ]  # fmt: skip
+    out.print(f"as of {report['now']}", highlight=False)
+    for name, title, columns in sections:
+        rows = report[name]
+        table = Table(*columns, title=f"{title}: {len(rows)}", title_justify="left")
+        for row in rows:
+            table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
+        out.print(table)

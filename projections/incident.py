@@ -1,0 +1,164 @@
+"""One run's incident view: did it finish, did each delivery leave, which key the receiver sees.
+
+Built from the ledger tables alone, as one timeline ordered by event time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from projections.fold import Row
+from projections.store import ProjectionError, Store
+
+AddEntry = Callable[[str | None, str, str], None]
+
+# Whether a delivery left the system, by status.
+LEFT = {
+    "PENDING": "no",
+    "SENT": "yes (accepted, not yet confirmed)",
+    "CONFIRMED": "yes (confirmed)",
+    "UNKNOWN": "unknown (awaiting reconciliation)",
+    "FAILED": "no (failed)",
+}
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """Something that happened, when, and to what."""
+
+    at: str
+    subject: str
+    what: str
+
+
+@dataclass
+class DeliveryView:
+    """One delivery of the run, with its attempts."""
+
+    delivery: Row
+    attempts: list[Row]
+    duplicates: list[Row]
+    left_system: str
+
+
+@dataclass
+class RunView:
+    """The incident view of one run."""
+
+    run_id: str
+    run: Row | None
+    execution: str
+    deliveries: list[DeliveryView] = field(default_factory=list)
+    timeline: list[TimelineEntry] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The view as JSON-compatible data."""
+        return asdict(self)
+
+
+def run_view(store: Store, run_id: str) -> RunView:
+    """Everything the projection knows about ``run_id``; ``ProjectionError`` if nothing."""
+    runs = store.rows("SELECT * FROM agent_runs WHERE run_id = ?", (run_id,))
+    deliveries = store.rows(
+        "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
+        (run_id,),
+    )
+    if not runs and not deliveries:
+        raise ProjectionError(
+            f"run {run_id} is not in the projection",
+            "check the run id, or that 'ledger project' has caught up",
+        )
+    run = runs[0] if runs else None
+    view = RunView(run_id, run, _execution(run))
+    attempts = store.rows(
+        "SELECT * FROM delivery_attempts WHERE run_id = ? ORDER BY idempotency_key, attempt",
+        (run_id,),
+    )
+    duplicates = store.rows(
+        "SELECT * FROM duplicate_keys WHERE run_id = ? ORDER BY occurred_at, event_id", (run_id,)
+    )
+    events: list[tuple[str, int, TimelineEntry]] = []
+
+    def add(at: str | None, subject: str, what: str) -> None:
+        if at is not None:
+            # The sequence number keeps same-instant entries in causal (insertion) order.
+            events.append((at, len(events), TimelineEntry(at, subject, what)))
+
+    if run is not None:
+        _run_entries(run, add)
+    for delivery in deliveries:
+        key = delivery["idempotency_key"]
+        mine = [a for a in attempts if a["idempotency_key"] == key]
+        dups = [d for d in duplicates if d["idempotency_key"] == key]
+        view.deliveries.append(DeliveryView(delivery, mine, dups, LEFT[delivery["status"]]))
+        _delivery_entries(delivery, mine, dups, add)
+    view.timeline = [entry for _, _, entry in sorted(events, key=lambda e: (e[0], e[1]))]
+    return view
+
+
+def _execution(run: Row | None) -> str:
+    if run is None:
+        return "no execution events (the run never reported)"
+    return {
+        "RUNNING": "not finished (running)",
+        "SUCCEEDED": "finished: succeeded",
+        "FAILED": "finished: failed",
+        "UNKNOWN": "unknown (marked unknown)",
+    }[run["status"]]
+
+
+def _run_entries(run: Row, add: AddEntry) -> None:
+    agent = f" by {run['agent']}" if run["agent"] else ""
+    add(run["started_at"], "run", f"run started{agent}")
+    if run["status"] == "SUCCEEDED":
+        add(run["finished_at"], "run", f"run succeeded, result {run['result_hash']}")
+    elif run["status"] == "FAILED":
+        add(run["finished_at"], "run", f"run failed: {run['error']}")
+    elif run["status"] == "UNKNOWN":
+        add(run["updated_at"], "run", f"run marked unknown: {run['error']}")
+
+
+def _delivery_entries(delivery: Row, attempts: list[Row], dups: list[Row], add: AddEntry) -> None:
+    subject = f"{delivery['channel']} {delivery['recipient']}"
+    add(
+        delivery["created_at"],
+        subject,
+        f"delivery requested, idempotency key {delivery['idempotency_key']} "
+        f"(SLO {delivery['slo_seconds']}s)",
+    )
+    for a in attempts:
+        n = a["attempt"]
+        if a["claimed_at"]:
+            add(
+                a["claimed_at"],
+                subject,
+                f"attempt {n} claimed by {a['worker_id']} (fencing token {a['fencing_token']})",
+            )
+        if a["sent_at"]:
+            status = f"HTTP {a['http_status']}" if a["http_status"] is not None else "accepted"
+            pmid = a["provider_message_id"] or "none"
+            add(a["sent_at"], subject, f"attempt {n} sent: {status}, provider message id {pmid}")
+        if a["unknown_at"]:
+            add(a["unknown_at"], subject, f"attempt {n} unknown: {a['error_class']}")
+        if a["reconciled_at"]:
+            add(a["reconciled_at"], subject, f"attempt {n} reconciled: {a['reconciliation']}")
+        if a["retry_scheduled_at"]:
+            add(
+                a["retry_scheduled_at"],
+                subject,
+                f"attempt {n} failed ({a['error_class']}): retry scheduled for {a['retry_at']}",
+            )
+        if a["confirmed_at"]:
+            pmid = a["provider_message_id"] or "none"
+            add(a["confirmed_at"], subject, f"attempt {n} confirmed, provider message id {pmid}")
+        if a["failed_at"]:
+            add(a["failed_at"], subject, f"attempt {n} failed: {a['error_class']} ({a['reason']})")
+    for dup in dups:
+        add(dup["occurred_at"], subject, f"duplicate request ({dup['outcome']})")
+    if delivery["confirmed_at"]:
+        pmid = delivery["provider_message_id"] or "none"
+        add(delivery["confirmed_at"], subject, f"delivery CONFIRMED, provider message id {pmid}")
+    if delivery["failed_at"]:
+        add(delivery["failed_at"], subject, f"delivery FAILED: {delivery['last_error_class']}")

@@ -1,0 +1,99 @@
+"""The operators' questions and the incident view, on both backends, with ``now`` given."""
+
+from __future__ import annotations
+
+import pytest
+
+from events.settings import Settings
+from projections.backends import open_store
+from projections.incident import run_view
+from projections.projector import rebuild
+from projections.queries import status_report
+from projections.store import ProjectionError, Store
+from tests.fixtures.postgres import DsnFactory
+from tests.projections.scenarios import at, incident_log, publish, requested
+
+
+async def built(settings: Settings, dsn_factory: DsnFactory) -> Store:
+    await publish(settings, incident_log())
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    return store
+
+
+async def test_status_answers_every_dashboard_question(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    store = await built(settings, dsn_factory)
+    try:
+        # run-b's delivery was requested at T0+100s with a 30 s SLO: due at T0+130s.
+        before = status_report(store, at(129))
+        assert before.overdue_pending == []
+        after = status_report(store, at(131))
+        b1 = requested("run-b", 1, 100, slo=30)
+        assert [(r["idempotency_key"], r["slo_deadline"]) for r in after.overdue_pending] == [
+            (b1.idempotency_key, "2026-01-05T09:02:10.000000Z")
+        ]
+        a3 = requested("run-a", 3, 1)
+        assert [(r["idempotency_key"], r["last_error_class"]) for r in after.unknown] == [
+            (a3.idempotency_key, "connection_reset")
+        ]
+        c1 = requested("run-c", 1, 200)
+        assert [
+            (r["idempotency_key"], r["run_status"]) for r in after.confirmed_without_result
+        ] == [(c1.idempotency_key, "RUNNING")]
+        a1 = requested("run-a", 1, 1)
+        assert [r["idempotency_key"] for r in after.duplicate_conflicts] == [a1.idempotency_key]
+        assert after.attempts_by_channel == [
+            {"channel": "provider", "error_class": None, "outcome": "CONFIRMED", "attempts": 1},
+            {"channel": "provider", "error_class": "http_4xx", "outcome": "FAILED", "attempts": 1},
+            {"channel": "provider", "error_class": "http_5xx", "outcome": "RETRY", "attempts": 1},
+            {"channel": "provider", "error_class": "timeout", "outcome": "RETRY", "attempts": 1},
+            {"channel": "webhook", "error_class": None, "outcome": "CONFIRMED", "attempts": 2},
+            {"channel": "webhook", "error_class": "connection_reset", "outcome": "UNKNOWN",
+             "attempts": 1},
+        ]  # fmt: skip
+        assert after.needs_attention
+    finally:
+        store.close()
+
+
+async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    store = await built(settings, dsn_factory)
+    try:
+        view = run_view(store, "run-a")
+        assert view.execution == "finished: succeeded"
+        a2 = requested("run-a", 2, 1)
+        retried = next(
+            d for d in view.deliveries if d.delivery["idempotency_key"] == a2.idempotency_key
+        )
+        assert retried.left_system == "yes (confirmed)"
+        assert [a["attempt"] for a in retried.attempts] == [1, 2]
+        times = [e.at for e in view.timeline]
+        assert times == sorted(times)
+        mine = [e.what for e in view.timeline if e.subject.endswith("/hooks/2")]
+        key = a2.idempotency_key
+        pmid = f"msg-{key[:6]}-2"
+        assert mine == [
+            f"delivery requested, idempotency key {key} (SLO 60s)",
+            "attempt 1 claimed by w1 (fencing token 1)",
+            "attempt 1 unknown: timeout",
+            "attempt 1 reconciled: not_found",
+            "attempt 1 failed (timeout): retry scheduled for 2026-01-05T09:00:12.000000Z",
+            "attempt 2 claimed by w1 (fencing token 2)",
+            f"attempt 2 sent: HTTP 202, provider message id {pmid}",
+            f"attempt 2 confirmed, provider message id {pmid}",
+            f"delivery CONFIRMED, provider message id {pmid}",
+            "duplicate request (deduplicated)",
+        ]
+        assert view.timeline[0].what == "run started by reporter"
+        no_result = run_view(store, "run-c")
+        assert no_result.execution == "not finished (running)"
+        with pytest.raises(ProjectionError, match="run nope is not in the projection"):
+            run_view(store, "nope")
+    finally:
+        store.close()
