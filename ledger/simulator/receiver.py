@@ -83,7 +83,9 @@ class Receiver:
         self,
         request: web.Request,
         key: str | None,
-        body: Callable[[RequestRecord, Fault | None], Awaitable[web.StreamResponse | object]],
+        body: Callable[
+            [bytes, RequestRecord, Fault | None], Awaitable[web.StreamResponse | object]
+        ],
     ) -> web.StreamResponse:
         """Log the request, pick its fault, apply the faults that answer before processing."""
         record = self.recorder.received(request.method, request.path, key)
@@ -99,9 +101,16 @@ class Receiver:
             return web.json_response(
                 {"error": f"injected {fault.kind}"}, status=status, headers=headers
             )
+        try:
+            # Read the whole request before any delay: a slow receiver has the bytes even
+            # when the client has given up waiting for the answer.
+            raw = await request.read()
+        except ConnectionError:
+            self.recorder.finish(record, "client_gone", None)
+            return web.Response(status=499)
         if fault is not None and fault.kind is FaultKind.DELAY and not fault.accept_first:
             await asyncio.sleep(fault.delay_s)
-        response = await body(record, fault)
+        response = await body(raw, record, fault)
         if response is _NO_RESPONSE:
             # The transport is closed; aiohttp gets a response it can no longer write.
             return web.Response(status=499)
@@ -153,8 +162,9 @@ class Receiver:
         """POST /hooks/{name}: verify the Standard Webhooks signature, dedupe by webhook-id."""
         key = request.headers.get("webhook-id")
 
-        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
-            raw = await request.read()
+        async def body(
+            raw: bytes, record: RequestRecord, fault: Fault | None
+        ) -> web.StreamResponse | object:
             name = request.match_info["name"]
             secret = self.config.hook_secrets.get(name, self.config.webhook_secret)
             problem = verify_signature(
@@ -188,7 +198,9 @@ class Receiver:
         """GET /hooks/lookup/{key}: 200 with the receiver's id if accepted, else 404."""
         key = request.match_info["key"]
 
-        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+        async def body(
+            raw: bytes, record: RequestRecord, fault: Fault | None
+        ) -> web.StreamResponse | object:
             event = self.recorder.event(key)
             if event is None or event.channel != "webhook":
                 ok = web.json_response({"error": "not found", "webhook_id": key}, status=404)
@@ -206,8 +218,9 @@ class Receiver:
         """POST /provider/messages: dedupe by Idempotency-Key; answer id + queued/delivered."""
         key = request.headers.get("idempotency-key")
 
-        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
-            raw = await request.read()
+        async def body(
+            raw: bytes, record: RequestRecord, fault: Fault | None
+        ) -> web.StreamResponse | object:
             if not key:
                 return self._invalid(
                     record, self.recorder, "invalid", 400, "Idempotency-Key is required"
@@ -234,7 +247,9 @@ class Receiver:
         """GET /provider/messages?idempotency_key=K: 200 {id, status} or 404."""
         key = request.query.get("idempotency_key")
 
-        async def body(record: RequestRecord, fault: Fault | None) -> web.StreamResponse | object:
+        async def body(
+            raw: bytes, record: RequestRecord, fault: Fault | None
+        ) -> web.StreamResponse | object:
             if not key:
                 return self._invalid(
                     record, self.recorder, "invalid", 400, "idempotency_key is required"

@@ -1,0 +1,205 @@
+"""The fake provider itself: control API, fault targeting, the seeded mix, dedupe, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from events.settings import Settings
+from ledger.simulator import FaultMix, SimulatorConfig
+from ledger.simulator.background import BackgroundSimulator
+from streams.channels.signature import secret_key, sign
+
+Factory = Callable[..., BackgroundSimulator]
+KEY = secret_key(Settings().webhook_secret.get_secret_value())
+
+
+def post_hook(
+    client: httpx.Client, url: str, key: str, payload: object, *, at: int | None = None
+) -> httpx.Response:
+    """A correctly signed Standard Webhooks POST (synchronous: the simulator has its own loop)."""
+    body = json.dumps(payload).encode()
+    stamp = int(time.time()) if at is None else at
+    headers = {
+        "webhook-id": key,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(KEY, key, stamp, body),
+        "content-type": "application/json",
+    }
+    return client.post(url, content=body, headers=headers)
+
+
+def fresh() -> str:
+    return uuid.uuid4().hex
+
+
+def test_control_api_arms_targeted_faults_and_reports_state(receiver: BackgroundSimulator) -> None:
+    hit, spared = fresh(), fresh()
+    with httpx.Client(timeout=5) as client:
+        armed = client.post(
+            f"{receiver.control_url}/faults",
+            json=[{"kind": "reject", "status": 422, "key": hit, "count": 2}],
+        )
+        assert armed.status_code == 200
+        assert armed.json()["targeted"][0]["remaining"] == 2
+        url = receiver.webhook_url()
+        assert post_hook(client, url, spared, {"n": 0}).status_code == 200
+        assert post_hook(client, url, hit, {"n": 1}).status_code == 422
+        assert post_hook(client, url, hit, {"n": 1}).status_code == 422
+        assert post_hook(client, url, hit, {"n": 1}).status_code == 200  # used up
+        state = client.get(f"{receiver.control_url}/state").json()
+    assert state["events"][hit]["accepted"] == 1
+    assert state["events"][spared]["accepted"] == 1
+    assert [r["status"] for r in state["requests"] if r["key"] == hit] == [422, 422, 200]
+    assert [r["fault"] for r in state["requests"] if r["key"] == hit] == ["reject", "reject", None]
+    assert state["faults"]["targeted"] == []
+
+
+def test_control_api_rejects_bad_faults(receiver: BackgroundSimulator) -> None:
+    with httpx.Client(timeout=5) as client:
+        answer = client.post(f"{receiver.control_url}/faults", json={"kind": "explode"})
+    assert answer.status_code == 400
+    assert receiver.state()["faults"]["targeted"] == []
+
+
+def test_path_targeting_and_reset(receiver: BackgroundSimulator) -> None:
+    receiver.fault("reject", status=400, path="/provider/")
+    with httpx.Client(timeout=5) as client:
+        hook = post_hook(client, receiver.webhook_url(), fresh(), {})
+        key = fresh()
+        rejected = client.post(receiver.provider_url, json={}, headers={"idempotency-key": key})
+        assert (hook.status_code, rejected.status_code) == (200, 400)
+        assert client.post(f"{receiver.control_url}/reset").status_code == 200
+    assert receiver.events() == {}
+    assert receiver.requests() == []
+
+
+def test_refuse_via_control_port_resumes_by_itself(receiver: BackgroundSimulator) -> None:
+    assert receiver.simulator.control_port not in (None, receiver.port)
+    with httpx.Client(timeout=2) as client:
+        refused = client.post(f"{receiver.control_url}/refuse", json={"for_s": 0.5})
+        assert refused.json() == {"refusing": True}
+        with pytest.raises(httpx.ConnectError):
+            client.get(receiver.provider_url, params={"idempotency_key": "x"})
+        assert client.get(f"{receiver.control_url}/state").json()["refusing"] is True
+        assert receiver.wait_for(lambda: not receiver.simulator.refusing, timeout_s=3)
+        back = client.get(receiver.provider_url, params={"idempotency_key": "x"})
+    assert back.status_code == 404
+
+
+def test_delay_before_accepting_accepts_only_after_the_delay(
+    receiver: BackgroundSimulator,
+) -> None:
+    key = fresh()
+    receiver.fault("delay", delay_s=0.6, accept_first=False, key=key)
+    with httpx.Client(timeout=0.2) as client, pytest.raises(httpx.ReadTimeout):
+        post_hook(client, receiver.webhook_url(), key, {"late": True})
+    assert receiver.accepted(key) == 0  # the client gave up before the receiver processed it
+    assert receiver.wait_for(lambda: receiver.accepted(key) == 1, timeout_s=3)
+
+
+def test_without_dedupe_every_request_counts(receiver_factory: Factory) -> None:
+    naive = receiver_factory(dedupe=False)
+    key = fresh()
+    with httpx.Client(timeout=5) as client:
+        for _ in range(3):
+            post_hook(client, naive.webhook_url(), key, {"a": 1})
+        post_hook(client, naive.webhook_url(), key, {"a": 2})
+    event = naive.event(key)
+    assert event is not None
+    assert (event.accepted, event.received, event.conflicts) == (4, 4, 1)
+
+
+def test_stale_timestamp_is_unauthorized(receiver: BackgroundSimulator) -> None:
+    key = fresh()
+    with httpx.Client(timeout=5) as client:
+        answer = post_hook(client, receiver.webhook_url(), key, {}, at=int(time.time()) - 3600)
+    assert answer.status_code == 401
+    assert "tolerance" in answer.json()["error"]
+    assert receiver.accepted(key) == 0
+
+
+def test_seeded_mix_is_reproducible_and_near_its_percentages(receiver_factory: Factory) -> None:
+    mix = FaultMix(seed=7, error_after_accept=0.3, reject=0.2, rate_limit=0.1)
+
+    def run() -> list[int]:
+        provider = receiver_factory()
+        provider.set_mix(mix)
+        with httpx.Client(timeout=5) as client:
+            return [
+                client.post(
+                    provider.provider_url, json={"i": i}, headers={"idempotency-key": f"k{i}"}
+                ).status_code
+                for i in range(300)
+            ]
+
+    first, second = run(), run()
+    assert first == second
+    counts = {status: first.count(status) for status in set(first)}
+    assert 60 <= counts[500] <= 120
+    assert 35 <= counts[400] <= 85
+    assert 12 <= counts[429] <= 50
+    assert counts[201] == 300 - counts[500] - counts[400] - counts[429]
+
+
+def test_mix_leaves_lookups_alone(receiver: BackgroundSimulator) -> None:
+    receiver.set_mix(FaultMix(seed=1, reject=1.0))
+    with httpx.Client(timeout=5) as client:
+        sends = client.post(receiver.provider_url, json={}, headers={"idempotency-key": "k"})
+        lookup = client.get(receiver.provider_url, params={"idempotency_key": "k"})
+    assert (sends.status_code, lookup.status_code) == (400, 404)
+
+
+def test_config_changes_at_run_time(receiver: BackgroundSimulator) -> None:
+    with httpx.Client(timeout=5) as client:
+        changed = client.post(f"{receiver.control_url}/config", json={"delivered_after_s": 0})
+        assert changed.json()["delivered_after_s"] == 0
+        sent = client.post(receiver.provider_url, json={}, headers={"idempotency-key": fresh()})
+        refused = client.post(f"{receiver.control_url}/config", json={"port": 1})
+    assert sent.json()["status"] == "delivered"
+    assert refused.status_code == 400
+
+
+def test_loopback_only() -> None:
+    with pytest.raises(ValidationError, match="loopback"):
+        SimulatorConfig(host="0.0.0.0")
+
+
+def test_cli_serves_until_interrupted() -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "ledger", "fake-provider"),
+            *("--port", "0", "--control-port", "0", "--json", "--delivered-after", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        urls = json.loads(process.stdout.readline())
+        with httpx.Client(timeout=5) as client:
+            sent = client.post(urls["provider"], json={"x": 1}, headers={"idempotency-key": "c1"})
+            state = client.get(f"{urls['control']}/state").json()
+        assert sent.json()["status"] == "delivered"
+        assert state["events"]["c1"]["payload"] == {"x": 1}
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert process.returncode == 0, err
+    assert "fake provider stopped" in out
