@@ -76,15 +76,16 @@ def _progress_bar(label: str) -> Iterator[ProgressCallback]:
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed:,.0f}/{task.total:,.0f} records"),
+        TextColumn("{task.completed:,.0f}{task.fields[of]} records"),
         TimeElapsedColumn(),
         console=err,
         transient=False,
     ) as bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(label, total=None, of="")
 
         def advance(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+            of = "" if total is None else f"/{total:,}"
+            bar.update(task, completed=done, total=total, of=of)
 
         yield advance
 
@@ -213,8 +214,11 @@ def register(app: typer.Typer) -> None:
                     f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
                     f"    provider message id: {row['provider_message_id'] or 'none'}",
                     highlight=False,
+                    soft_wrap=True,
                 )
             table = Table("time (UTC)", "subject", "what", title="timeline")
+            for column in table.columns:
+                column.overflow = "fold"  # keys and URLs are evidence: never elide them
             for entry in view.timeline:
                 table.add_row(entry.at, entry.subject, entry.what)
             out.print(table)
