@@ -53,6 +53,12 @@ class Settings(BaseSettings):
     http_timeout_s: float = Field(default=5.0, gt=0)
     send_concurrency: int = Field(default=64, ge=1)
 
+    # The delivery worker (streams/): consumer group, leases and timers.
+    worker_group: str = "ledger-worker"
+    lease_seconds: float = Field(default=30.0, gt=0)
+    claim_grace_seconds: float = Field(default=10.0, gt=0)
+    timer_interval_seconds: float = Field(default=0.5, gt=0)
+
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()
 

@@ -1,1 +1,6 @@
-pytest_plugins = ["tests.fixtures.broker", "tests.fixtures.postgres", "tests.fixtures.receiver"]
+pytest_plugins = [
+    "tests.fixtures.broker",
+    "tests.fixtures.postgres",
+    "tests.fixtures.receiver",
+    "tests.fixtures.worker",
+]

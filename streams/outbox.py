@@ -1,0 +1,60 @@
+"""Appends that happen outside the processor's transaction: send outcomes and timer decisions.
+
+An idempotent producer (acks=all); each append waits until the broker has the records,
+so an outcome is durable before the sender forgets it. The state machine treats these
+as at-least-once input (dedupe by event_id, fencing tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+
+from events.base import Event
+from events.codec import encode
+from events.settings import Settings
+from events.topics import record_key
+
+
+class Outbox:
+    """Lazily started producer to ``ledger.deliveries``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+        self.appended = 0
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self._settings.bootstrap_servers,
+                    enable_idempotence=True,
+                    acks="all",
+                    linger_ms=2,
+                )
+                await producer.start()
+                self._producer = producer
+            return self._producer
+
+    async def append(self, events: Sequence[Event]) -> None:
+        """Write ``events`` in order, keyed by idempotency key; return when acknowledged."""
+        if not events:
+            return
+        producer = await self._started()
+        topic = self._settings.topic_deliveries
+        futures = [
+            await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
+            for event in events
+        ]
+        await asyncio.gather(*futures)
+        self.appended += len(events)
+
+    async def stop(self) -> None:
+        """Flush and close."""
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None

@@ -1,0 +1,164 @@
+"""One record at a time: decode, fold, decide, hand live claims to the sender, index timers.
+
+Framework-free on purpose: the faust agent (streams/app.py) feeds it records and gives it
+a state store and an in-transaction appender, so the same code runs under faust and in
+tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from events.base import Event
+from events.codec import EventDecodeError, decode
+from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
+from streams.decisions import Context, due_at, on_request, on_timer
+from streams.sender import Sender
+from streams.state import DeliveryState, Status, apply
+from streams.timers import DueIndex
+
+log = logging.getLogger(__name__)
+
+# After a timer acts, look again this much later if its event has not been read back.
+TIMER_GUARD_S = 5.0
+TICK_BATCH = 1000
+
+
+class StateStore(Protocol):
+    """The processor's table: one DeliveryState per idempotency key."""
+
+    def get(self, key: str) -> DeliveryState | None:
+        """The state of ``key``, if any."""
+        ...
+
+    def put(self, key: str, state: DeliveryState) -> None:
+        """Replace the state of ``key``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Record:
+    """A raw record from ``ledger.deliveries`` and where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+Append = Callable[[Sequence[Event]], Awaitable[None]]
+DeadLetterSink = Callable[[Record, str], Awaitable[None]]
+
+
+class DeliveryProcessor:
+    """The state machine's I/O edge for one worker."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        store: StateStore,
+        append_in_txn: Append,
+        append_outside: Append,
+        dead_letter: DeadLetterSink,
+        sender: Sender,
+        due: DueIndex,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.ctx = ctx
+        self._store = store
+        self._append_in_txn = append_in_txn
+        self._append_outside = append_outside
+        self._dead_letter = dead_letter
+        self._sender = sender
+        self._due = due
+        self._clock = clock
+        self.counts: Counter[str] = Counter()
+
+    async def handle(self, record: Record) -> None:
+        """Process one record in partition order."""
+        self.counts["records"] += 1
+        try:
+            event = decode(record.value)
+        except EventDecodeError as exc:
+            await self._reject(record, exc.reason)
+            return
+        if not isinstance(event, DeliveryEvent):
+            await self._reject(record, f"{event.type} does not belong on the deliveries topic")
+            return
+        if record.key is not None and record.key != event.idempotency_key.encode():
+            await self._reject(record, "record key does not match the event's idempotency_key")
+            return
+        key = event.idempotency_key
+        before = self._store.get(key)
+        after = apply(before, event)
+        if after is None:
+            await self._reject(record, f"{event.type} for a key with no DeliveryRequested")
+            return
+        if after != before:
+            self._store.put(key, after)
+        self.counts[event.type] += 1
+        now = self._clock()
+        if isinstance(event, DeliveryRequested):
+            decided = on_request(before, event, after, now, self.ctx)
+            if decided:
+                await self._append_in_txn(decided)
+        elif self._is_my_live_claim(before, after, event):
+            self._sender.submit_send(after)
+        self._due.schedule(record.partition, key, due_at(after, self.ctx))
+
+    def _is_my_live_claim(
+        self, before: DeliveryState | None, after: DeliveryState, event: Event
+    ) -> bool:
+        return (
+            isinstance(event, DeliveryClaimed)
+            and after.status is Status.CLAIMED
+            and after.fencing_token == event.fencing_token
+            and (before is None or before.fencing_token != after.fencing_token)
+            and event.worker_id == self.ctx.worker_id
+        )
+
+    async def _reject(self, record: Record, reason: str) -> None:
+        self.counts["dead_lettered"] += 1
+        log.warning(
+            "dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
+        )
+        await self._dead_letter(record, reason)
+
+    async def tick(self, partitions: Iterable[int]) -> int:
+        """Act on every due timer of the owned partitions; returns how many were due."""
+        now = self._clock()
+        due = self._due.due(partitions, now, TICK_BATCH)
+        for partition, key in due:
+            state = self._store.get(key)
+            if state is None or state.status.terminal:
+                self._due.schedule(partition, key, None)
+                continue
+            events, action = on_timer(state, now, self.ctx)
+            if events:
+                self.counts["timer_events"] += len(events)
+                await self._append_outside(events)
+            if action == "lookup":
+                self._sender.submit_lookup(state)
+            # The decision lands when its event is read back; until then look again later.
+            self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
+        return len(due)
+
+    def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
+        """Rebuild the timers of a newly assigned partition from its table states."""
+        count = 0
+        for state in states:
+            due = due_at(state, self.ctx)
+            if due is not None:
+                self._due.schedule(partition, state.idempotency_key, due)
+                count += 1
+        return count
+
+    def forget(self, partition: int) -> None:
+        """Drop the timers of a revoked partition."""
+        self._due.drop_partition(partition)

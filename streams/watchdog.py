@@ -1,0 +1,75 @@
+"""Catch a worker that is alive but no longer making progress, and make it crash loudly.
+
+faust-streaming has known failure modes where a partition stops being consumed while the
+worker stays up (faust-streaming issues #221, #606). A supervisor cannot see that, so the
+watchdog compares what the broker has (highwater) with what the agent processed and, when
+records wait with no progress for ``stall_seconds``, stops the process with an error so
+that whatever supervises it restarts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Watchdog:
+    """Progress monitor for the delivery agent."""
+
+    def __init__(self, app: Any, processor: Any, stall_seconds: float = 120.0) -> None:
+        self._app = app
+        self._processor = processor
+        self._stall_seconds = stall_seconds
+        self._last_progress = time.monotonic()
+        self._ready = False
+        self.stalls = 0
+
+    def progressed(self) -> None:
+        """The agent processed a record."""
+        self._last_progress = time.monotonic()
+
+    def ready(self) -> None:
+        """Recovery finished: from now on, waiting records with no progress is a stall."""
+        self._ready = True
+        self._last_progress = time.monotonic()
+
+    def check(self) -> None:
+        """Called from the timer loop; SIGTERMs the process on a stall."""
+        if not self._ready or self._app.in_recovery:
+            self._last_progress = time.monotonic()
+            return
+        if time.monotonic() - self._last_progress < self._stall_seconds:
+            return
+        if not self._records_waiting():
+            self._last_progress = time.monotonic()
+            return
+        self.stalls += 1
+        log.critical(
+            "delivery agent made no progress for %.0fs while records wait: stopping the "
+            "worker so it is restarted (faust stall)",
+            self._stall_seconds,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _records_waiting(self) -> bool:
+        consumer = self._app.consumer
+        try:
+            assignment = consumer.assignment()
+        except Exception:  # noqa: BLE001 - no assignment yet means nothing waits
+            return False
+        for tp in assignment:
+            try:
+                highwater = consumer.highwater(tp)
+                committed = consumer._committed_offset.get(tp)
+            except Exception:  # noqa: BLE001
+                log.debug("no offsets for %s yet", tp)
+                continue
+            # +1: the commit marker of the last transaction occupies an offset too.
+            if highwater is not None and highwater > (committed or 0) + 1:
+                return True
+        return False
