@@ -15,6 +15,7 @@ from typing import Literal
 
 from events.settings import Settings
 from projections.backends import open_store
+from projections.fold import Batch
 from projections.log import LogReader
 from projections.store import Offsets, Store
 
@@ -59,21 +60,36 @@ async def project(
             total = sum(
                 max(0, limit.get(p, 0) - start) for p, start in reader.start_offsets.items()
             )
-        while stop is None or not stop.is_set():
-            if limit is not None and await reader.reached(limit):
-                break
-            records = await reader.read(timeout_ms=500, until=limit)
-            if not records:
-                continue
-            # The database work runs in a thread so the consumer keeps fetching meanwhile.
-            batch = await asyncio.to_thread(store.apply_records, records, settings.faults)
-            stats.batches += 1
-            stats.records += len(records)
-            stats.applied += batch.applied
-            stats.skipped += len(batch.skipped)
-            if progress is not None:
-                progress(stats.records, total)
+        # One batch is written (in a thread) while the next is fetched and decoded: the
+        # batches still commit strictly one after another, in order.
+        writing: asyncio.Future[Batch] | None = None
+        try:
+            while stop is None or not stop.is_set():
+                if limit is not None and await reader.reached(limit):
+                    break
+                records = await reader.read(timeout_ms=500, until=limit)
+                if writing is not None:
+                    _count(stats, await writing, progress, total)
+                    writing = None
+                if records:
+                    stats.records += len(records)
+                    writing = asyncio.ensure_future(
+                        asyncio.to_thread(store.apply_records, records, settings.faults)
+                    )
+        finally:
+            if writing is not None:
+                _count(stats, await writing, progress, total)
     return stats
+
+
+def _count(
+    stats: ProjectionStats, batch: Batch, progress: ProgressCallback | None, total: int | None
+) -> None:
+    stats.batches += 1
+    stats.applied += batch.applied
+    stats.skipped += len(batch.skipped)
+    if progress is not None:
+        progress(stats.records, total)
 
 
 async def rebuild(

@@ -177,4 +177,5 @@ def _native(kind: str, native: Mapping[str, str]) -> str:
 
 def timestamp(moment: datetime) -> str:
     """A time as the fixed-width UTC text every table stores."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times faster than strftime, and rebuilds format every event.
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
