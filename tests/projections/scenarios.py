@@ -6,10 +6,11 @@ one run would leave, with fixed times so every projection of it is predictable.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from events import (
     DeliveryClaimed,
@@ -267,6 +268,35 @@ async def publish(
                 await future
     finally:
         await producer.stop()
+    await visible(settings)
+
+
+async def visible(settings: Settings) -> None:
+    """Wait (bounded) until read_committed readers see everything committed.
+
+    The commit returns once the coordinator has decided; the markers reach the
+    partitions a moment later, and until then the last stable offset lags behind.
+    """
+    committed = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
+    )
+    everything = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+    await committed.start()
+    await everything.start()
+    try:
+        parts = [
+            TopicPartition(topic, n)
+            for topic in (settings.topic_runs, settings.topic_deliveries)
+            for n in range(settings.partitions)
+        ]
+        for _ in range(100):
+            if await committed.end_offsets(parts) == await everything.end_offsets(parts):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("committed records never became visible to read_committed")
+    finally:
+        await committed.stop()
+        await everything.stop()
 
 
 def fleet(runs: int, prefix: str = "fleet") -> list[AnyExecutionEvent | AnyDeliveryEvent]:
