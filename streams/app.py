@@ -176,6 +176,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         sender,
         DueIndex(datadir / "due-index"),
         utc_now,
+        settings.faults,
     )
     worker = Worker(app, worker_id, processor, sender, outbox)
     watchdog = Watchdog(app, processor)

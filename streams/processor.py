@@ -17,6 +17,7 @@ from typing import Protocol
 from events.base import Event
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
+from events.faults import crash_if_enabled
 from streams.decisions import Context, due_at, on_request, on_timer
 from streams.sender import Sender
 from streams.state import DeliveryState, Status, apply
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 # After a timer acts, look again this much later if its event has not been read back.
 TIMER_GUARD_S = 5.0
+BEFORE_CLAIM = "worker.before_claim"
+AGENT_RAISES = "worker.agent_raises"
 TICK_BATCH = 1000
 
 
@@ -69,8 +72,10 @@ class DeliveryProcessor:
         sender: Sender,
         due: DueIndex,
         clock: Callable[[], datetime],
+        faults: frozenset[str] = frozenset(),
     ) -> None:
         self.ctx = ctx
+        self.faults = faults
         self._store = store
         self._append_in_txn = append_in_txn
         self._append_outside = append_outside
@@ -106,6 +111,9 @@ class DeliveryProcessor:
         now = self._clock()
         if isinstance(event, DeliveryRequested):
             decided = on_request(before, event, after, now, self.ctx)
+            crash_if_enabled(BEFORE_CLAIM, self.faults)
+            if AGENT_RAISES in self.faults:
+                raise RuntimeError(f"fault injection: {AGENT_RAISES}")
             if decided:
                 await self._append_in_txn(decided)
         elif self._is_my_live_claim(before, after, event):

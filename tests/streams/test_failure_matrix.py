@@ -1,0 +1,303 @@
+"""The failure matrix (ARCHITECTURE.md), one test per row and variant.
+
+Real broker, real ``ledger worker`` processes (crashes are real SIGKILLs at exact fault
+points), the real fake provider. Every test checks the ledger's final state AND what the
+receiver saw: each logical event accepted exactly once under its idempotency key, and
+nothing lost. Where a double send must be visible, the receiver does NOT dedupe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+from events import DeliverySpec, Publisher
+from events.settings import Settings
+from ledger.simulator.background import BackgroundSimulator
+from streams.state import DeliveryState, Status
+from tests.fixtures.receiver import ReceiverFactory
+from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, settings_env, wait_for
+
+TIMEOUT = 90
+
+
+async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:
+    async with Publisher(settings, producer_name="test-agent") as publisher:
+        requests = await publisher.run_succeeded(run_id, "sha256:r", specs)
+    return [r.idempotency_key for r in requests]
+
+
+async def until(
+    view: LedgerView,
+    keys: list[str],
+    statuses: set[Status],
+    workers: list[WorkerProcess],
+    what: str,
+) -> dict[str, DeliveryState]:
+    async def done() -> bool:
+        for worker in workers:
+            assert worker.alive(), f"worker {worker.name} died:\n{worker.output()[-3000:]}"
+        states = await view()
+        return all(k in states and states[k].status in statuses for k in keys)
+
+    await wait_for(done, TIMEOUT, what)
+    return await view()
+
+
+def use(factory: WorkerFactory, receiver: BackgroundSimulator, *, lookup: bool = True) -> Settings:
+    factory.settings = receiver.settings(factory.settings, lookup=lookup)
+    return factory.settings
+
+
+def posts(receiver: BackgroundSimulator, key: str) -> int:
+    return len(receiver.requests(key=key, method="POST"))
+
+
+async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    settings = use(worker_factory, receiver)
+    worker = worker_factory.start("w1")
+    txid = f"agent-{settings.topic_runs}"
+    script = (
+        "import asyncio\nfrom events import DeliverySpec, Publisher, Settings\n"
+        "async def main():\n"
+        f"    async with Publisher(Settings(), transactional_id={txid!r}) as p:\n"
+        f"        await p.run_succeeded('run-lost', 'h', [DeliverySpec(channel='webhook', "
+        f"recipient={receiver.webhook_url('lost')!r}, payload={{}})])\n"
+        "asyncio.run(main())\n"
+    )
+    env = settings_env(settings)
+    env["LEDGER_FAULTS"] = '["publisher.before_commit"]'
+    died = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert died.returncode == -signal.SIGKILL
+    # The agent restarts with its transactional id (aborting the dead transaction) and
+    # publishes its next run, which goes through.
+    async with Publisher(settings, transactional_id=txid) as publisher:
+        requests = await publisher.run_succeeded(
+            "run-next",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("next"), payload={})],
+        )
+    key = requests[0].idempotency_key
+    states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "run-next CONFIRMED")
+    assert [s.run_id for s in states.values()] == ["run-next"]
+    assert set(receiver.events()) == {key}
+    assert receiver.requests(path="/hooks/lost") == []
+
+
+async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-2",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={"n": 1})],
+    )
+    doomed = worker_factory.start("w1", faults=("worker.before_claim",))
+    await asyncio.to_thread(doomed.process.wait, 60)
+    assert doomed.process.returncode == -signal.SIGKILL
+    states = await ledger_view()
+    assert states[keys[0]].status is Status.PENDING  # requested, never claimed
+    assert receiver.requests() == []
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED after restart")
+    assert states[keys[0]].attempt == 1
+    assert receiver.accepted(keys[0]) == 1
+    assert posts(receiver, keys[0]) == 1
+
+
+async def test_row3_timeout_is_unknown_then_settled_by_lookup(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-3",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={"n": 3})],
+    )
+    receiver.fault("delay", key=keys[0], delay_s=4.0)  # accepted, answered after the timeout
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED by lookup")
+    state = states[keys[0]]
+    assert state.attempt == 1, "an UNKNOWN must never be retried when the lookup finds it"
+    assert state.last_error_class == "timeout_after_write"
+    assert "lookup by idempotency key" in (state.last_reason or "")
+    assert receiver.accepted(keys[0]) == 1
+    assert posts(receiver, keys[0]) == 1
+    assert len(receiver.requests(key=keys[0], method="GET")) >= 1
+
+
+async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-3b",
+        [DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={"to": "x"})],
+    )
+    # The provider sits on the request past our timeout and never takes it.
+    receiver.fault("delay", key=keys[0], delay_s=4.0, accept_first=False, status=503)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED on retry")
+    state = states[keys[0]]
+    assert state.attempt == 2
+    assert state.provider_message_id
+    assert receiver.accepted(keys[0]) == 1
+
+
+async def test_row4_permanent_rejection_fails_with_its_class(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-4",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("gone"), payload={})],
+    )
+    receiver.fault("reject", key=keys[0], status=410)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.FAILED}, [worker], "FAILED")
+    assert states[keys[0]].last_error_class == "http_4xx"
+    assert "410" in (states[keys[0]].last_reason or "")
+    assert receiver.accepted(keys[0]) == 0
+    assert posts(receiver, keys[0]) == 1, "a permanent rejection is never retried"
+
+
+async def test_row4_rate_limit_is_retried_after_retry_after(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-4b",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("busy"), payload={})],
+    )
+    receiver.fault("rate_limit", key=keys[0], retry_after="2")
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED after 429")
+    assert states[keys[0]].attempt == 2
+    assert receiver.accepted(keys[0]) == 1
+    sends = receiver.requests(key=keys[0], method="POST")
+    assert len(sends) == 2
+    assert (sends[1].at - sends[0].at) >= 1.9  # Retry-After: 2 honoured
+
+
+async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False, delivered_after_s=0)
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-5",
+        [
+            DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={"to": "y"}),
+            DeliverySpec(channel="webhook", recipient=receiver.webhook_url("z"), payload={}),
+        ],
+    )
+    doomed = worker_factory.start("w1", faults=("worker.after_response",))
+    await asyncio.to_thread(doomed.process.wait, 60)
+    assert doomed.process.returncode == -signal.SIGKILL
+    assert sum(receiver.accepted(k) for k in keys) >= 1  # the provider had it when we died
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED after crash")
+    for key in keys:
+        assert receiver.accepted(key) == 1, "nothing may be sent twice after the crash"
+        assert posts(receiver, key) == 1
+    provider = states[keys[0]]
+    assert provider.provider_message_id == receiver.event(keys[0]).receiver_id  # type: ignore[union-attr]
+
+
+async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver)
+    specs = [
+        DeliverySpec(channel="webhook", recipient=receiver.webhook_url(f"r{i}"), payload={"i": i})
+        for i in range(12)
+    ]
+    receiver.fault("delay", count=12, delay_s=1.0)  # every send in flight for a second
+    w1 = worker_factory.start("w1")
+    keys = await publish(settings, "run-6", specs)
+    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 1, 60)
+    w2 = worker_factory.start("w2")  # joins the group: a rebalance while sends are in flight
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
+    for key in keys:
+        assert receiver.accepted(key) == 1
+        assert posts(receiver, key) == 1
+    assert all(s.fencing_token == 1 for s in states.values())
+
+
+async def test_row6_worker_killed_mid_send_other_worker_settles_it(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver)
+    w2 = worker_factory.start("w2")
+    w1 = worker_factory.start("w1")
+    specs = [
+        DeliverySpec(channel="webhook", recipient=receiver.webhook_url(f"k{i}"), payload={"i": i})
+        for i in range(8)
+    ]
+    receiver.fault("delay", count=8, delay_s=1.0)
+    keys = await publish(settings, "run-6b", specs)
+    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 2, 60)
+    os.kill(w1.process.pid, signal.SIGKILL)
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w2], "all CONFIRMED")
+    for key in keys:
+        assert receiver.accepted(key) == 1, states[key]
+        assert posts(receiver, key) == 1, states[key]
+
+
+async def test_row7_500_after_acceptance_is_looked_up_not_resent(
+    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver)
+    keys = await publish(
+        settings,
+        "run-7",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={})],
+    )
+    receiver.fault("error_after_accept", key=keys[0], status=500)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED")
+    assert states[keys[0]].attempt == 1
+    assert states[keys[0]].last_error_class == "http_5xx"
+    assert receiver.accepted(keys[0]) == 1
+    assert posts(receiver, keys[0]) == 1
+
+
+async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    read_topic: object,
+) -> None:
+    settings = use(worker_factory, receiver, lookup=False)
+    keys = await publish(
+        settings,
+        "run-7b",
+        [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={})],
+    )
+    receiver.fault("error_after_accept", key=keys[0], status=502)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED")
+    assert states[keys[0]].attempt == 2
+    assert posts(receiver, keys[0]) == 2
+    assert receiver.accepted(keys[0]) == 1  # the receiver deduped the retry on webhook-id
+    events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
+    retries = [e for e in events if e.type == "delivery.retry_scheduled"]
+    assert len(retries) == 1
+    assert "dedupes on the idempotency key" in retries[0].safety
