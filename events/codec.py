@@ -35,8 +35,14 @@ def decode(data: bytes | None) -> AnyExecutionEvent | AnyDeliveryEvent:
     if data is None:
         raise EventDecodeError("record has no value (tombstone)")
     try:
-        record = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EventDecodeError(
+            f"value is not JSON: not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise EventDecodeError(f"value is not JSON: {exc}") from None
     return decode_record(record)
 

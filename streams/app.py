@@ -1,9 +1,10 @@
 """The faust-streaming app of ``ledger worker``, built by ``create_app(settings)``.
 
-One agent consumes ``ledger.deliveries`` with exactly-once processing: the table update,
-the claims and dead letters it appends, and the consumed offset commit together. The
-sender and the timers run beside it and append outcomes with a separate idempotent
-producer (outside that transaction); the fold dedupes and fences them.
+One agent consumes ``ledger.deliveries`` (read_committed, at-least-once) and folds each
+record into a rocksdict-backed table with a changelog. Claims and dead letters are
+appended from the agent; the sender and the timers run beside it and append outcomes
+with a separate idempotent producer. Every append may be seen more than once, so the
+fold dedupes by event_id and fences by token.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import faust
 from mode import CrashingSupervisor
 
 from events.base import Event
@@ -26,6 +26,7 @@ from events.deadletter import DeadLetter
 from events.settings import Settings
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
+from streams.continuity import ContinuityGuard
 from streams.decisions import Context
 from streams.outbox import Outbox
 from streams.processor import DeliveryProcessor, Record
@@ -34,6 +35,7 @@ from streams.sender import Sender
 from streams.state import DeliveryState
 from streams.state_codec import dumps, loads
 from streams.timers import DueIndex
+from streams.transport import LedgerApp
 from streams.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -91,10 +93,15 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     datadir = settings.data_dir / "worker" / settings.worker_group / name
     datadir.mkdir(parents=True, exist_ok=True)
     # faust's decorators and signals are loosely typed; the app is handled as Any here.
-    app: Any = faust.App(
+    app: Any = LedgerApp(
         settings.worker_group,
         broker=f"kafka://{settings.bootstrap_servers}",
-        processing_guarantee="exactly_once",
+        # at-least-once, deliberately: faust's exactly_once crash-loops on every rebalance of
+        # a multi-worker group against Kafka 4.1 (ConsistencyError on an unfetched LSO, then
+        # ProducerFenced from reused producers), and after a SIGKILL it still replayed
+        # duplicates and skipped offsets. Correctness comes from the fold instead: dedupe
+        # by event_id, fencing tokens, one send per (key, token) per process, leases.
+        processing_guarantee="at_least_once",
         store="rocksdb://",
         datadir=str(datadir),
         topic_partitions=settings.partitions,
@@ -180,20 +187,31 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     )
     worker = Worker(app, worker_id, processor, sender, outbox)
     watchdog = Watchdog(app, processor)
+    continuity = ContinuityGuard(
+        settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
+    )
 
     @app.agent(deliveries, name="delivery-state-machine")
     async def state_machine(stream: Any) -> AsyncIterator[None]:
         async for event in stream.events():
             message = event.message
-            await processor.handle(
-                Record(
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                    key=message.key,
-                    value=message.value,
-                )
+            record = Record(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
             )
+            try:
+                for missed in await continuity.skipped_before(record.partition, record.offset):
+                    await processor.handle(missed)
+                await processor.handle(record)
+            except BaseException:
+                # Crash loudly and WITHOUT committing this record: faust's supervisors
+                # would commit it first (it would be lost) or restart the agent quietly.
+                log.critical("delivery agent failed on %s; exiting", record, exc_info=True)
+                logging.shutdown()
+                os._exit(70)
             watchdog.progressed()
             yield None
 
@@ -204,6 +222,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
             processor.forget(partition)
         worker.owned.clear()
         worker.owned.update(mine)
+        await continuity.on_assigned(mine)
         log.info("worker %s owns partitions %s", worker_id, sorted(mine))
 
     @app.on_partitions_revoked.connect
@@ -233,5 +252,6 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         await sender.drain(timeout_s=settings.http_timeout_s + 1)
         await outbox.stop()
         await registry.aclose()
+        await continuity.stop()
 
     return worker

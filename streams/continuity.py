@@ -1,0 +1,124 @@
+"""Offset continuity: notice records the stream skipped, and hand them back in order.
+
+faust-streaming has been seen to commit past records it never gave the agent (after a
+SIGKILL or a rebalance; faust-streaming #221/#606, and our own trial). For a delivery
+ledger a skipped ``DeliveryRequested`` is a silently lost notification, so the agent checks
+every offset jump against a second, read_committed reader of the same partition. Jumps
+are normal (transaction markers, aborted records): the reader then finds nothing. It
+reads ahead and caches what it fetched, so one fetch covers many later jumps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from streams.processor import Record
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 15.0
+
+
+class ContinuityGuard:
+    """Per partition: the last offset processed, and a read-ahead window of committed records."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, group_id: str) -> None:
+        self._bootstrap = bootstrap_servers
+        self._topic = topic
+        self._group = group_id
+        self._last: dict[int, int] = {}
+        self._window: dict[int, tuple[int, int, dict[int, Record]]] = {}
+        self._reader: AIOKafkaConsumer | None = None
+        self.recovered = 0
+
+    async def on_assigned(self, partitions: Iterable[int]) -> None:
+        """Start each newly owned partition's check at the group's committed offset."""
+        wanted = [TopicPartition(self._topic, p) for p in partitions]
+        self._last.clear()
+        self._window.clear()
+        if not wanted:
+            return
+        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+        await admin.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(self._group, partitions=wanted)
+        finally:
+            await admin.close()
+        for tp in wanted:
+            meta = committed.get(tp)
+            offset = meta.offset if meta is not None and meta.offset >= 0 else 0
+            self._last[tp.partition] = offset - 1
+
+    async def skipped_before(self, partition: int, offset: int) -> list[Record]:
+        """Committed records between the last processed offset and ``offset`` (usually none)."""
+        last = self._last.get(partition)
+        self._last[partition] = max(offset, last if last is not None else offset)
+        if last is None or offset <= last + 1:
+            return []
+        missed = await self._committed_records(partition, last + 1, offset)
+        if missed:
+            self.recovered += len(missed)
+            log.error(
+                "the stream skipped %d committed record(s) in partition %d before offset %d; "
+                "processing them now",
+                len(missed),
+                partition,
+                offset,
+            )
+        return missed
+
+    async def _committed_records(self, partition: int, start: int, end: int) -> list[Record]:
+        window = self._window.get(partition)
+        if window is None or not (window[0] <= start and end <= window[1]):
+            window = await self._fetch(partition, start, end)
+            self._window[partition] = window
+        return [window[2][o] for o in range(start, end) if o in window[2]]
+
+    async def _fetch(
+        self, partition: int, start: int, end: int
+    ) -> tuple[int, int, dict[int, Record]]:
+        reader = await self._started()
+        tp = TopicPartition(self._topic, partition)
+        reader.assign([tp])
+        reader.seek(tp, start)
+        records: dict[int, Record] = {}
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        position = start
+        while position < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not re-read {self._topic}[{partition}] {start}..{end}")
+            batch = await reader.getmany(tp, timeout_ms=500, max_records=2000)
+            for message in batch.get(tp, []):
+                records[message.offset] = Record(
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                    key=message.key,
+                    value=message.value,
+                )
+            position = await reader.position(tp)
+        return start, position, records
+
+    async def _started(self) -> AIOKafkaConsumer:
+        if self._reader is None:
+            reader = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level="read_committed",
+                auto_offset_reset="earliest",
+            )
+            await reader.start()
+            self._reader = reader
+        return self._reader
+
+    async def stop(self) -> None:
+        """Close the side reader."""
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None

@@ -1,0 +1,94 @@
+"""The worker keeps going on bad input, and dies loudly (not silently) when it cannot."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import AIOKafkaProducer
+
+from events import DeadLetter, DeliverySpec, Publisher
+from ledger.simulator.background import BackgroundSimulator
+from streams.state import Status
+from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+
+
+async def test_bad_records_are_dead_lettered_and_processing_continues(
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    read_topic: object,
+) -> None:
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        garbage = await producer.send_and_wait(
+            settings.topic_deliveries, b"\x00not json", key=b"k1", partition=0
+        )
+        invalid = await producer.send_and_wait(
+            settings.topic_deliveries,
+            b'{"type": "delivery.requested", "schema_version": 2}',
+            key=b"k2",
+            partition=0,
+        )
+    finally:
+        await producer.stop()
+    async with Publisher(settings) as publisher:
+        requests = await publisher.run_succeeded(
+            "run-after-bad",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={})],
+        )
+    key = requests[0].idempotency_key
+    worker = worker_factory.start("w1")
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        states = await ledger_view()
+        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
+
+    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
+    letters = [
+        DeadLetter.model_validate_json(m.value)
+        for m in await read_topic(settings.topic_deadletter, raw=True)
+    ]  # type: ignore[operator]
+    by_offset = {(d.original_partition, d.original_offset): d for d in letters}
+    first = by_offset[(0, garbage.offset)]
+    assert first.original_topic == settings.topic_deliveries
+    assert "not JSON" in first.reason
+    assert first.original_value() == b"\x00not json"
+    second = by_offset[(0, invalid.offset)]
+    assert "invalid event" in second.reason
+    assert "idempotency_key" in second.reason
+    assert receiver.accepted(key) == 1
+
+
+async def test_a_failing_agent_takes_the_worker_down_loudly(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    async with Publisher(settings) as publisher:
+        requests = await publisher.run_succeeded(
+            "run-boom",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={})],
+        )
+    doomed = worker_factory.start("w1", faults=("worker.agent_raises",))
+    code = await asyncio.to_thread(doomed.process.wait, 60)
+    assert code == 70
+    assert "delivery agent failed" in doomed.output()
+    assert receiver.requests() == []
+    # The record was not committed past: a healthy worker picks it up.
+    worker = worker_factory.start("w1")
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        states = await ledger_view()
+        key = requests[0].idempotency_key
+        return key in states and states[key].status is Status.CONFIRMED
+
+    await wait_for(done, 90, "CONFIRMED by the healthy worker")
+    assert receiver.accepted(requests[0].idempotency_key) == 1
