@@ -16,7 +16,7 @@ from ledger.errors import LedgerError
 from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
 
-PORT = 39192
+PORT = 29192
 
 
 def own_settings(root: Path) -> Settings:
