@@ -59,6 +59,15 @@ class Settings(BaseSettings):
     claim_grace_seconds: float = Field(default=10.0, gt=0)
     timer_interval_seconds: float = Field(default=0.5, gt=0)
 
+    # The dashboard (ledger dashboard): where it listens, the bearer token it requires
+    # when bound to anything but loopback, how often the page refreshes, and the
+    # counter thresholds (counter name -> value at which it turns red), as JSON.
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = Field(default=8765, ge=0, le=65535)
+    dashboard_token: SecretStr | None = None
+    dashboard_refresh_seconds: float = Field(default=5.0, gt=0)
+    dashboard_thresholds: dict[str, int] = Field(default_factory=dict)
+
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()
 

@@ -1,0 +1,66 @@
+"""``ledger dashboard``: serve the web dashboard over the projection. Thin: parse, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from events.settings import Settings
+from ledger.commands.projections import Dsn, _guarded, _settings
+from projections.backends import default_dsn, open_store
+from projections.dashboard import check_binding, serve
+from projections.store import Store, redacted
+
+out = Console()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``dashboard`` to ``app``."""
+
+    @app.command("dashboard")
+    def dashboard_command(
+        dsn: Dsn = None,
+        host: Annotated[
+            str | None,
+            typer.Option("--host", help="Listen address (default: LEDGER_DASHBOARD_HOST)."),
+        ] = None,
+        port: Annotated[
+            int | None,
+            typer.Option("--port", help="Port (default LEDGER_DASHBOARD_PORT, 8765; 0: any free)."),
+        ] = None,
+    ) -> None:
+        """Serve the dashboard, its JSON API and /metrics until Ctrl-C (reads projections only)."""
+
+        def body() -> None:
+            settings = _settings()
+            changes = {"dashboard_host": host, "dashboard_port": port}
+            given = {k: v for k, v in changes.items() if v is not None}
+            settings = settings.model_copy(update=given)
+            # Before touching the database: a refusal should be the only thing said.
+            check_binding(settings)
+            target = dsn or default_dsn(settings)
+            store = open_store(target)
+            try:
+                store.prepare("read")
+                asyncio.run(_serve(settings, store, redacted(target)))
+            finally:
+                store.close()
+            out.print("dashboard stopped")
+
+        _guarded(body)
+
+
+async def _serve(settings: Settings, store: Store, shown_dsn: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def ready(url: str) -> None:
+        out.print(f"dashboard on {url} (projection {shown_dsn}); Ctrl-C stops", highlight=False)
+
+    await serve(settings, store, stop, ready=ready)

@@ -1,0 +1,25 @@
+"""The dashboard: a web page, its JSON API and Prometheus metrics, over the projection only.
+
+    app = create_app(settings, store)          # aiohttp application
+    await serve(settings, store, stop_event)   # or listen until stopped
+
+Modules: ``overview`` (the page's numbers), ``lookup`` (search, one run's page),
+``server`` (routes, bearer-token guard, binding check); ``static/`` holds the page,
+its script and stylesheet (no CDN: everything ships in the package).
+"""
+
+from projections.dashboard.lookup import run_page, search
+from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.dashboard.server import check_binding, create_app, is_loopback, serve
+
+__all__ = [
+    "COUNTERS",
+    "Overview",
+    "check_binding",
+    "create_app",
+    "is_loopback",
+    "overview",
+    "run_page",
+    "search",
+    "serve",
+]

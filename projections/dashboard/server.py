@@ -1,0 +1,214 @@
+"""The dashboard's web server (aiohttp): the page, its JSON API and ``/metrics``.
+
+It reads the projection only. The store is used from one dedicated thread, so its
+connection is never shared between threads and the event loop never waits on SQL.
+``now`` is the server's clock (``clock``), handed to the projection functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from events.settings import Settings
+from projections.dashboard.lookup import run_page, search
+from projections.dashboard.overview import overview
+from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
+from projections.store import ProjectionError, Store
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+STATIC = Path(str(files("projections.dashboard") / "static"))
+MAX_LIMIT = 500
+# Data lives behind /api and /metrics; the page shell and its assets hold none.
+PROTECTED = ("/api/", "/metrics")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+STORE_KEY = web.AppKey("store", Store)
+SETTINGS_KEY = web.AppKey("settings", Settings)
+CLOCK_KEY: web.AppKey[Clock] = web.AppKey("clock")
+EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
+WATCHER_KEY = web.AppKey("watcher", LogWatcher)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``; anything else is reachable from outside."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(settings: Settings) -> None:
+    """Refuse (``ProjectionError``) to listen beyond loopback without a bearer token."""
+    token = settings.dashboard_token
+    if not is_loopback(settings.dashboard_host) and (token is None or not token.get_secret_value()):
+        raise ProjectionError(
+            f"refusing to serve the dashboard on {settings.dashboard_host} (not loopback) "
+            "without a bearer token",
+            "set LEDGER_DASHBOARD_TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD_HOST",
+        )
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    settings = request.app[SETTINGS_KEY]
+    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
+    if token and request.path.startswith(PROTECTED) and not _authorized(request, token):
+        raise web.HTTPUnauthorized(
+            text=json.dumps({"error": "bearer token required"}),
+            content_type="application/json",
+            headers={"WWW-Authenticate": 'Bearer realm="ledger-dashboard"'},
+        )
+    response = await handler(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
+    store = request.app[STORE_KEY]
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(request.app[EXECUTOR_KEY], work, store)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
+
+
+async def page(request: web.Request) -> web.FileResponse:
+    """The page shell; app.js fills it from the API (dashboard or run page by path)."""
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def api_overview(request: web.Request) -> web.Response:
+    """``GET /api/overview?limit=N``: counters, charts, UNKNOWN and overdue tables."""
+    try:
+        limit = max(0, min(MAX_LIMIT, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "limit must be an integer"}, 400)
+    settings = request.app[SETTINGS_KEY]
+    now = request.app[CLOCK_KEY]()
+    data = await _in_store(
+        request, lambda s: overview(s, now, settings.dashboard_thresholds, limit).to_json()
+    )
+    data["refresh_seconds"] = settings.dashboard_refresh_seconds
+    return _json(data)
+
+
+async def api_run(request: web.Request) -> web.Response:
+    """``GET /api/runs/{run_id}``: the three answers and the timeline of one run."""
+    run_id = request.match_info["run_id"]
+    try:
+        data = await _in_store(request, lambda s: run_page(s, run_id))
+    except ProjectionError as exc:
+        return _json({"error": exc.message, "hint": exc.hint}, 404)
+    return _json(data)
+
+
+async def api_search(request: web.Request) -> web.Response:
+    """``GET /api/search?q=``: runs and deliveries by run id or idempotency key (or prefix)."""
+    query = request.query.get("q", "")
+    matches = await _in_store(request, lambda s: search(s, query))
+    return _json({"query": query, "matches": matches})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus text format."""
+    settings = request.app[SETTINGS_KEY]
+    now = request.app[CLOCK_KEY]()
+    numbers = await _in_store(
+        request, lambda s: projection_numbers(s, now, settings.dashboard_thresholds)
+    )
+    logged = await request.app[WATCHER_KEY].numbers()
+    body = exposition(numbers, logged, settings)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness, without data (no token needed)."""
+    return web.Response(text="ok\n")
+
+
+def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> web.Application:
+    """The dashboard application over an opened, read-ready ``store``."""
+    check_binding(settings)
+    app = web.Application(middlewares=[_guard])
+    app[SETTINGS_KEY] = settings
+    app[STORE_KEY] = store
+    app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
+    # One thread owns the connection: SQLite connections must not be used concurrently.
+    app[EXECUTOR_KEY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-store")
+    app[WATCHER_KEY] = LogWatcher(settings)
+
+    async def cleanup(app: web.Application) -> None:
+        await app[WATCHER_KEY].stop()
+        app[EXECUTOR_KEY].shutdown(wait=True)
+
+    app.on_cleanup.append(cleanup)
+    app.router.add_get("/", page)
+    app.router.add_get("/runs/{run_id}", page)
+    app.router.add_get("/api/overview", api_overview)
+    app.router.add_get("/api/runs/{run_id}", api_run)
+    app.router.add_get("/api/search", api_search)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_static("/static/", STATIC)
+    return app
+
+
+async def serve(
+    settings: Settings,
+    store: Store,
+    stop: asyncio.Event,
+    *,
+    clock: Clock | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set; ``ready`` gets the URL once listening."""
+    app = create_app(settings, store, clock)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.dashboard_host, settings.dashboard_port)
+        await site.start()
+        if ready is not None:
+            ready(url_of(runner, settings))
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def url_of(runner: web.AppRunner, settings: Settings) -> str:
+    """The base URL the runner listens on (the real port when 0 was asked for)."""
+    port = settings.dashboard_port
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            port = address[1]
+            break
+    host = settings.dashboard_host
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"

@@ -1,0 +1,316 @@
+// delivery-ledger dashboard: renders /api/overview and /api/runs/{id} into the page and
+// refreshes them in place (fetch, no reload). Charts are SVG drawn here: no CDN, no library.
+// Every value from the API goes in through textContent/attributes, never as HTML.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const STATUS_COLORS = {
+  PENDING: "#6b8fd6", SENT: "#9b7fd1", UNKNOWN: "#e0a030", CONFIRMED: "#3fa36b", FAILED: "#d9534f",
+};
+const PALETTE = ["#3fa36b", "#d9534f", "#e0a030", "#6b8fd6", "#9b7fd1", "#4fb3bf", "#c06c9f",
+  "#8c8c3f", "#7f7f7f", "#b5651d"];
+let refreshTimer = null;
+
+// The bearer token (when the server needs one) comes once in the URL fragment: #token=...
+(function keepToken() {
+  const m = location.hash.match(/token=([^&]+)/);
+  if (m) {
+    sessionStorage.setItem("ledger-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+})();
+
+async function api(path) {
+  const headers = {};
+  const token = sessionStorage.getItem("ledger-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(path, { headers, cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+  }
+  for (const child of children) if (child != null) node.append(child);
+  return node;
+}
+
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text != null) node.textContent = text;
+  return node;
+}
+
+function fmt(n) { return Number(n).toLocaleString("en-US"); }
+
+function runLink(runId, key) {
+  const href = "/runs/" + encodeURIComponent(runId) + (key ? "?key=" + encodeURIComponent(key) : "");
+  return el("a", { href, class: "run-link", text: runId });
+}
+
+function showError(message) {
+  const node = document.getElementById("error");
+  node.textContent = message || "";
+  node.classList.toggle("hidden", !message);
+}
+
+function stamp(text) {
+  const node = document.getElementById("updated");
+  node.textContent = text;
+  node.dataset.at = String(Date.now());
+}
+
+// ---- charts ---------------------------------------------------------------------------
+
+// A vertical bar chart: columns [{label, parts: [{name, value, color}]}], stacked parts.
+function stackedColumns(columns, opts) {
+  const width = 560, height = opts.height || 200, left = 44, bottom = 34, top = 10;
+  const max = Math.max(1, ...columns.map((c) => c.parts.reduce((s, p) => s + p.value, 0)));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img",
+    "aria-label": opts.label });
+  const plotH = height - bottom - top, slot = (width - left - 8) / Math.max(1, columns.length);
+  for (const frac of [0, 0.5, 1]) {
+    const y = top + plotH * (1 - frac);
+    chart.append(svg("line", { x1: left, x2: width - 4, y1: y, y2: y, class: "grid-line" }));
+    chart.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end", class: "axis" },
+      fmt(Math.round(max * frac))));
+  }
+  columns.forEach((col, i) => {
+    let y = top + plotH;
+    const x = left + i * slot + slot * 0.15, w = Math.max(1, slot * 0.7);
+    for (const part of col.parts) {
+      if (!part.value) continue;
+      const h = (part.value / max) * plotH;
+      y -= h;
+      const rect = svg("rect", { x, y, width: w, height: Math.max(h, 0.5), fill: part.color });
+      rect.append(svg("title", {}, `${col.label} ${part.name}: ${fmt(part.value)}`));
+      chart.append(rect);
+    }
+    if (opts.every ? i % opts.every === 0 : true) {
+      chart.append(svg("text", { x: x + w / 2, y: height - bottom + 14, "text-anchor": "middle",
+        class: "axis" }, col.label));
+    }
+  });
+  return chart;
+}
+
+function legend(items) {
+  return el("div", { class: "legend" }, ...items.map((it) => {
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = it.color;
+    return el("span", { class: "legend-item" }, swatch, it.name);
+  }));
+}
+
+function drawAttempts(rows) {
+  const classes = [...new Set(rows.map((r) => r.error_class || "none"))].sort((a, b) =>
+    a === "none" ? -1 : b === "none" ? 1 : a.localeCompare(b));
+  const color = (c) => (c === "none" ? PALETTE[0] : PALETTE[1 + (classes.indexOf(c) - 1) % 9]);
+  const channels = [...new Set(rows.map((r) => r.channel))];
+  const target = document.getElementById("chart-attempts");
+  if (!rows.length) { target.replaceChildren(el("p", { class: "empty", text: "no attempts yet" })); return; }
+  // Horizontal stacked bars: one per channel, one segment per error class.
+  const width = 560, rowH = 26, left = 80;
+  const totals = channels.map((ch) => rows.filter((r) => r.channel === ch)
+    .reduce((s, r) => s + r.attempts, 0));
+  const max = Math.max(1, ...totals);
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${channels.length * rowH + 8}`,
+    class: "chart", role: "img", "aria-label": "attempts by channel and error class" });
+  channels.forEach((ch, i) => {
+    const y = 4 + i * rowH;
+    chart.append(svg("text", { x: left - 8, y: y + 15, "text-anchor": "end", class: "axis" }, ch));
+    let x = left;
+    for (const cls of classes) {
+      const row = rows.find((r) => r.channel === ch && (r.error_class || "none") === cls);
+      if (!row) continue;
+      const w = (row.attempts / max) * (width - left - 70);
+      const rect = svg("rect", { x, y, width: Math.max(w, 1), height: rowH - 8, fill: color(cls) });
+      rect.append(svg("title", {}, `${ch} ${cls}: ${fmt(row.attempts)}`));
+      chart.append(rect);
+      x += w;
+    }
+    chart.append(svg("text", { x: x + 6, y: y + 15, class: "axis" }, fmt(totals[i])));
+  });
+  target.replaceChildren(chart, legend(classes.map((c) => ({ name: c, color: color(c) }))));
+}
+
+function drawLatency(latency) {
+  const target = document.getElementById("chart-latency");
+  const columns = latency.labels.map((label, i) => ({
+    label, parts: [{ name: "deliveries", value: latency.counts[i], color: "#3fa36b" }],
+  }));
+  const mean = latency.count ? (latency.sum_seconds / latency.count).toFixed(2) + " s mean" : "none yet";
+  target.replaceChildren(stackedColumns(columns, { label: "delivery latency distribution" }),
+    el("p", { class: "note", text: `${fmt(latency.count)} confirmed, ${mean}` }));
+}
+
+function drawHours(rows) {
+  const statuses = Object.keys(STATUS_COLORS);
+  const columns = rows.map((r) => ({
+    label: r.hour.slice(11, 13) + "h",
+    parts: statuses.map((s) => ({ name: s, value: r[s], color: STATUS_COLORS[s] })),
+  }));
+  document.getElementById("chart-hours").replaceChildren(
+    stackedColumns(columns, { label: "deliveries by state over time", every: 3 }),
+    legend(statuses.map((s) => ({ name: s, color: STATUS_COLORS[s] }))));
+}
+
+function drawStatusBar(byStatus) {
+  const total = Object.values(byStatus).reduce((a, b) => a + b, 0);
+  const bar = el("div", { class: "status-bar" });
+  const labels = el("div", { class: "status-labels" });
+  for (const [status, n] of Object.entries(byStatus)) {
+    if (n) {
+      const seg = el("span", { class: "segment", title: `${status}: ${n}` });
+      seg.style.background = STATUS_COLORS[status];
+      seg.style.flexGrow = String(n);
+      bar.append(seg);
+    }
+    const dot = el("span", { class: "swatch" });
+    dot.style.background = STATUS_COLORS[status];
+    labels.append(el("span", { class: "status-label", "data-status": status }, dot,
+      `${status} `, el("b", { text: fmt(n) })));
+  }
+  document.getElementById("status-bar").replaceChildren(
+    el("p", { class: "note", text: `${fmt(total)} deliveries` }), bar, labels);
+}
+
+// ---- tables ---------------------------------------------------------------------------
+
+function table(rows, columns, emptyText) {
+  if (!rows.length) return el("p", { class: "empty", text: emptyText });
+  const head = el("tr", {}, ...columns.map((c) => el("th", { text: c.title })));
+  const body = rows.map((r) => el("tr", {}, ...columns.map((c) => {
+    const cell = c.render ? c.render(r) : (r[c.key] == null ? "–" : String(r[c.key]));
+    return el("td", { class: c.cls || "" }, cell);
+  })));
+  return el("table", {}, el("thead", {}, head), el("tbody", {}, ...body));
+}
+
+const keyCell = { title: "idempotency key", cls: "mono",
+  render: (r) => el("span", { title: r.idempotency_key, text: r.idempotency_key.slice(0, 16) + "…" }) };
+const runCell = { title: "run", render: (r) => runLink(r.run_id, r.idempotency_key) };
+
+function drawTables(data) {
+  const total = (name) => data.counters.find((c) => c.name === name).value;
+  document.getElementById("unknown-title").textContent =
+    `Unknown deliveries awaiting reconciliation (${fmt(total("unknown"))})`;
+  document.getElementById("overdue-title").textContent =
+    `Pending deliveries past their SLO (${fmt(total("overdue_pending"))})`;
+  document.getElementById("table-unknown").replaceChildren(table(data.unknown, [
+    runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
+    keyCell, { title: "attempts", key: "attempts" }, { title: "error class", key: "last_error_class" },
+    { title: "unknown since", key: "unknown_since", cls: "mono" },
+  ], "no unknown deliveries"));
+  document.getElementById("table-overdue").replaceChildren(table(data.overdue_pending, [
+    runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
+    keyCell, { title: "attempts", key: "attempts" }, { title: "SLO deadline", key: "slo_deadline", cls: "mono" },
+  ], "no pending delivery is past its SLO"));
+}
+
+function drawCounters(counters) {
+  const box = document.getElementById("counters");
+  box.replaceChildren(...counters.map((c) => el("div", {
+    class: "counter " + c.level, id: "counter-" + c.name, "data-level": c.level,
+  }, el("div", { class: "value", text: fmt(c.value) }), el("div", { class: "title", text: c.title }),
+  el("div", { class: "threshold", text: `red at ${fmt(c.threshold)}` }))));
+}
+
+async function refreshOverview() {
+  try {
+    const data = await api("/api/overview");
+    drawCounters(data.counters);
+    drawStatusBar(data.deliveries_by_status);
+    drawAttempts(data.attempts_by_channel);
+    drawLatency(data.latency);
+    drawHours(data.by_hour);
+    drawTables(data);
+    showError("");
+    stamp(`as of ${data.now.slice(0, 19).replace("T", " ")} UTC`);
+    schedule(refreshOverview, data.refresh_seconds);
+  } catch (e) {
+    showError("could not load the overview: " + e.message);
+    schedule(refreshOverview, 5);
+  }
+}
+
+// ---- run page -------------------------------------------------------------------------
+
+function answer(question, ...body) {
+  return el("div", { class: "answer" }, el("h3", { text: question }), ...body);
+}
+
+async function refreshRun(runId, highlight) {
+  try {
+    const data = await api("/api/runs/" + encodeURIComponent(runId));
+    document.getElementById("run-title").textContent = "run " + runId;
+    const finished = data.run && ["SUCCEEDED", "FAILED"].includes(data.run.status);
+    const left = data.answers.deliveries;
+    document.getElementById("answers").replaceChildren(
+      answer("Did execution finish?", el("p", { id: "answer-execution",
+        class: finished ? "yes" : "no", text: data.answers.execution_finished })),
+      answer("Did delivery leave?", left.length
+        ? el("ul", { id: "answer-left" }, ...left.map((d) => el("li", {},
+          el("b", { text: `${d.channel} ${d.recipient}: ` }),
+          el("span", { class: "status-" + d.status, text: `${d.status}, left: ${d.left_system}` }))))
+        : el("p", { id: "answer-left", text: "no deliveries were requested" })),
+      answer("Which key identifies it at the receiver?", el("ul", { id: "answer-keys" },
+        ...left.map((d) => el("li", { class: d.idempotency_key === highlight ? "highlight" : "" },
+          el("code", { class: "key", text: d.idempotency_key }),
+          el("span", { class: "note", text: ` ${d.channel} ${d.recipient} · provider message id ${d.provider_message_id || "none"}` }))))),
+    );
+    document.getElementById("timeline").replaceChildren(...data.timeline.map((t) => el("li", {},
+      el("time", { text: t.at.replace("T", " ").slice(0, 23) }),
+      el("span", { class: "subject", text: t.subject }),
+      el("span", { class: "what", text: t.what }))));
+    showError("");
+    stamp("updated " + new Date().toLocaleTimeString());
+    schedule(() => refreshRun(runId, highlight), 5);
+  } catch (e) {
+    showError(e.message);
+    schedule(() => refreshRun(runId, highlight), 5);
+  }
+}
+
+// ---- search and start -----------------------------------------------------------------
+
+async function runSearch(q) {
+  const box = document.getElementById("search-results");
+  const data = await api("/api/search?q=" + encodeURIComponent(q));
+  const items = data.matches.map((m) => el("li", {},
+    runLink(m.run_id, m.idempotency_key),
+    m.kind === "delivery"
+      ? el("span", { class: "note" }, " delivery ", el("code", { class: "key", text: m.idempotency_key }),
+        ` ${m.channel} ${m.recipient} ${m.status}`)
+      : el("span", { class: "note", text: ` run ${m.status || ""}` })));
+  box.replaceChildren(el("h2", { text: `${items.length} match(es) for “${q}”` }),
+    items.length ? el("ul", { id: "search-list" }, ...items) : el("p", { class: "empty", text: "nothing found" }));
+  box.classList.remove("hidden");
+}
+
+function schedule(fn, seconds) {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(fn, Math.max(0.2, seconds) * 1000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const q = document.getElementById("search").value.trim();
+    if (q) runSearch(q).catch((e) => showError("search failed: " + e.message));
+  });
+  const match = location.pathname.match(/^\/runs\/(.+)$/);
+  if (match) {
+    document.getElementById("run").classList.remove("hidden");
+    const key = new URLSearchParams(location.search).get("key");
+    refreshRun(decodeURIComponent(match[1]), key);
+  } else {
+    document.getElementById("overview").classList.remove("hidden");
+    refreshOverview();
+  }
+});

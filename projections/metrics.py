@@ -1,0 +1,272 @@
+"""Prometheus metrics from the projection and the log: every dashboard number and the
+worker-side numbers the ledger tables (and the topics' end offsets) can answer.
+
+The worker's live numbers (send latency, consumer lag, due timers) are the worker's own
+endpoint; here everything is derived, so any process with the projection can serve it.
+A scrape builds a fresh registry from one snapshot: nothing is kept between scrapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from events.settings import Settings
+from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.store import Store
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class ProjectionNumbers:
+    """What the tables say beyond the dashboard page."""
+
+    overview: Overview
+    runs_by_status: dict[str, int]
+    sends: list[tuple[str, str, int]]  # channel, outcome, count
+    open_leases: int
+    awaiting_retry: int
+    consumed: dict[str, int]  # topic -> records consumed (sum of next offsets)
+
+
+@dataclass
+class LogNumbers:
+    """What the topics' end offsets say (read_committed); ``up`` False when Kafka is away."""
+
+    up: bool = False
+    end_offsets: dict[str, int] = field(default_factory=dict)
+
+
+def projection_numbers(
+    store: Store, now: datetime, configured: dict[str, int]
+) -> ProjectionNumbers:
+    """Read the projection once for a scrape."""
+    page = overview(store, now, configured, limit=0)
+    store.begin_read()
+    try:
+        runs = {r["status"]: int(r["n"]) for r in store.rows(
+            "SELECT status, COUNT(*) AS n FROM agent_runs GROUP BY status")}  # fmt: skip
+        sends = [
+            (r["channel"], r["outcome"], int(r["n"]))
+            for r in store.rows(
+                "SELECT channel, outcome, COUNT(*) AS n FROM delivery_attempts "
+                "WHERE outcome <> 'CLAIMED' GROUP BY channel, outcome ORDER BY channel, outcome"
+            )
+        ]
+        # A lease is open while the delivery's current attempt is claimed and has no outcome.
+        leases = store.rows(
+            "SELECT COUNT(*) AS n FROM deliveries d JOIN delivery_attempts a "
+            "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
+            "WHERE d.status = 'PENDING' AND a.outcome = 'CLAIMED'"
+        )[0]["n"]
+        retry = store.rows(
+            "SELECT COUNT(*) AS n FROM deliveries "
+            "WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL"
+        )[0]["n"]
+        consumed = {
+            r["topic"]: int(r["n"])
+            for r in store.rows(
+                "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
+            )
+        }
+    finally:
+        store.rollback()
+    return ProjectionNumbers(page, runs, sends, int(leases), int(retry), consumed)
+
+
+class LogWatcher:
+    """End offsets of the ledger topics over one long-lived consumer (cheap per scrape)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def numbers(self) -> LogNumbers:
+        """Sum of end offsets per topic; ``up=False`` (and no numbers) if Kafka does not answer."""
+        try:
+            consumer = await self._connected()
+            ends: dict[str, int] = {}
+            for topic in self._settings.topic_names():
+                parts = consumer.partitions_for_topic(topic)
+                if parts is None:
+                    await consumer._client.force_metadata_update()
+                    parts = consumer.partitions_for_topic(topic)
+                if not parts:
+                    continue
+                tps = [TopicPartition(topic, p) for p in sorted(parts)]
+                found = await consumer.end_offsets(tps)
+                start = await consumer.beginning_offsets(tps)
+                ends[topic] = sum(int(found[tp]) - int(start[tp]) for tp in tps)
+        except Exception as exc:  # noqa: BLE001 - any Kafka trouble is "log not reachable"
+            log.warning("metrics: Kafka end offsets unavailable: %s", exc)
+            await self.stop()
+            return LogNumbers()
+        return LogNumbers(True, ends)
+
+    async def _connected(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._settings.bootstrap_servers,
+                isolation_level="read_committed",
+                enable_auto_commit=False,
+                group_id=None,
+                request_timeout_ms=5000,
+            )
+            try:
+                await consumer.start()
+            except BaseException:
+                await consumer.stop()
+                raise
+            self._consumer = consumer
+        return self._consumer
+
+    async def stop(self) -> None:
+        """Disconnect (a later ``numbers`` reconnects)."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+
+
+def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterator[Metric]:
+    """The metric families of one scrape."""
+    page = p.overview
+    titles = {name: title for name, title, _ in COUNTERS}
+    for c in page.counters:
+        gauge = GaugeMetricFamily(f"ledger_{_counter_metric(c.name)}", titles[c.name])
+        gauge.add_metric([], c.value)
+        yield gauge
+    threshold = GaugeMetricFamily(
+        "ledger_dashboard_threshold", "The value at which a dashboard counter turns red",
+        labels=["counter"],
+    )  # fmt: skip
+    for c in page.counters:
+        threshold.add_metric([c.name], c.threshold)
+    yield threshold
+    yield _labelled(
+        "ledger_deliveries",
+        "Deliveries by current state",
+        ["status"],
+        [((s,), n) for s, n in page.deliveries_by_status.items()],
+    )
+    yield _labelled(
+        "ledger_runs",
+        "Agent runs by execution state",
+        ["status"],
+        [((s,), n) for s, n in sorted(p.runs_by_status.items())],
+    )
+    yield _labelled(
+        "ledger_attempts",
+        "Delivery attempts by channel and error class ('none': no error)",
+        ["channel", "error_class"],
+        [
+            ((r["channel"], r["error_class"] or "none"), r["attempts"])
+            for r in page.attempts_by_channel
+        ],
+    )
+    yield _labelled(
+        "ledger_sends",
+        "Attempts that reached an outcome, by channel and outcome",
+        ["channel", "outcome"],
+        [((ch, out), n) for ch, out, n in p.sends],
+    )
+    for name, help_text, value in (
+        ("ledger_open_leases", "Deliveries currently CLAIMED (lease open, no outcome)",
+         p.open_leases),
+        ("ledger_deliveries_awaiting_retry", "PENDING deliveries with a retry scheduled",
+         p.awaiting_retry),
+        ("ledger_deliveries_awaiting_reconciliation", "UNKNOWN deliveries awaiting a lookup",
+         page.deliveries_by_status["UNKNOWN"]),
+    ):  # fmt: skip
+        gauge = GaugeMetricFamily(name, help_text)
+        gauge.add_metric([], value)
+        yield gauge
+    lat = page.latency
+    cumulative, buckets = 0, []
+    for bound, n in zip([*lat["bounds"], float("inf")], lat["counts"], strict=True):
+        cumulative += n
+        buckets.append(("+Inf" if bound == float("inf") else f"{bound:g}", cumulative))
+    hist = HistogramMetricFamily(
+        "ledger_delivery_latency_seconds", "Requested to confirmed, CONFIRMED deliveries"
+    )
+    hist.add_metric([], buckets, sum_value=lat["sum_seconds"])
+    yield hist
+    consumed = CounterMetricFamily(
+        "ledger_projection_records", "Log records the projection has consumed, per topic",
+        labels=["topic"],
+    )  # fmt: skip
+    for topic, n in sorted(p.consumed.items()):
+        consumed.add_metric([topic], n)
+    yield consumed
+    up = GaugeMetricFamily("ledger_log_up", "1 when Kafka answered the end-offset request")
+    up.add_metric([], 1 if k.up else 0)
+    yield up
+    if k.up:
+        ends = CounterMetricFamily(
+            "ledger_log_records", "Committed records in each ledger topic (end offsets)",
+            labels=["topic"],
+        )  # fmt: skip
+        for topic, n in sorted(k.end_offsets.items()):
+            ends.add_metric([topic], n)
+        yield ends
+        lag = GaugeMetricFamily(
+            "ledger_projection_lag_records", "Records in the log not yet projected",
+            labels=["topic"],
+        )  # fmt: skip
+        for topic in (settings.topic_runs, settings.topic_deliveries):
+            if topic in k.end_offsets:
+                lag.add_metric([topic], max(0, k.end_offsets[topic] - p.consumed.get(topic, 0)))
+        yield lag
+        dead = CounterMetricFamily(
+            "ledger_deadletter_records", "Records dead-lettered (undecodable or invalid)"
+        )
+        dead.add_metric([], k.end_offsets.get(settings.topic_deadletter, 0))
+        yield dead
+
+
+def _counter_metric(name: str) -> str:
+    return {
+        "overdue_pending": "overdue_pending_deliveries",
+        "unknown": "unknown_deliveries",
+        "confirmed_without_result": "confirmed_without_result_deliveries",
+        "duplicate_conflicts": "duplicate_key_conflicts",
+        "failed_attempts": "failed_attempts",
+    }[name]
+
+
+def _labelled(
+    name: str, help_text: str, labels: list[str], values: Iterable[tuple[tuple[str, ...], int]]
+) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(name, help_text, labels=labels)
+    for label_values, n in values:
+        gauge.add_metric(list(label_values), n)
+    return gauge
+
+
+class _Snapshot(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
+def exposition(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> bytes:
+    """The Prometheus text format of one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(list(families(p, k, settings))))
+    return generate_latest(registry)
