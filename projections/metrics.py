@@ -16,7 +16,6 @@ from datetime import datetime
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
-    CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
@@ -205,10 +204,13 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
     )
     hist.add_metric([], buckets, sum_value=lat["sum_seconds"])
     yield hist
-    consumed = CounterMetricFamily(
-        "ledger_projection_records", "Log records the projection has consumed, per topic",
+    # Offsets, not events: a transactional writer leaves one commit marker per
+    # transaction in the log, so end offsets run ahead of the records they hold.
+    consumed = GaugeMetricFamily(
+        "ledger_projection_offset",
+        "Sum over partitions of the next offset the projection will read, per topic",
         labels=["topic"],
-    )  # fmt: skip
+    )
     for topic, n in sorted(p.consumed.items()):
         consumed.add_metric([topic], n)
     yield consumed
@@ -216,23 +218,18 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
     up.add_metric([], 1 if k.up else 0)
     yield up
     if k.up:
-        ends = CounterMetricFamily(
-            "ledger_log_records", "Committed records in each ledger topic (end offsets)",
+        ends = GaugeMetricFamily(
+            "ledger_log_end_offset",
+            "Sum over partitions of the last stable offset, per ledger topic",
             labels=["topic"],
-        )  # fmt: skip
+        )
         for topic, n in sorted(k.end_offsets.items()):
             ends.add_metric([topic], n)
         yield ends
-        lag = GaugeMetricFamily(
-            "ledger_projection_lag_records", "Records in the log not yet projected",
-            labels=["topic"],
-        )  # fmt: skip
-        for topic in (settings.topic_runs, settings.topic_deliveries):
-            if topic in k.end_offsets:
-                lag.add_metric([topic], max(0, k.end_offsets[topic] - p.consumed.get(topic, 0)))
-        yield lag
-        dead = CounterMetricFamily(
-            "ledger_deadletter_records", "Records dead-lettered (undecodable or invalid)"
+        dead = GaugeMetricFamily(
+            "ledger_deadletter_records",
+            "Dead-lettered records (end offsets of the dead-letter topic; a transactional "
+            "writer adds one marker per transaction)",
         )
         dead.add_metric([], k.end_offsets.get(settings.topic_deadletter, 0))
         yield dead

@@ -1,0 +1,161 @@
+"""The JSON API and the command as a user runs it: numbers, search, token, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+
+import httpx
+from pydantic import SecretStr
+
+from events.settings import Settings
+from projections import status_report
+from tests.dashboard.conftest import NOW, Stack, start_stack
+from tests.fixtures.worker import settings_env
+from tests.projections.scenarios import T0, requested
+
+
+async def test_overview_matches_the_projection_library(stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        data = (await http.get("/api/overview")).json()
+    store = stack.read()
+    try:
+        report = status_report(store, NOW)
+    finally:
+        store.close()
+    counters = {c["name"]: c["value"] for c in data["counters"]}
+    assert counters == {
+        "overdue_pending": len(report.overdue_pending),
+        "unknown": len(report.unknown),
+        "confirmed_without_result": len(report.confirmed_without_result),
+        "duplicate_conflicts": len(report.duplicate_conflicts),
+        "failed_attempts": sum(
+            r["attempts"] for r in report.attempts_by_channel if r["error_class"] is not None
+        ),
+    }
+    assert counters == {
+        "overdue_pending": 1,
+        "unknown": 1,
+        "confirmed_without_result": 1,
+        "duplicate_conflicts": 1,
+        "failed_attempts": 4,
+    }
+    assert data["now"] == "2026-01-05T10:00:00.000000Z"
+    assert data["deliveries_by_status"] == {
+        "PENDING": 1, "SENT": 0, "UNKNOWN": 1, "CONFIRMED": 3, "FAILED": 1,
+    }  # fmt: skip
+    assert [r["run_id"] for r in data["unknown"]] == [r["run_id"] for r in report.unknown]
+    assert [r["idempotency_key"] for r in data["overdue_pending"]] == [
+        r["idempotency_key"] for r in report.overdue_pending
+    ]
+    # Latency: a1 and c1 confirmed 3 s after the request, a2 after 13 s (timeout + retry).
+    assert data["latency"]["count"] == 3
+    assert data["latency"]["counts"][data["latency"]["labels"].index("≤5s")] == 2
+    assert data["latency"]["counts"][data["latency"]["labels"].index("≤30s")] == 1
+    assert abs(data["latency"]["sum_seconds"] - 19.0) < 0.01
+    nine = next(h for h in data["by_hour"] if h["hour"] == "2026-01-05T09:00Z")
+    assert (nine["CONFIRMED"], nine["PENDING"], nine["UNKNOWN"], nine["FAILED"]) == (3, 1, 1, 1)
+    assert len(data["by_hour"]) == 24
+
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        limited = (await http.get("/api/overview", params={"limit": 0})).json()
+        assert limited["unknown"] == []
+        assert limited["counters"] == data["counters"]
+        assert (await http.get("/api/overview", params={"limit": "x"})).status_code == 400
+
+
+async def test_run_and_search_endpoints(stack: Stack) -> None:
+    key = requested("run-a", 2, 1).idempotency_key
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        run = (await http.get("/api/runs/run-a")).json()
+        assert run["answers"]["execution_finished"] == "finished: succeeded"
+        by_key = {d["idempotency_key"]: d for d in run["answers"]["deliveries"]}
+        assert by_key[key]["left_system"] == "yes (confirmed)"
+        assert by_key[key]["provider_message_id"] == f"msg-{key[:6]}-2"
+        assert run["timeline"][0]["what"] == "run started by reporter"
+
+        missing = await http.get("/api/runs/nope")
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "run nope is not in the projection"
+
+        found = (await http.get("/api/search", params={"q": key})).json()["matches"]
+        assert [(m["kind"], m["run_id"], m["idempotency_key"]) for m in found] == [
+            ("delivery", "run-a", key)
+        ]
+        prefix = (await http.get("/api/search", params={"q": key[:8].upper()})).json()
+        assert [m["idempotency_key"] for m in prefix["matches"]] == [key]
+        runs = (await http.get("/api/search", params={"q": "run-"})).json()["matches"]
+        assert [m["run_id"] for m in runs] == ["run-a", "run-b", "run-c"]
+        assert (await http.get("/api/search", params={"q": "zz"})).json()["matches"] == []
+
+
+async def test_a_token_guards_the_data_but_not_the_shell(settings: Settings) -> None:
+    guarded = settings.model_copy(update={"dashboard_token": SecretStr("s3cret")})
+    async for stack in start_stack(guarded, clock_at=T0 + timedelta(hours=1)):
+        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+            assert (await http.get("/")).status_code == 200
+            assert (await http.get("/static/app.js")).status_code == 200
+            for path in ("/api/overview", "/api/runs/run-a", "/api/search?q=run", "/metrics"):
+                refused = await http.get(path)
+                assert refused.status_code == 401, path
+                assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+                wrong = await http.get(path, headers={"Authorization": "Bearer nope"})
+                assert wrong.status_code == 401, path
+                ok = await http.get(path, headers={"Authorization": "Bearer s3cret"})
+                assert ok.status_code == 200, path
+
+
+def ledger(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_beyond_loopback_without_a_token_is_refused_in_one_line(settings: Settings) -> None:
+    done = ledger(settings, "dashboard", "--host", "0.0.0.0")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == (
+        "error: refusing to serve the dashboard on 0.0.0.0 (not loopback) without a bearer token"
+    )
+    assert lines[1].startswith("hint: set LEDGER_DASHBOARD_TOKEN")
+    assert "Traceback" not in done.stderr
+
+    missing = ledger(settings, "dashboard", "--dsn", f"sqlite://{settings.data_dir}/none.db")
+    assert missing.returncode == 1
+    assert "error: no projection at" in missing.stderr
+
+
+async def test_the_command_serves_until_sigterm(stack: Stack) -> None:
+    env = settings_env(stack.settings)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "dashboard", "--dsn", stack.dsn, "--port", "0"],
+        env={**env, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)
+        assert line.startswith("dashboard on http://127.0.0.1:"), line
+        url = line.split()[2]
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            assert (await http.get("/healthz")).text == "ok\n"
+            data = (await http.get("/api/overview")).json()
+        assert {c["name"]: c["value"] for c in data["counters"]}["unknown"] == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "dashboard stopped" in out
+    assert os.environ.get("LEDGER_DASHBOARD_TOKEN") is None

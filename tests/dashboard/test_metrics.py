@@ -1,0 +1,105 @@
+"""``/metrics`` parses as Prometheus text and says what the projection and the log say."""
+
+from __future__ import annotations
+
+import httpx
+from aiokafka import AIOKafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
+
+from projections import status_report
+from tests.dashboard.conftest import NOW, Stack
+from tests.projections.scenarios import at, requested
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(stack: Stack) -> Samples:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        response = await http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+async def test_metrics_match_the_projection_and_the_log(stack: Stack) -> None:
+    settings = stack.settings
+    # Two undecodable records, dead-lettered by a plain (non-transactional) producer.
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        for n in range(2):
+            await producer.send_and_wait(settings.topic_deadletter, b"{}", key=f"bad-{n}".encode())
+    finally:
+        await producer.stop()
+
+    m = await scrape(stack)
+    store = stack.read()
+    try:
+        report = status_report(store, NOW)
+        consumed = {
+            r["topic"]: r["n"]
+            for r in store.rows(
+                "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
+            )
+        }
+    finally:
+        store.close()
+    assert m[("ledger_overdue_pending_deliveries", ())] == len(report.overdue_pending) == 1
+    assert m[("ledger_unknown_deliveries", ())] == len(report.unknown) == 1
+    assert m[("ledger_confirmed_without_result_deliveries", ())] == 1
+    assert m[("ledger_duplicate_key_conflicts", ())] == len(report.duplicate_conflicts) == 1
+    assert m[("ledger_failed_attempts", ())] == 4
+    assert m[("ledger_dashboard_threshold", (("counter", "failed_attempts"),))] == 25
+    for status, n in {"PENDING": 1, "SENT": 0, "UNKNOWN": 1, "CONFIRMED": 3, "FAILED": 1}.items():
+        assert m[("ledger_deliveries", (("status", status),))] == n
+    assert m[("ledger_runs", (("status", "SUCCEEDED"),))] == 2
+    assert m[("ledger_runs", (("status", "RUNNING"),))] == 1
+    for row in report.attempts_by_channel:
+        if row["error_class"] is not None:  # one outcome per error class in this scenario
+            labels = (("channel", row["channel"]), ("error_class", row["error_class"]))
+            assert m[("ledger_attempts", labels)] == row["attempts"]
+    assert m[("ledger_attempts", (("channel", "webhook"), ("error_class", "none")))] == 2
+    assert m[("ledger_sends", (("channel", "provider"), ("outcome", "RETRY")))] == 2
+    assert m[("ledger_open_leases", ())] == 0
+    assert m[("ledger_deliveries_awaiting_retry", ())] == 0
+    assert m[("ledger_deliveries_awaiting_reconciliation", ())] == 1
+    assert m[("ledger_delivery_latency_seconds_count", ())] == 3
+    assert m[("ledger_delivery_latency_seconds_bucket", (("le", "5"),))] == 2
+    assert m[("ledger_delivery_latency_seconds_bucket", (("le", "+Inf"),))] == 3
+    assert abs(m[("ledger_delivery_latency_seconds_sum", ())] - 19.0) < 0.01
+    assert m[("ledger_log_up", ())] == 1
+    assert m[("ledger_deadletter_records", ())] == 2
+    for topic in (settings.topic_runs, settings.topic_deliveries):
+        assert m[("ledger_projection_offset", (("topic", topic),))] == consumed[topic]
+        # One transaction: each partition it wrote to ends with one commit marker.
+        ends = m[("ledger_log_end_offset", (("topic", topic),))]
+        assert consumed[topic] < ends <= consumed[topic] + settings.partitions
+
+
+async def test_open_leases_and_retries_follow_new_events(stack: Stack) -> None:
+    from events import DeliveryClaimed, DeliveryRetryScheduled
+
+    b1 = requested("run-b", 1, 100, slo=30)
+    common = {"idempotency_key": b1.idempotency_key, "run_id": "run-b", "producer": "test"}
+    claim = DeliveryClaimed(
+        **common, attempt=1, worker_id="w9", fencing_token=1,
+        lease_expires_at=at(330), occurred_at=at(300),
+    )  # fmt: skip
+    await stack.append([claim])
+    m = await scrape(stack)
+    assert m[("ledger_open_leases", ())] == 1
+    assert m[("ledger_overdue_pending_deliveries", ())] == 1  # claimed is still PENDING
+    retry = DeliveryRetryScheduled(
+        **common, attempt=1, next_attempt=2, retry_at=at(400), error_class="connect_refused",
+        safety="nothing was written", occurred_at=at(301),
+    )  # fmt: skip
+    await stack.append([retry])
+    m = await scrape(stack)
+    assert m[("ledger_open_leases", ())] == 0
+    assert m[("ledger_deliveries_awaiting_retry", ())] == 1
+    assert m[("ledger_sends", (("channel", "webhook"), ("outcome", "RETRY")))] == 1
+    assert m[("ledger_failed_attempts", ())] == 5
