@@ -51,24 +51,51 @@ class Observation:
     settled_at: dict[str, float] = field(default_factory=dict)
 
 
-def start_simulator(tmp: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def start_simulator(
+    tmp: Path, args: argparse.Namespace
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     command = [
-        sys.executable, "-m", "ledger", "fake-provider", "--port", "0", "--control-port", "0",
-        "--no-dedupe", "--seed", "7", "--timeout-pct", str(args.timeout_pct),
-        "--error-pct", str(args.error_pct), "--reject-pct", str(args.reject_pct),
-        "--delay", "3", "--delivered-after", "0.2", "--json",
+        sys.executable,
+        "-m",
+        "ledger",
+        "fake-provider",
+        "--port",
+        "0",
+        "--control-port",
+        "0",
+        "--no-dedupe",
+        "--seed",
+        "7",
+        "--timeout-pct",
+        str(args.timeout_pct),
+        "--error-pct",
+        str(args.error_pct),
+        "--reject-pct",
+        str(args.reject_pct),
+        "--delay",
+        "3",
+        "--delivered-after",
+        "0.2",
+        "--json",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open(tmp / "sim.log", "w"),
-                               text=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp / "sim.log", "w"),  # noqa: SIM115 - lives as long as the process text=True
+    )
     assert process.stdout is not None
     line = process.stdout.readline()
     return process, json.loads(line)
 
 
 def start_worker(settings: Settings, name: str, tmp: Path) -> subprocess.Popen[bytes]:
-    log = open(tmp / f"{name}-{uuid.uuid4().hex[:4]}.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "ledger", "worker", "--name", name],
-                            env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT)
+    log = open(tmp / f"{name}-{uuid.uuid4().hex[:4]}.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, "-m", "ledger", "worker", "--name", name],
+        env=settings_env(settings),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 async def publish(settings: Settings, urls: dict[str, Any], n: int, seen: Observation) -> None:
@@ -77,8 +104,12 @@ async def publish(settings: Settings, urls: dict[str, Any], n: int, seen: Observ
         made = 0
         for r in range(runs):
             specs = [
-                DeliverySpec(channel="webhook", recipient=f"{urls['base']}/hooks/ops", payload={"r": r}),
-                DeliverySpec(channel="webhook", recipient=f"{urls['base']}/hooks/audit", payload={"r": r}),
+                DeliverySpec(
+                    channel="webhook", recipient=f"{urls['base']}/hooks/ops", payload={"r": r}
+                ),
+                DeliverySpec(
+                    channel="webhook", recipient=f"{urls['base']}/hooks/audit", payload={"r": r}
+                ),
                 DeliverySpec(channel="provider", recipient=urls["provider"], payload={"r": r}),
             ][: n - made]
             requests = await publisher.run_succeeded(f"bench-{r}", "h", specs)
@@ -88,16 +119,31 @@ async def publish(settings: Settings, urls: dict[str, Any], n: int, seen: Observ
             made += len(specs)
 
 
-async def observe(settings: Settings, seen: Observation, n: int, deadline: float,
-                  workers: dict[str, subprocess.Popen[bytes]], tmp: Path) -> None:
-    consumer = AIOKafkaConsumer(settings.topic_deliveries, bootstrap_servers=settings.bootstrap_servers,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
+async def observe(
+    settings: Settings,
+    seen: Observation,
+    n: int,
+    deadline: float,
+    workers: dict[str, subprocess.Popen[bytes]],
+    tmp: Path,
+) -> None:
+    consumer = AIOKafkaConsumer(
+        settings.topic_deliveries,
+        bootstrap_servers=settings.bootstrap_servers,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
     await consumer.start()
     kills = {int(n * 0.3): "wa", int(n * 0.6): "wb"}
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn()) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+        ) as progress:
             task = progress.add_task("settled", total=n)
             while time.monotonic() < deadline:
                 batch = await consumer.getmany(timeout_ms=500, max_records=5000)
@@ -123,7 +169,9 @@ async def observe(settings: Settings, seen: Observation, n: int, deadline: float
                         del kills[threshold]
                         workers[name].send_signal(signal.SIGKILL)
                         workers[name].wait()
-                        progress.console.print(f"SIGKILLed worker {name} at {settled} settled; restarting it")
+                        progress.console.print(
+                            f"SIGKILLed worker {name} at {settled} settled; restarting it"
+                        )
                         workers[name] = start_worker(settings, name, tmp)
                 if len(seen.published_at) == n and settled >= n:
                     return
@@ -131,13 +179,17 @@ async def observe(settings: Settings, seen: Observation, n: int, deadline: float
         await consumer.stop()
 
 
-async def run(args: argparse.Namespace, settings: Settings, tmp: Path, urls: dict[str, Any]) -> Observation:
+async def run(
+    args: argparse.Namespace, settings: Settings, tmp: Path, urls: dict[str, Any]
+) -> Observation:
     await create_topics(settings)
     workers = {name: start_worker(settings, name, tmp) for name in ("wa", "wb")}
     seen = Observation()
     deadline = time.monotonic() + args.timeout
     try:
-        observer = asyncio.create_task(observe(settings, seen, args.deliveries, deadline, workers, tmp))
+        observer = asyncio.create_task(
+            observe(settings, seen, args.deliveries, deadline, workers, tmp)
+        )
         await asyncio.sleep(8)  # let both workers join before the load starts
         await publish(settings, urls, args.deliveries, seen)
         await observer
@@ -160,12 +212,30 @@ def report(seen: Observation, sim: dict[str, Any], n: int) -> None:
     by_status: dict[str, int] = {}
     for state in states.values():
         by_status[state.status.value] = by_status.get(state.status.value, 0) + 1
-    lost = [k for k in seen.published_at if k not in states or (
-        states[k].status not in TERMINAL and not (states[k].status is Status.UNKNOWN and states[k].last_reason))]
-    lying = [k for k, s in states.items() if s.status is Status.CONFIRMED and events.get(k, {}).get("accepted", 0) != 1]
-    failed_but_accepted = [k for k, s in states.items() if s.status is Status.FAILED and events.get(k, {}).get("accepted", 0)]
-    latencies = sorted(seen.settled_at[k] - seen.published_at[k] for k, s in states.items()
-                       if s.status is Status.CONFIRMED and k in seen.settled_at)
+    lost = [
+        k
+        for k in seen.published_at
+        if k not in states
+        or (
+            states[k].status not in TERMINAL
+            and not (states[k].status is Status.UNKNOWN and states[k].last_reason)
+        )
+    ]
+    lying = [
+        k
+        for k, s in states.items()
+        if s.status is Status.CONFIRMED and events.get(k, {}).get("accepted", 0) != 1
+    ]
+    failed_but_accepted = [
+        k
+        for k, s in states.items()
+        if s.status is Status.FAILED and events.get(k, {}).get("accepted", 0)
+    ]
+    latencies = sorted(
+        seen.settled_at[k] - seen.published_at[k]
+        for k, s in states.items()
+        if s.status is Status.CONFIRMED and k in seen.settled_at
+    )
     first = min(seen.published_at.values())
     last = max(seen.settled_at.values())
     q = statistics.quantiles(latencies, n=100)
@@ -190,21 +260,37 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     tag = uuid.uuid4().hex[:6]
-    base = Settings(broker_port=29292, controller_port=29293, data_dir=tmp / "data",
-                    topic_runs=f"bench.runs.{tag}", topic_deliveries=f"bench.deliveries.{tag}",
-                    topic_deadletter=f"bench.dl.{tag}", worker_group=f"bench-{tag}",
-                    http_timeout_s=1.0, lease_seconds=10.0, send_concurrency=128)
+    base = Settings(
+        broker_port=29292,
+        controller_port=29293,
+        data_dir=tmp / "data",
+        topic_runs=f"bench.runs.{tag}",
+        topic_deliveries=f"bench.deliveries.{tag}",
+        topic_deadletter=f"bench.dl.{tag}",
+        worker_group=f"bench-{tag}",
+        http_timeout_s=1.0,
+        lease_seconds=10.0,
+        send_concurrency=128,
+    )
     broker = LocalBroker(base)
     broker.start()
     simulator, urls = start_simulator(tmp, args)
     try:
-        settings = base.model_copy(update={"webhook_endpoints": {
-            f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"])}})
+        settings = base.model_copy(
+            update={
+                "webhook_endpoints": {
+                    f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"])
+                }
+            }
+        )
         began = datetime.now().astimezone()
         seen = asyncio.run(run(args, settings, tmp, urls))
         sim = httpx.get(f"{urls['control']}/state", timeout=60).json()
-        print(f"run at {began:%Y-%m-%d %H:%M} on {os.cpu_count()} CPUs; faults: {args.timeout_pct}% timeouts, "
-              f"{args.error_pct}% 500-after-accept, {args.reject_pct}% rejects; 2 workers, 2 SIGKILLs")
+        print(
+            f"run at {began:%Y-%m-%d %H:%M} on {os.cpu_count()} CPUs; "
+            f"faults: {args.timeout_pct}% timeouts, "
+            f"{args.error_pct}% 500-after-accept, {args.reject_pct}% rejects; 2 workers, 2 SIGKILLs"
+        )
         report(seen, sim, args.deliveries)
     finally:
         simulator.send_signal(signal.SIGTERM)

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, gt=0)
     claim_grace_seconds: float = Field(default=10.0, gt=0)
     timer_interval_seconds: float = Field(default=0.5, gt=0)
+    # The worker's Prometheus endpoint (0: off; each worker on a host needs its own port).
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
 
     # The dashboard (ledger dashboard): where it listens, the bearer token it requires
     # when bound to anything but loopback, how often the page refreshes, and the

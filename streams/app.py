@@ -28,6 +28,7 @@ from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
 from streams.continuity import ContinuityGuard
 from streams.decisions import Context
+from streams.metrics import WorkerMetrics
 from streams.outbox import Outbox
 from streams.processor import DeliveryProcessor, Record
 from streams.retry import rules_for
@@ -36,7 +37,7 @@ from streams.state import DeliveryState
 from streams.state_codec import dumps, loads
 from streams.timers import DueIndex
 from streams.transport import LedgerApp
-from streams.watchdog import Watchdog
+from streams.watchdog import ConsumerLag, Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Worker:
     sender: Sender
     outbox: Outbox
     owned: set[int] = field(default_factory=set)
+    metrics: WorkerMetrics | None = None
 
 
 def create_app(settings: Settings, name: str = "worker") -> Worker:
@@ -154,8 +156,15 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     )
     registry = ChannelRegistry(settings)
     channels = registry.channels
+    metrics = WorkerMetrics()
     sender = Sender(
-        channels, ctx, outbox.append, utc_now, settings.send_concurrency, settings.faults
+        channels,
+        ctx,
+        outbox.append,
+        utc_now,
+        settings.send_concurrency,
+        settings.faults,
+        metrics,
     )
 
     async def append_in_txn(events: Sequence[Event]) -> None:
@@ -174,6 +183,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         )
         await deadletters.send(key=record.key, value=letter.model_dump_json().encode())
 
+    due = DueIndex(datadir / "due-index")
     processor = DeliveryProcessor(
         ctx,
         store,
@@ -181,15 +191,35 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         outbox.append,
         dead_letter,
         sender,
-        DueIndex(datadir / "due-index"),
+        due,
         utc_now,
         settings.faults,
+        metrics,
     )
     worker = Worker(app, worker_id, processor, sender, outbox)
     watchdog = Watchdog(app, processor)
     continuity = ContinuityGuard(
         settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
     )
+    lag = ConsumerLag(app, settings.topic_deliveries, continuity)
+    metrics.watch(
+        "ledger_worker_due_timers", "Timers scheduled (leases, retries, lookups).", lambda: due.size
+    )
+    metrics.watch(
+        "ledger_worker_inflight_sends", "Sends and lookups in flight.", lambda: sender.in_flight
+    )
+    metrics.watch(
+        "ledger_worker_consumer_lag", "Records waiting in owned partitions.", lambda: lag.value
+    )
+    metrics.watch(
+        "ledger_worker_owned_partitions", "Partitions this worker owns.", lambda: len(worker.owned)
+    )
+    metrics.watch(
+        "ledger_worker_sender_failures",
+        "Sender tasks that raised (counted).",
+        lambda: sender.failures,
+    )
+    worker.metrics = metrics
 
     @app.agent(deliveries, name="delivery-state-machine")
     async def state_machine(stream: Any) -> AsyncIterator[None]:
@@ -204,6 +234,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
             )
             try:
                 for missed in await continuity.skipped_before(record.partition, record.offset):
+                    metrics.skipped_recovered.inc()
                     await processor.handle(missed)
                 await processor.handle(record)
             except BaseException:
@@ -243,6 +274,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     async def timers() -> None:
         if worker.owned and not app.in_recovery:
             await processor.tick(set(worker.owned))
+        lag.refresh()
         watchdog.check()
 
     @app.on_before_shutdown.connect

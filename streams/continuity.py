@@ -54,6 +54,10 @@ class ContinuityGuard:
             offset = meta.offset if meta is not None and meta.offset >= 0 else 0
             self._last[tp.partition] = offset - 1
 
+    def last_processed(self, partition: int) -> int | None:
+        """The highest offset handed to the agent in ``partition`` (None before any)."""
+        return self._last.get(partition)
+
     async def skipped_before(self, partition: int, offset: int) -> list[Record]:
         """Committed records between the last processed offset and ``offset`` (usually none)."""
         last = self._last.get(partition)

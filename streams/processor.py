@@ -19,6 +19,7 @@ from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.faults import crash_if_enabled
 from streams.decisions import Context, due_at, on_request, on_timer
+from streams.metrics import WorkerMetrics
 from streams.sender import Sender
 from streams.state import DeliveryState, Status, apply
 from streams.timers import DueIndex
@@ -73,8 +74,10 @@ class DeliveryProcessor:
         due: DueIndex,
         clock: Callable[[], datetime],
         faults: frozenset[str] = frozenset(),
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.ctx = ctx
+        self._metrics = metrics
         self.faults = faults
         self._store = store
         self._append_in_txn = append_in_txn
@@ -108,6 +111,8 @@ class DeliveryProcessor:
         if after != before:
             self._store.put(key, after)
         self.counts[event.type] += 1
+        if self._metrics is not None:
+            self._metrics.events.labels(event.type).inc()
         now = self._clock()
         if isinstance(event, DeliveryRequested):
             decided = on_request(before, event, after, now, self.ctx)
@@ -133,6 +138,8 @@ class DeliveryProcessor:
 
     async def _reject(self, record: Record, reason: str) -> None:
         self.counts["dead_lettered"] += 1
+        if self._metrics is not None:
+            self._metrics.dead_lettered.inc()
         log.warning(
             "dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
         )
@@ -150,6 +157,8 @@ class DeliveryProcessor:
             events, action = on_timer(state, now, self.ctx)
             if events:
                 self.counts["timer_events"] += len(events)
+                if self._metrics is not None:
+                    self._metrics.timer_events.inc(len(events))
                 await self._append_outside(events)
             if action == "lookup":
                 self._sender.submit_lookup(state)

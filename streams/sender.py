@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -19,6 +20,7 @@ from events.base import Event
 from events.faults import crash_if_enabled
 from streams.channels.base import Channel, OutboundDelivery
 from streams.decisions import Context, after_lookup, after_send
+from streams.metrics import WorkerMetrics
 from streams.state import DeliveryState
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,10 @@ class Sender:
         clock: Callable[[], datetime],
         concurrency: int,
         faults: frozenset[str] = frozenset(),
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._channels = channels
+        self._metrics = metrics
         self._ctx = ctx
         self._append = append
         self._clock = clock
@@ -117,9 +121,15 @@ class Sender:
     async def _send(self, state: DeliveryState) -> None:
         async with self._slots:
             crash_if_enabled(BEFORE_SEND, self._faults)
+            began = time.perf_counter()
             result = await self._channels[state.channel].send(self._outbound(state))
             crash_if_enabled(AFTER_RESPONSE, self._faults)
             self.counts[f"send:{state.channel}:{result.outcome}"] += 1
+            if self._metrics is not None:
+                self._metrics.send_seconds.labels(state.channel).observe(
+                    time.perf_counter() - began
+                )
+                self._metrics.sends.labels(state.channel, str(result.outcome)).inc()
             events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
             await self._append(events)
 
@@ -127,4 +137,6 @@ class Sender:
         async with self._slots:
             result = await self._channels[state.channel].lookup(self._outbound(state))
             self.counts[f"lookup:{state.channel}:{result.outcome}"] += 1
+            if self._metrics is not None:
+                self._metrics.lookups.labels(state.channel, result.outcome).inc()
             await self._append(after_lookup(state, result, self._clock(), self._ctx))

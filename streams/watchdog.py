@@ -73,3 +73,36 @@ class Watchdog:
             if highwater is not None and highwater > (committed or 0) + 1:
                 return True
         return False
+
+
+class ConsumerLag:
+    """Records waiting in the owned partitions: broker highwater minus what was processed."""
+
+    def __init__(self, app: Any, topic: str, continuity: Any, every_s: float = 2.0) -> None:
+        self._app = app
+        self._topic = topic
+        self._continuity = continuity
+        self._every_s = every_s
+        self._at = 0.0
+        self.value = 0
+
+    def refresh(self) -> None:
+        """Recompute at most every ``every_s`` seconds (called from the timer loop)."""
+        now = time.monotonic()
+        if now - self._at < self._every_s:
+            return
+        self._at = now
+        total = 0
+        consumer = self._app.consumer
+        try:
+            assignment = consumer.assignment()
+        except Exception:  # noqa: BLE001 - not assigned yet
+            return
+        for tp in assignment:
+            if tp.topic != self._topic:
+                continue
+            highwater = consumer.highwater(tp)
+            last = self._continuity.last_processed(tp.partition)
+            if highwater is not None and last is not None:
+                total += max(0, highwater - (last + 1))
+        self.value = total

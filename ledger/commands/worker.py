@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,6 +20,12 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="Worker name: its local state dir; unique per host.")
         ] = "worker",
         loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "WARNING",
+        data_dir: Annotated[
+            Path | None, typer.Option(help="Overrides LEDGER_DATA_DIR for this worker.")
+        ] = None,
+        metrics_port: Annotated[
+            int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+        ] = None,
     ) -> None:
         """Claim, send and reconcile deliveries (faust, exactly-once). Ctrl-C stops it."""
         import faust
@@ -26,8 +33,19 @@ def register(app: typer.Typer) -> None:
         from streams.app import create_app
 
         settings = Settings()
+        if data_dir is not None:
+            settings = settings.model_copy(update={"data_dir": data_dir})
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
+        if metrics_port is not None:
+            settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
         built = create_app(settings, name=name)
+        if settings.worker_metrics_port and built.metrics is not None:
+            built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
+            print(
+                f"metrics on http://{settings.worker_metrics_host}:"
+                f"{settings.worker_metrics_port}/metrics",
+                flush=True,
+            )
         print(
             f"ledger worker {built.worker_id}: group {settings.worker_group}, "
             f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}",

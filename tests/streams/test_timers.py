@@ -20,11 +20,13 @@ def test_due_entries_in_order_per_partition_and_rescheduling(tmp_path: Path) -> 
         index.schedule(1, "c", None)
         assert index.due([0, 1, 2], T0 + timedelta(seconds=6), 10) == [(0, "a"), (2, "d")]
         assert index.count() == 3
+        assert index.size == 3
         assert index.next_due([0]) == T0 + timedelta(seconds=5)
         assert index.due([0, 1, 2], T0 + timedelta(seconds=60), 1) == [(0, "a")]
         assert index.drop_partition(0) == 2
         assert index.due([0, 1, 2], T0 + timedelta(seconds=60), 10) == [(2, "d")]
         assert index.count() == 1
+        assert index.size == 1
     finally:
         index.close()
     assert not (tmp_path / "due").exists()

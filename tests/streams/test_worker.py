@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import socket
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from events import DeliverySpec, Publisher
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from streams.state import Status
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:
@@ -18,6 +29,15 @@ async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) ->
 async def settled(view: LedgerView, keys: list[str], *statuses: Status) -> bool:
     states = await view()
     return all(k in states and states[k].status in statuses for k in keys)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 async def test_happy_path_every_delivery_confirmed_once(
@@ -40,7 +60,8 @@ async def test_happy_path_every_delivery_confirmed_once(
             ),
         ],
     )
-    worker = worker_factory.start("w1")
+    port = free_port()
+    worker = worker_factory.start("w1", worker_metrics_port=port)
 
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
@@ -50,6 +71,17 @@ async def test_happy_path_every_delivery_confirmed_once(
     for key in keys:
         assert receiver.accepted(key) == 1
     states = await ledger_view()
-    provider_key = keys[2]
-    assert states[provider_key].provider_message_id
+    assert states[keys[2]].provider_message_id == receiver.event(keys[2]).receiver_id  # type: ignore[union-attr]
     assert worker.alive(), worker.output()
+
+    # The worker's own /metrics agree with what the receiver saw.
+    samples = scrape(port)
+    sends = {
+        labels: v for (name, labels), v in samples.items() if name == "ledger_worker_sends_total"
+    }
+    assert sum(sends.values()) == 3
+    assert sends[(("channel", "webhook"), ("outcome", "confirmed"))] == 2
+    assert sends[(("channel", "provider"), ("outcome", "sent"))] == 1  # queued: SENT, then lookup
+    assert samples[("ledger_worker_send_seconds_count", (("channel", "provider"),))] == 1
+    assert samples[("ledger_worker_owned_partitions", ())] == settings.partitions
+    assert samples[("ledger_worker_dead_lettered_total", ())] == 0

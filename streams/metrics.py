@@ -1,0 +1,83 @@
+"""The worker's live metrics, in Prometheus text format on 127.0.0.1 (opt-in by port).
+
+Counters and the send-latency histogram are updated where things happen; gauges that
+describe the present (consumer lag, due timers, sends in flight) are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+SEND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class WorkerMetrics:
+    """One registry per worker process (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.events = Counter(
+            "ledger_worker_events_processed",
+            "Delivery events folded by this worker.",
+            ["type"],
+            registry=self.registry,
+        )
+        self.dead_lettered = Counter(
+            "ledger_worker_dead_lettered",
+            "Records sent to the dead-letter topic.",
+            registry=self.registry,
+        )
+        self.sends = Counter(
+            "ledger_worker_sends",
+            "Send attempts by channel and outcome.",
+            ["channel", "outcome"],
+            registry=self.registry,
+        )
+        self.lookups = Counter(
+            "ledger_worker_lookups",
+            "Provider lookups by channel and outcome.",
+            ["channel", "outcome"],
+            registry=self.registry,
+        )
+        self.send_seconds = Histogram(
+            "ledger_worker_send_seconds",
+            "Time from request start to classified outcome.",
+            ["channel"],
+            buckets=SEND_BUCKETS,
+            registry=self.registry,
+        )
+        self.timer_events = Counter(
+            "ledger_worker_timer_events",
+            "Events appended by timers (claims, lease expiries).",
+            registry=self.registry,
+        )
+        self.skipped_recovered = Counter(
+            "ledger_worker_skipped_records_recovered",
+            "Committed records the stream skipped and the continuity guard re-read.",
+            registry=self.registry,
+        )
+
+    def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A gauge whose value is read at scrape time."""
+        self.registry.register(_LiveGauge(name, help_text, read))
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose /metrics on ``host:port`` (a daemon thread)."""
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+class _LiveGauge(Collector):
+    def __init__(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        self._name = name
+        self._help = help_text
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self._name, self._help, value=float(self._read()))
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self._name, self._help)
