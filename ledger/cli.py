@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -17,8 +15,6 @@ from events.settings import Settings
 from ledger.broker import LocalBroker
 from ledger.commands import register_all
 from ledger.errors import LedgerError
-from ledger.render import event_line
-from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
 
 app = typer.Typer(
@@ -160,42 +156,6 @@ def publish(
             out.print(f"  {request.channel}:{request.recipient} key {request.idempotency_key}")
 
     guarded(body)
-
-
-@app.command("replay")
-def replay_command(
-    topic: Annotated[list[str] | None, typer.Option("--topic", "-t")] = None,
-    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
-) -> None:
-    """Read topics from the beginning (read_committed) and print one line per event."""
-
-    def body() -> None:
-        settings = _settings()
-        topics = topic or [settings.topic_runs, settings.topic_deliveries]
-        asyncio.run(_print_replay(settings, topics, ReplayFilter(run_id, key), as_json))
-
-    guarded(body)
-
-
-async def _print_replay(
-    settings: Settings, topics: list[str], wanted: ReplayFilter, as_json: bool
-) -> None:
-    async for record in replay(settings, topics, wanted):
-        if as_json:
-            line: dict[str, Any] = {
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-            }
-            if record.event is not None:
-                line["event"] = record.event.model_dump(mode="json")
-            else:
-                line["error"] = record.error
-            sys.stdout.write(json.dumps(line) + "\n")
-        else:
-            out.print(event_line(record), highlight=False)
 
 
 async def _connected(coro: Any, settings: Settings) -> Any:

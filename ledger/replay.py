@@ -1,9 +1,10 @@
-"""Read a topic from the beginning (read_committed) and yield its decoded events."""
+"""Read topics (read_committed) from a start offset to their current end, decoded and filtered."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
@@ -12,6 +13,9 @@ from events.codec import EventDecodeError, decode
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
 from ledger.errors import LedgerError
+
+# Called as records are read (kept or not): (records read so far, records to read).
+ReplayProgress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -25,19 +29,44 @@ class ReplayedRecord:
     event: AnyExecutionEvent | AnyDeliveryEvent | None
     error: str | None
 
+    @property
+    def occurred_at(self) -> datetime:
+        """The event's time, or the broker's record time for an undecodable record."""
+        if self.event is not None:
+            return self.event.occurred_at
+        return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+
 
 @dataclass(frozen=True)
 class ReplayFilter:
-    """Which events to keep."""
+    """Which records to read (offsets, partitions) and which of them to keep (the rest).
+
+    Offsets bound the read itself, per partition: ``from_offset`` inclusive, ``to_offset``
+    exclusive. Times compare with the event's ``occurred_at``: ``since`` inclusive,
+    ``until`` exclusive. Undecodable records pass only filters they cannot fail.
+    """
 
     run_id: str | None = None
     idempotency_key: str | None = None
+    event_types: frozenset[str] = frozenset()
+    since: datetime | None = None
+    until: datetime | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    partitions: frozenset[int] = frozenset()
 
     def keeps(self, record: ReplayedRecord) -> bool:
         """True when the record passes every filter that is set."""
+        at = record.occurred_at
+        if (self.since is not None and at < self.since) or (
+            self.until is not None and at >= self.until
+        ):
+            return False
         event = record.event
         if event is None:
-            return self.run_id is None and self.idempotency_key is None
+            return self.run_id is None and self.idempotency_key is None and not self.event_types
+        if self.event_types and event.type not in self.event_types:
+            return False
         if self.run_id is not None and event.run_id != self.run_id:
             return False
         if self.idempotency_key is not None:
@@ -46,9 +75,13 @@ class ReplayFilter:
 
 
 async def replay(
-    settings: Settings, topics: list[str], wanted: ReplayFilter | None = None
+    settings: Settings,
+    topics: list[str],
+    wanted: ReplayFilter | None = None,
+    progress: ReplayProgress | None = None,
 ) -> AsyncIterator[ReplayedRecord]:
-    """Every committed record now in ``topics``, from offset 0 to the current end."""
+    """Every committed record now in ``topics`` within the filter's offsets, in order per
+    partition, up to the end as it was when the replay started."""
     wanted = wanted or ReplayFilter()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
@@ -56,6 +89,7 @@ async def replay(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         group_id=None,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
     )
     try:
         await consumer.start()
@@ -69,14 +103,24 @@ async def replay(
         partitions: list[TopicPartition] = []
         for topic in topics:
             numbers = await _partitions_for(consumer, topic)
+            if wanted.partitions:
+                numbers &= wanted.partitions
             partitions += [TopicPartition(topic, p) for p in sorted(numbers)]
         if not partitions:
             return
         consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
         # The end of a read_committed consumer is the last stable offset.
         ends = await consumer.end_offsets(partitions)
-        remaining = {tp for tp in partitions if ends[tp] > 0}
+        starts = await consumer.beginning_offsets(partitions)
+        for tp in partitions:
+            start = max(starts[tp], wanted.from_offset or 0)
+            consumer.seek(tp, start)
+            starts[tp] = start
+            if wanted.to_offset is not None:
+                ends[tp] = min(ends[tp], wanted.to_offset)
+        total = sum(max(0, ends[tp] - starts[tp]) for tp in partitions)
+        read = 0
+        remaining = {tp for tp in partitions if ends[tp] > starts[tp]}
         for tp in partitions:
             if tp not in remaining:
                 consumer.pause(tp)
@@ -86,6 +130,7 @@ async def replay(
                 for message in messages:
                     if message.offset >= ends[tp]:
                         continue
+                    read += 1
                     record = _decoded(message)
                     if wanted.keeps(record):
                         yield record
@@ -95,6 +140,9 @@ async def replay(
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
+            if progress is not None:
+                # Offsets, not records, bound the total (commit markers take offsets too).
+                progress(read, max(total, read) if remaining else read)
     finally:
         await consumer.stop()
 

@@ -195,6 +195,9 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[str, typer.Argument(help="The agent run id.")],
         dsn: Dsn = None,
         as_json: Annotated[bool, typer.Option("--json")] = False,
+        timeline: Annotated[
+            bool, typer.Option("--timeline", help="The answers, then one line per step.")
+        ] = False,
     ) -> None:
         """One run's incident view: execution, each delivery's attempts, as a timeline."""
 
@@ -204,6 +207,12 @@ def register(app: typer.Typer) -> None:
                 view = run_view(store, run_id)
             if as_json:
                 sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
+                return
+            if timeline:
+                from ledger.render import timeline_lines
+
+                for line in timeline_lines(view):
+                    out.print(line, highlight=False, soft_wrap=True)
                 return
             out.print(f"run {run_id}: execution {view.execution}", highlight=False)
             for d in view.deliveries:

@@ -1,0 +1,192 @@
+"""``ledger replay``: read the log (read_committed), filter it, print or export it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from events.model import ALL_EVENT_TYPES
+from events.settings import Settings
+from ledger.errors import LedgerError
+from ledger.render import (
+    CsvWriter,
+    JsonLinesWriter,
+    LineWriter,
+    ParquetWriter,
+    RecordWriter,
+    TableWriter,
+)
+from ledger.replay import ReplayFilter, ReplayProgress, replay
+
+err = Console(stderr=True)
+# A replay at least this long (records to read) gets a progress bar unless told otherwise.
+LONG_REPLAY = 10_000
+
+
+class Format(StrEnum):
+    """Output formats."""
+
+    line = "line"
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+def _when(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise LedgerError(
+            f"{flag} {text!r} is not an ISO-8601 time", "for example 2026-01-05T09:00:00Z"
+        ) from None
+    # A time without a zone is UTC, like every time the ledger stores.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _types(given: list[str] | None) -> frozenset[str]:
+    wanted = frozenset(given or ())
+    unknown = sorted(wanted - set(ALL_EVENT_TYPES))
+    if unknown:
+        raise LedgerError(
+            f"unknown event type {unknown[0]!r}", "one of: " + ", ".join(sorted(ALL_EVENT_TYPES))
+        )
+    return wanted
+
+
+@contextmanager
+def _progress(show: bool | None) -> Iterator[ReplayProgress]:
+    bar = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} records"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    task = bar.add_task("replay", total=None, start=False)
+    started = False
+
+    def advance(done: int, total: int) -> None:
+        nonlocal started
+        if not started:
+            if show is False or (show is None and total < LONG_REPLAY):
+                return
+            bar.update(task, completed=done, total=total)
+            bar.start()
+            started = True
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield advance
+    finally:
+        if started:
+            bar.stop()
+
+
+def _writer(fmt: Format, output: Path | None, stream: TextIO) -> RecordWriter:
+    if fmt is Format.parquet:
+        if output is None:
+            raise LedgerError("parquet needs a file", "add --output PATH (-o PATH)")
+        return ParquetWriter(output)
+    if fmt is Format.jsonl:
+        return JsonLinesWriter(stream)
+    if fmt is Format.csv:
+        return CsvWriter(stream)
+    console = Console(file=stream) if output is not None else Console()
+    return TableWriter(console) if fmt is Format.table else LineWriter(console)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``replay`` to ``app``."""
+
+    @app.command("replay")
+    def replay_command(
+        topic: Annotated[list[str] | None, typer.Option("--topic", "-t")] = None,
+        run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+        key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+        event_type: Annotated[
+            list[str] | None, typer.Option("--type", help="Event type, e.g. delivery.unknown.")
+        ] = None,
+        since: Annotated[
+            str | None, typer.Option("--since", help="Events at or after this time (ISO, UTC).")
+        ] = None,
+        until: Annotated[
+            str | None, typer.Option("--until", help="Events before this time (ISO, UTC).")
+        ] = None,
+        from_offset: Annotated[
+            int | None, typer.Option("--from-offset", min=0, help="Per partition, inclusive.")
+        ] = None,
+        to_offset: Annotated[
+            int | None, typer.Option("--to-offset", min=0, help="Per partition, exclusive.")
+        ] = None,
+        partition: Annotated[list[int] | None, typer.Option("--partition", "-p")] = None,
+        fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.line,
+        as_json: Annotated[bool, typer.Option("--json", help="Same as --format jsonl.")] = False,
+        output: Annotated[
+            Path | None, typer.Option("--output", "-o", help="Write here (parquet needs it).")
+        ] = None,
+        progress: Annotated[
+            bool | None,
+            typer.Option(
+                "--progress/--no-progress",
+                help=f"Progress bar on stderr (default: for {LONG_REPLAY:,}+ records).",
+                show_default=False,
+            ),
+        ] = None,
+    ) -> None:
+        """Read topics (read_committed) and print or export the events that pass the filters."""
+        from ledger.cli import _settings, guarded
+
+        def body() -> None:
+            settings = _settings()
+            wanted = ReplayFilter(
+                run_id=run_id,
+                idempotency_key=key,
+                event_types=_types(event_type),
+                since=_when(since, "--since"),
+                until=_when(until, "--until"),
+                from_offset=from_offset,
+                to_offset=to_offset,
+                partitions=frozenset(partition or ()),
+            )
+            chosen = Format.jsonl if as_json else fmt
+            topics = topic or [settings.topic_runs, settings.topic_deliveries]
+            opened = (
+                output.open("w", newline="", encoding="utf-8")
+                if output is not None and chosen is not Format.parquet
+                else nullcontext(sys.stdout)
+            )
+            with opened as stream:
+                asyncio.run(
+                    _export(settings, topics, wanted, _writer(chosen, output, stream), progress)
+                )
+
+        guarded(body)
+
+
+async def _export(
+    settings: Settings,
+    topics: list[str],
+    wanted: ReplayFilter,
+    writer: RecordWriter,
+    show: bool | None,
+) -> None:
+    try:
+        with _progress(show) as advance:
+            async for record in replay(settings, topics, wanted, progress=advance):
+                writer.write(record)
+    finally:
+        writer.close()
