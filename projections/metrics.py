@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
@@ -23,7 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from events.settings import Settings
-from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.dashboard.overview import COUNTERS, AggregateCache, Overview, overview
 from projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,40 +53,51 @@ class LogNumbers:
 
 
 def projection_numbers(
-    store: Store, now: datetime, configured: dict[str, int]
+    store: Store,
+    now: datetime,
+    configured: dict[str, int],
+    cache: AggregateCache | None = None,
 ) -> ProjectionNumbers:
     """Read the projection once for a scrape."""
-    page = overview(store, now, configured, limit=0)
+    page = overview(store, now, configured, limit=0, cache=cache)
     store.begin_read()
     try:
-        runs = {r["status"]: int(r["n"]) for r in store.rows(
-            "SELECT status, COUNT(*) AS n FROM agent_runs GROUP BY status")}  # fmt: skip
-        sends = [
-            (r["channel"], r["outcome"], int(r["n"]))
-            for r in store.rows(
-                "SELECT channel, outcome, COUNT(*) AS n FROM delivery_attempts "
-                "WHERE outcome <> 'CLAIMED' GROUP BY channel, outcome ORDER BY channel, outcome"
-            )
-        ]
-        # A lease is open while the delivery's current attempt is claimed and has no outcome.
-        leases = store.rows(
-            "SELECT COUNT(*) AS n FROM deliveries d JOIN delivery_attempts a "
-            "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
-            "WHERE d.status = 'PENDING' AND a.outcome = 'CLAIMED'"
-        )[0]["n"]
-        retry = store.rows(
-            "SELECT COUNT(*) AS n FROM deliveries "
-            "WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL"
-        )[0]["n"]
-        consumed = {
-            r["topic"]: int(r["n"])
-            for r in store.rows(
-                "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
-            )
-        }
+        memo = cache or AggregateCache()
+        rest = memo.get(store, ("metrics",), lambda: _log_side(store))
     finally:
         store.rollback()
-    return ProjectionNumbers(page, runs, sends, int(leases), int(retry), consumed)
+    return ProjectionNumbers(page, *rest)
+
+
+def _log_side(store: Store) -> tuple[dict[str, int], list[tuple[str, str, int]], int, int, Any]:
+    runs = {
+        r["status"]: int(r["n"])
+        for r in store.rows("SELECT status, COUNT(*) AS n FROM agent_runs GROUP BY status")
+    }
+    sends = [
+        (r["channel"], r["outcome"], int(r["n"]))
+        for r in store.rows(
+            "SELECT channel, outcome, COUNT(*) AS n FROM delivery_attempts "
+            "WHERE outcome <> 'CLAIMED' GROUP BY channel, outcome ORDER BY channel, outcome"
+        )
+    ]
+    # A lease is open while the delivery's current attempt is claimed and has no outcome.
+    leases = store.rows(
+        "SELECT COUNT(*) AS n FROM deliveries d JOIN delivery_attempts a "
+        "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
+        "WHERE d.status = 'PENDING' AND a.outcome = 'CLAIMED'"
+    )[0]["n"]
+    retry = store.rows(
+        "SELECT COUNT(*) AS n FROM deliveries "
+        "WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL"
+    )[0]["n"]
+    consumed = {
+        r["topic"]: int(r["n"])
+        for r in store.rows(
+            "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
+        )
+    }
+    return runs, sends, int(leases), int(retry), consumed
 
 
 class LogWatcher:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,13 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX deliveries_run ON deliveries (run_id)",
     "CREATE INDEX deliveries_status ON deliveries (status, slo_deadline)",
     "CREATE INDEX duplicate_keys_key ON duplicate_keys (idempotency_key)",
+    # Version 2: indexes for the dashboard, so its page stays fast at 100k+ deliveries.
+    "CREATE INDEX duplicate_keys_run ON duplicate_keys (run_id)",
+    "CREATE INDEX delivery_attempts_run ON delivery_attempts (run_id)",
+    "CREATE INDEX delivery_attempts_class ON delivery_attempts (channel, error_class, outcome)",
+    "CREATE INDEX deliveries_created ON deliveries (created_at, status)",
+    "CREATE INDEX deliveries_outcome ON deliveries (status, run_id, created_at, confirmed_at)",
+    "CREATE INDEX agent_runs_status ON agent_runs (run_id, status)",
 )
 
 

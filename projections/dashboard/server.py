@@ -22,7 +22,7 @@ from aiohttp import web
 
 from events.settings import Settings
 from projections.dashboard.lookup import run_page, search
-from projections.dashboard.overview import overview
+from projections.dashboard.overview import AggregateCache, overview
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
 from projections.store import ProjectionError, Store
 
@@ -46,6 +46,7 @@ SETTINGS_KEY = web.AppKey("settings", Settings)
 CLOCK_KEY: web.AppKey[Clock] = web.AppKey("clock")
 EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
 WATCHER_KEY = web.AppKey("watcher", LogWatcher)
+CACHE_KEY = web.AppKey("cache", AggregateCache)
 
 
 def is_loopback(host: str) -> bool:
@@ -113,7 +114,10 @@ async def api_overview(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     now = request.app[CLOCK_KEY]()
     data = await _in_store(
-        request, lambda s: overview(s, now, settings.dashboard_thresholds, limit).to_json()
+        request,
+        lambda s: overview(
+            s, now, settings.dashboard_thresholds, limit, request.app[CACHE_KEY]
+        ).to_json(),
     )
     data["refresh_seconds"] = settings.dashboard_refresh_seconds
     return _json(data)
@@ -141,7 +145,8 @@ async def metrics(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     now = request.app[CLOCK_KEY]()
     numbers = await _in_store(
-        request, lambda s: projection_numbers(s, now, settings.dashboard_thresholds)
+        request,
+        lambda s: projection_numbers(s, now, settings.dashboard_thresholds, request.app[CACHE_KEY]),
     )
     logged = await request.app[WATCHER_KEY].numbers()
     body = exposition(numbers, logged, settings)
@@ -163,6 +168,8 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     # One thread owns the connection: SQLite connections must not be used concurrently.
     app[EXECUTOR_KEY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-store")
     app[WATCHER_KEY] = LogWatcher(settings)
+    # Used only from the store's thread, like the connection itself.
+    app[CACHE_KEY] = AggregateCache()
 
     async def cleanup(app: web.Application) -> None:
         await app[WATCHER_KEY].stop()

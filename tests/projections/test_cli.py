@@ -109,7 +109,7 @@ async def test_commands_refuse_an_old_schema_with_one_line(settings: Settings) -
         assert done.returncode == 1
         first = done.stderr.splitlines()[0]
         assert first.startswith("error: projection schema at")
-        assert "is version 0, this ledger needs version 1: rebuild it from the log" in first
+        assert "is version 0, this ledger needs version 2: rebuild it from the log" in first
         assert "Traceback" not in done.stderr
 
     default = ledger(settings, "status")  # the data dir's default SQLite file: none yet
