@@ -121,6 +121,8 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         key_serializer="raw",
         value_serializer="raw",
         stream_wait_empty=False,
+        # Claims, dead letters and changelog writes are small: let them share requests.
+        producer_linger=0.005,
     )
     deliveries: Any = app.topic(
         settings.topic_deliveries,

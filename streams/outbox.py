@@ -34,7 +34,7 @@ class Outbox:
                     bootstrap_servers=self._settings.bootstrap_servers,
                     enable_idempotence=True,
                     acks="all",
-                    linger_ms=2,
+                    linger_ms=5,
                 )
                 await producer.start()
                 self._producer = producer

@@ -3,4 +3,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.receiver",
     "tests.fixtures.worker",
+    "tests.fixtures.projection",
 ]

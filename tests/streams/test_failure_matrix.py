@@ -18,6 +18,7 @@ from events import DeliverySpec, Publisher
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from streams.state import DeliveryState, Status
+from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, settings_env, wait_for
 
@@ -57,9 +58,14 @@ def posts(receiver: BackgroundSimulator, key: str) -> int:
 
 
 async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
-    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     worker = worker_factory.start("w1")
     txid = f"agent-{settings.topic_runs}"
     script = (
@@ -89,12 +95,18 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
     assert [s.run_id for s in states.values()] == ["run-next"]
     assert set(receiver.events()) == {key}
     assert receiver.requests(path="/hooks/lost") == []
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
-    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-2",
@@ -111,13 +123,19 @@ async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
     assert states[keys[0]].attempt == 1
     assert receiver.accepted(keys[0]) == 1
     assert posts(receiver, keys[0]) == 1
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row3_timeout_is_unknown_then_settled_by_lookup(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-3",
@@ -133,12 +151,18 @@ async def test_row3_timeout_is_unknown_then_settled_by_lookup(
     assert receiver.accepted(keys[0]) == 1
     assert posts(receiver, keys[0]) == 1
     assert len(receiver.requests(key=keys[0], method="GET")) >= 1
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
-    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-3b",
@@ -152,12 +176,18 @@ async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
     assert state.attempt == 2
     assert state.provider_message_id
     assert receiver.accepted(keys[0]) == 1
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row4_permanent_rejection_fails_with_its_class(
-    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-4",
@@ -170,13 +200,19 @@ async def test_row4_permanent_rejection_fails_with_its_class(
     assert "410" in (states[keys[0]].last_reason or "")
     assert receiver.accepted(keys[0]) == 0
     assert posts(receiver, keys[0]) == 1, "a permanent rejection is never retried"
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row4_rate_limit_is_retried_after_retry_after(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-4b",
@@ -190,13 +226,19 @@ async def test_row4_rate_limit_is_retried_after_retry_after(
     sends = receiver.requests(key=keys[0], method="POST")
     assert len(sends) == 2
     assert (sends[1].at - sends[0].at) >= 1.9  # Retry-After: 2 honoured
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False, delivered_after_s=0)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-5",
@@ -216,13 +258,19 @@ async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
         assert posts(receiver, key) == 1
     provider = states[keys[0]]
     assert provider.provider_message_id == receiver.event(keys[0]).receiver_id  # type: ignore[union-attr]
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     specs = [
         DeliverySpec(channel="webhook", recipient=receiver.webhook_url(f"r{i}"), payload={"i": i})
         for i in range(12)
@@ -237,13 +285,19 @@ async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
         assert receiver.accepted(key) == 1
         assert posts(receiver, key) == 1
     assert all(s.fencing_token == 1 for s in states.values())
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row6_worker_killed_mid_send_other_worker_settles_it(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     w2 = worker_factory.start("w2")
     w1 = worker_factory.start("w1")
     specs = [
@@ -258,13 +312,19 @@ async def test_row6_worker_killed_mid_send_other_worker_settles_it(
     for key in keys:
         assert receiver.accepted(key) == 1, states[key]
         assert posts(receiver, key) == 1, states[key]
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row7_500_after_acceptance_is_looked_up_not_resent(
-    worker_factory: WorkerFactory, receiver_factory: ReceiverFactory, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-7",
@@ -277,6 +337,7 @@ async def test_row7_500_after_acceptance_is_looked_up_not_resent(
     assert states[keys[0]].last_error_class == "http_5xx"
     assert receiver.accepted(keys[0]) == 1
     assert posts(receiver, keys[0]) == 1
+    await live_projection.matches(await ledger_view())
 
 
 async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
@@ -284,8 +345,11 @@ async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
     read_topic: object,
+    live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver, lookup=False)
+    live_projection.settings = settings
+    live_projection.start()
     keys = await publish(
         settings,
         "run-7b",
@@ -301,3 +365,4 @@ async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
     assert "dedupes on the idempotency key" in retries[0].safety
+    await live_projection.matches(await ledger_view())
