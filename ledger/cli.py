@@ -171,11 +171,22 @@ async def _connected(coro: Any, settings: Settings) -> Any:
 
 
 @app.command("demo")
-def demo() -> None:
-    """Start the broker, create topics, publish a sample run and replay its events."""
-    from ledger.demo import run_demo
+def demo(
+    once: Annotated[bool, typer.Option("--once", help="Exit after the summary.")] = False,
+    runs: Annotated[int, typer.Option(min=1, help="Runs to publish (3 deliveries each).")] = 40,
+) -> None:
+    """The whole product with faults: broker, 2 workers, projector, dashboard, fake provider."""
+    from ledger.demo import DemoOptions, run_demo
 
-    guarded(lambda: run_demo(_settings(), out))
+    def body() -> None:
+        summary = run_demo(_settings(), out, DemoOptions(runs=runs, once=once))
+        if not summary.ok:
+            raise LedgerError(
+                "the demo ended with deliveries accepted twice or not settled",
+                "see the summary above and the logs in the data dir's demo-logs/",
+            )
+
+    guarded(body)
 
 
 register_all(app)

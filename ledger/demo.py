@@ -1,59 +1,321 @@
-"""The main job, first version: broker, topics, one sample run, its events replayed."""
+"""``ledger demo``: the whole product on embedded defaults, with faults, in one command.
+
+Starts (or reuses) the local broker, creates the topics, starts two ``ledger worker``
+processes, ``ledger project``, ``ledger dashboard`` and the fake provider; publishes runs
+with deliveries over every channel while the provider injects timeouts, 500-after-accept
+and rejects, and one worker is SIGKILLed mid-way; then prints what the receiver got.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import httpx
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from events.publisher import DeliverySpec, Publisher
-from events.settings import Settings
+from events.settings import Settings, WebhookEndpoint
 from ledger.broker import LocalBroker
-from ledger.render import event_line
-from ledger.replay import ReplayFilter, replay
+from ledger.broker.process import metadata_ok
+from ledger.errors import LedgerError
+from ledger.observe import LedgerObserver
+from ledger.stack import Child, Stack, read_json_line
 from ledger.topics import create_topics
+from projections.backends import default_dsn
+
+SETTLE_TIMEOUT_S = 300.0
 
 
-def run_demo(settings: Settings, out: Console) -> None:
-    """Start (or reuse) the broker, create topics, publish a run with 3 deliveries, replay it."""
+@dataclass
+class DemoOptions:
+    """What ``ledger demo`` was asked to do."""
+
+    runs: int = 40
+    rate: float = 8.0  # runs per second
+    once: bool = False
+    seed: int = 7
+
+
+@dataclass
+class Summary:
+    """The numbers the demo ends with."""
+
+    runs: int
+    deliveries: int
+    by_status: dict[str, int]
+    unknowns_reconciled: int
+    accepted_twice: int
+    requests_per_delivery: float
+    elapsed_s: float
+    dashboard: str
+    killed_worker: str | None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing accepted twice, every delivery settled or visibly UNKNOWN."""
+        open_ = self.by_status.get("PENDING", 0) + self.by_status.get("SENT", 0)
+        return self.accepted_twice == 0 and open_ == 0
+
+
+def run_demo(settings: Settings, out: Console, options: DemoOptions | None = None) -> Summary:
+    """Run the demo; returns the summary (printed too). Stops everything it started."""
+    options = options or DemoOptions()
     broker = LocalBroker(settings)
-    with out.status("starting the local Kafka broker..."):
-        report = broker.start()
-    state = "reused" if report.already_running else f"started in {report.seconds:.1f}s"
-    out.print(f"[bold]broker[/] {settings.bootstrap_servers} {state}")
-    for topic in asyncio.run(create_topics(settings)):
-        out.print(f"[bold]topic[/] {topic.name} ({topic.partitions} partitions)")
-    run_id = f"demo-{uuid.uuid4().hex[:8]}"
-    deliveries = [
-        DeliverySpec(
-            channel="webhook",
-            recipient="http://127.0.0.1:8787/hooks/ops",
-            payload={"text": f"run {run_id} finished"},
-        ),
-        DeliverySpec(
-            channel="webhook",
-            recipient="http://127.0.0.1:8787/hooks/audit",
-            payload={"run": run_id, "status": "succeeded"},
-        ),
-        DeliverySpec(
-            channel="provider",
-            recipient="http://127.0.0.1:8787/provider",
-            payload={"to": "oncall@example.test", "body": "done"},
-        ),
-    ]
+    started = False
+    if metadata_ok(settings.bootstrap_servers, timeout=3.0):
+        out.print(f"[bold]broker[/] {settings.bootstrap_servers} reused")
+    else:
+        with out.status("starting the local Kafka broker..."):
+            report = broker.start()
+        started = not report.already_running
+        out.print(f"[bold]broker[/] {settings.bootstrap_servers} started in {report.seconds:.1f}s")
+    stack = Stack(settings.data_dir / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        asyncio.run(create_topics(settings))
+        return asyncio.run(_demo(settings, stack, out, options))
+    finally:
+        killed = stack.stop()
+        if killed:
+            out.print(f"had to SIGKILL {', '.join(killed)} on shutdown")
+        if started:
+            broker.stop()
+            out.print("broker stopped (the demo started it)")
+        else:
+            out.print("every process the demo started is stopped; the broker keeps running")
 
-    async def publish_and_replay() -> None:
-        async with Publisher(settings, producer_name="demo-agent") as publisher:
-            await publisher.run_started(run_id, agent="demo-agent")
-            await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", deliveries)
-        out.print(
-            f"[bold]published[/] run {run_id}: RunSucceeded + 3 DeliveryRequested, one transaction"
+
+async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOptions) -> Summary:
+    simulator = stack.start(
+        "fake-provider",
+        [
+            "fake-provider",
+            "--port",
+            "0",
+            "--control-port",
+            "0",
+            "--no-dedupe",
+            "--seed",
+            str(options.seed),
+            "--timeout-pct",
+            "10",
+            "--error-pct",
+            "5",
+            "--reject-pct",
+            "2",
+            "--delay",
+            "3",
+            "--delivered-after",
+            "0.3",
+            "--json",
+        ],
+        settings,
+        stdout=subprocess.PIPE,
+    )
+    urls = await asyncio.to_thread(read_json_line, simulator)
+    settings = settings.model_copy(
+        update={
+            "webhook_endpoints": {
+                **settings.webhook_endpoints,
+                f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
+            },
+            "http_timeout_s": 1.0,
+            "lease_seconds": 8.0,
+        }
+    )
+    out.print(f"[bold]fake provider[/] {urls['base']} (no dedupe: a double send would show)")
+    workers = {
+        name: stack.start(name, ["worker", "--name", name], settings)
+        for name in ("demo-w1", "demo-w2")
+    }
+    stack.start("projector", ["project"], settings)
+    dashboard = await _start_dashboard(stack, settings)
+    out.print(f"[bold]workers[/] demo-w1, demo-w2 · [bold]projector[/] {default_dsn(settings)}")
+    out.print(f"[bold]dashboard[/] {dashboard}")
+    out.print(f"[dim]logs in {stack.logs}[/]")
+
+    tag = uuid.uuid4().hex[:6]
+    began = time.monotonic()
+    published: list[str] = []
+    killed: str | None = None
+    async with LedgerObserver(settings, only=set()) as observer:
+        assert observer.only is not None
+        publisher_task = asyncio.create_task(
+            _publish(settings, urls, tag, options, published, observer.only)
         )
-        out.print(f"[bold]replay[/] --run-id {run_id}")
-        topics = [settings.topic_runs, settings.topic_deliveries]
-        async for record in replay(settings, topics, ReplayFilter(run_id=run_id)):
-            out.print("  " + event_line(record), highlight=False)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} settled"),
+            TimeElapsedColumn(),
+            console=out,
+        ) as progress:
+            task = progress.add_task("deliveries", total=options.runs * 3)
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while time.monotonic() < deadline:
+                await observer.poll(300)
+                counts = observer.by_status()
+                progress.update(task, completed=observer.settled, description=_line(counts))
+                for name, worker in workers.items():
+                    if worker.process.poll() is not None and worker in stack.children:
+                        raise LedgerError(f"worker {name} exited unexpectedly", f"see {worker.log}")
+                if killed is None and observer.settled >= options.runs * 3 * 0.4:
+                    killed = "demo-w1"
+                    stack.kill(workers[killed])
+                    progress.console.print(
+                        f"[yellow]SIGKILL[/] {killed} mid-run (a crash); "
+                        "restarting it: its leases expire and lookups settle "
+                        "what it had in flight"
+                    )
+                    workers[killed] = stack.start(killed, ["worker", "--name", killed], settings)
+                if publisher_task.done() and observer.settled >= len(published):
+                    break
+        await publisher_task
+        summary = _summary(observer, options.runs, published, urls, began, dashboard, killed)
+        _print_summary(out, summary)
+        if not options.once:
+            await _keep_running(settings, urls, tag, options, observer, out)
+            summary = _summary(observer, options.runs, published, urls, began, dashboard, killed)
+    return summary
 
-    asyncio.run(publish_and_replay())
-    out.print("the broker keeps running; stop it with 'ledger broker stop'")
+
+async def _start_dashboard(stack: Stack, settings: Settings) -> str:
+    # The dashboard reads the projection: wait until the projector has created it.
+    target = Path(default_dsn(settings).removeprefix("sqlite://"))
+    for _ in range(100):
+        if await asyncio.to_thread(target.exists):
+            break
+        await asyncio.sleep(0.1)
+    child = stack.start("dashboard", ["dashboard", "--port", "0"], settings)
+    return await asyncio.to_thread(_dashboard_url, child)
+
+
+def _dashboard_url(child: Child) -> str:
+    for _ in range(150):
+        for line in child.log.read_text(errors="replace").splitlines():
+            if "dashboard on http" in line:
+                return line.split("dashboard on ", 1)[1].split()[0]
+        if not child.alive():
+            break
+        time.sleep(0.1)
+    return f"(dashboard did not start: see {child.log})"
+
+
+async def _publish(
+    settings: Settings,
+    urls: dict[str, Any],
+    tag: str,
+    options: DemoOptions,
+    published: list[str],
+    follow: set[str],
+    start: int = 0,
+) -> None:
+    async with Publisher(
+        settings, producer_name="demo-agent", transactional_id=f"demo-agent-{tag}"
+    ) as publisher:
+        for n in range(start, start + options.runs):
+            run_id = f"demo-{tag}-{n}"
+            specs = [
+                DeliverySpec(
+                    channel="webhook",
+                    recipient=f"{urls['base']}/hooks/ops",
+                    payload={"text": f"run {run_id} finished"},
+                ),
+                DeliverySpec(
+                    channel="webhook",
+                    recipient=f"{urls['base']}/hooks/audit",
+                    payload={"run": run_id, "status": "succeeded"},
+                ),
+                DeliverySpec(
+                    channel="provider",
+                    recipient=urls["provider"],
+                    payload={"to": "oncall@example.test", "body": f"{run_id} done"},
+                ),
+            ]
+            await publisher.run_started(run_id, agent="demo-agent")
+            requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
+            keys = [r.idempotency_key for r in requests]
+            follow.update(keys)
+            published.extend(keys)
+            await asyncio.sleep(1 / options.rate)
+
+
+async def _keep_running(
+    settings: Settings,
+    urls: dict[str, Any],
+    tag: str,
+    options: DemoOptions,
+    observer: LedgerObserver,
+    out: Console,
+) -> None:
+    out.print("[bold]still running[/]: publishing a run every 2 s; Ctrl-C stops everything")
+    trickle = DemoOptions(runs=1, rate=1000.0)
+    published: list[str] = []
+    n = options.runs
+    try:
+        while True:
+            await _publish(settings, urls, tag, trickle, published, observer.only or set(), n)
+            n += 1
+            for _ in range(6):
+                await observer.poll(300)
+            out.print(_line(observer.by_status()), highlight=False)
+    except asyncio.CancelledError:
+        pass
+
+
+def _line(counts: Any) -> str:
+    order = ("CONFIRMED", "FAILED", "UNKNOWN", "SENT", "PENDING")
+    return " ".join(f"{name.lower()} {counts.get(name, 0)}" for name in order)
+
+
+def _summary(
+    observer: LedgerObserver,
+    runs: int,
+    published: list[str],
+    urls: dict[str, Any],
+    began: float,
+    dashboard: str,
+    killed: str | None,
+) -> Summary:
+    state = httpx.get(f"{urls['control']}/state", timeout=30).json()
+    mine = set(published)
+    posts = sum(1 for r in state["requests"] if r["method"] == "POST" and r["key"] in mine)
+    twice = sum(1 for k, e in state["events"].items() if k in mine and e["accepted"] > 1)
+    return Summary(
+        runs=runs,
+        deliveries=len(published),
+        by_status=dict(observer.by_status()),
+        unknowns_reconciled=observer.unknowns_reconciled(),
+        accepted_twice=twice,
+        requests_per_delivery=posts / max(1, len(published)),
+        elapsed_s=time.monotonic() - began,
+        dashboard=dashboard,
+        killed_worker=killed,
+    )
+
+
+def _print_summary(out: Console, summary: Summary) -> None:
+    table = Table(title="delivery-ledger demo", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("runs", str(summary.runs))
+    table.add_row("deliveries", str(summary.deliveries))
+    for status in ("CONFIRMED", "FAILED", "UNKNOWN", "SENT", "PENDING"):
+        table.add_row(f"  {status}", str(summary.by_status.get(status, 0)))
+    table.add_row("unknowns reconciled by lookup", str(summary.unknowns_reconciled))
+    style = "green" if summary.accepted_twice == 0 else "bold red"
+    table.add_row(
+        "logical events the receiver accepted twice", f"[{style}]{summary.accepted_twice}[/]"
+    )
+    table.add_row("requests per delivery", f"{summary.requests_per_delivery:.2f}")
+    table.add_row("worker SIGKILLed mid-run", summary.killed_worker or "-")
+    table.add_row("elapsed", f"{summary.elapsed_s:.1f} s")
+    table.add_row("dashboard", summary.dashboard)
+    out.print(table)
