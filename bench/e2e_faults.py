@@ -37,9 +37,9 @@ from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
 from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
+from ledger.stack import settings_env
 from ledger.topics import create_topics
 from streams.state import DeliveryState, Status, apply
-from tests.fixtures.worker import settings_env
 
 TERMINAL = {Status.CONFIRMED, Status.FAILED}
 

@@ -13,9 +13,9 @@ import httpx
 from pydantic import SecretStr
 
 from events.settings import Settings
+from ledger.stack import settings_env
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack, start_stack
-from tests.fixtures.worker import settings_env
 from tests.projections.scenarios import T0, requested
 
 

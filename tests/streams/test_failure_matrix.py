@@ -17,10 +17,11 @@ import sys
 from events import DeliverySpec, Publisher
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
+from ledger.stack import settings_env
 from streams.state import DeliveryState, Status
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
-from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, settings_env, wait_for
+from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
 
 TIMEOUT = 90
 
