@@ -10,18 +10,22 @@ reads ahead and caches what it fetched, so one fetch covers many later jumps.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from streams.processor import Record
 
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 15.0
+COORDINATOR_RETRIES = 20
 
 
 class ContinuityGuard:
@@ -43,16 +47,30 @@ class ContinuityGuard:
         self._window.clear()
         if not wanted:
             return
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
-        await admin.start()
-        try:
-            committed = await admin.list_consumer_group_offsets(self._group, partitions=wanted)
-        finally:
-            await admin.close()
+        committed = await self._committed(wanted)
         for tp in wanted:
             meta = committed.get(tp)
             offset = meta.offset if meta is not None and meta.offset >= 0 else 0
             self._last[tp.partition] = offset - 1
+
+    async def _committed(self, wanted: list[TopicPartition]) -> dict[TopicPartition, Any]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+        await admin.start()
+        try:
+            for attempt in range(COORDINATOR_RETRIES):
+                try:
+                    found: dict[TopicPartition, Any] = await admin.list_consumer_group_offsets(
+                        self._group, partitions=wanted
+                    )
+                    return found
+                except KafkaError as exc:
+                    # A new cluster or group may not have a coordinator for a moment.
+                    if not exc.retriable or attempt == COORDINATOR_RETRIES - 1:
+                        raise
+                    await asyncio.sleep(0.5)
+            raise AssertionError("unreachable")
+        finally:
+            await admin.close()
 
     def last_processed(self, partition: int) -> int | None:
         """The highest offset handed to the agent in ``partition`` (None before any)."""
