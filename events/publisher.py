@@ -26,7 +26,7 @@ from events.base import Event, check_run_id
 from events.channels import check_channel, check_recipient
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
-from events.execution import RunFailed, RunStarted, RunSucceeded
+from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
 from events.keys import canonical_json
 from events.settings import Settings
@@ -161,6 +161,16 @@ class Publisher:
         if not error:
             raise PublishRejected("error must not be empty")
         event = RunFailed(run_id=_run_id(run_id), error=error, producer=self._producer_name)
+        await self._commit([(self._settings.topic_runs, event)])
+        return event
+
+    async def run_marked_unknown(self, run_id: str, reason: str) -> RunMarkedUnknown:
+        """Record that nobody can tell whether the run finished (e.g. its agent vanished)."""
+        if not reason:
+            raise PublishRejected("reason must not be empty")
+        event = RunMarkedUnknown(
+            run_id=_run_id(run_id), reason=reason, producer=self._producer_name
+        )
         await self._commit([(self._settings.topic_runs, event)])
         return event
 

@@ -206,3 +206,15 @@ async def test_rejected_input_writes_nothing(settings: Settings, read_topic: Rea
             await publisher.run_succeeded("bad:run", "h", [])
     assert await read_topic(settings.topic_runs) == []
     assert await read_topic(settings.topic_deliveries) == []
+
+
+async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -> None:
+    async with Publisher(settings) as publisher:
+        await publisher.run_started("run-l", agent="agent-9")
+        await publisher.run_failed("run-l", "model timed out")
+        await publisher.run_marked_unknown("run-m", "agent host vanished")
+        with pytest.raises(PublishRejected, match="reason must not be empty"):
+            await publisher.run_marked_unknown("run-m", "")
+    events = await read_topic(settings.topic_runs)
+    assert sorted(e.type for e in events) == ["run.failed", "run.marked_unknown", "run.started"]  # type: ignore[attr-defined]
+    assert await read_topic(settings.topic_deliveries) == []
