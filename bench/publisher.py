@@ -15,6 +15,7 @@ import platform
 import statistics
 import time
 import uuid
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -75,12 +76,20 @@ async def raw_round(settings: Settings, runs: int) -> float:
         await producer.stop()
 
 
-async def measure(settings: Settings, runs: int, repeat: int) -> tuple[list[float], list[float]]:
+async def measure(
+    settings: Settings, runs: int, repeat: int, progress: Any = None
+) -> tuple[list[float], list[float]]:
+    """``repeat`` rounds of each; runs/s of the SDK and of the raw baseline, every round."""
     await create_topics(settings)
     sdk, raw = [], []
-    for _ in range(repeat):
+    task = progress.add_task("publisher rounds", total=repeat) if progress else None
+    for r in range(repeat):
+        if progress is not None:
+            progress.update(task, completed=r)
         raw.append(await raw_round(settings, runs))
         sdk.append(await sdk_round(settings, runs))
+    if progress is not None:
+        progress.remove_task(task)
     return sdk, raw
 
 

@@ -24,6 +24,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from aiokafka import AIOKafkaProducer
@@ -212,6 +213,30 @@ async def timed_rebuild(settings: Settings, dsn: str, batch_size: int) -> tuple[
     began = time.perf_counter()
     stats = await rebuild(settings, dsn, batch_size=batch_size)
     return stats.records, time.perf_counter() - began
+
+
+async def figures(
+    settings: Settings, events: int, batch_size: int, repeat: int, progress: Any = None
+) -> dict[str, Any]:
+    """Generate ``events`` into ``settings``' topics, then ``repeat`` rounds of raw read +
+    decode and of rebuild into an empty SQLite file; events/s of every round."""
+    await create_topics(settings)
+    made, _ = await generate(settings, events)
+    raw: list[float] = []
+    sqlite: list[float] = []
+    task = progress.add_task("rebuild rounds", total=repeat) if progress else None
+    for r in range(repeat):
+        records, seconds = await raw_read(settings)
+        raw.append(records / seconds)
+        with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
+            dsn = f"sqlite://{Path(tmp) / 'rebuilt.sqlite3'}"
+            records, seconds = await timed_rebuild(settings, dsn, batch_size)
+        sqlite.append(records / seconds)
+        if progress is not None:
+            progress.update(task, completed=r + 1)
+    if progress is not None:
+        progress.remove_task(task)
+    return {"events": made, "records": records, "raw_per_s": raw, "sqlite_per_s": sqlite}
 
 
 def main() -> None:

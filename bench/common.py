@@ -1,0 +1,241 @@
+"""What every benchmark of the suite shares: the broker, child processes, machine facts.
+
+Everything runs on 127.0.0.1 on ports outside the ephemeral range, in temp dirs, and
+every process started here is stopped again (children also die with their parent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from events import Settings
+from ledger.broker import LocalBroker
+from ledger.stack import Child, Stack, _die_with_parent, read_json_line
+
+BROKER_PORT = 29692
+CONTROLLER_PORT = 29693
+
+
+def median(values: list[float]) -> float:
+    """The median (0.0 for no values)."""
+    return statistics.median(values) if values else 0.0
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition aiokafka's default partitioner picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def fresh_settings(base: Settings, label: str, **update: Any) -> Settings:
+    """``base`` with topics and a worker group no earlier round has used."""
+    tag = f"{label}-{uuid.uuid4().hex[:6]}"
+    return base.model_copy(
+        update={
+            "topic_runs": f"bench.runs.{tag}",
+            "topic_deliveries": f"bench.deliveries.{tag}",
+            "topic_deadletter": f"bench.dl.{tag}",
+            "worker_group": f"bench-{tag}",
+            **update,
+        }
+    )
+
+
+@contextlib.contextmanager
+def bench_broker(tmp: Path) -> Iterator[Settings]:
+    """A fresh local broker on the bench ports, stopped afterwards."""
+    settings = Settings(
+        broker_port=BROKER_PORT,
+        controller_port=CONTROLLER_PORT,
+        data_dir=tmp / "data",
+    )
+    broker = LocalBroker(settings)
+    report = broker.start()
+    if report.already_running:
+        raise RuntimeError(f"a broker already runs on {settings.bootstrap_servers}")
+    try:
+        yield settings
+    finally:
+        broker.stop()
+
+
+def start_python(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> Child:
+    """``python ARGS`` as a child of ``stack`` (stopped by ``stack.stop()``)."""
+    stack.logs.mkdir(parents=True, exist_ok=True)
+    log = stack.logs / f"{name}.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+    child = Child(name, process, log)
+    stack.children.append(child)
+    return child
+
+
+def start_receiver(stack: Stack, settings: Settings) -> dict[str, str]:
+    """The fake provider with no faults (and dedupe on); its URLs."""
+    child = stack.start(
+        "fake-provider",
+        ["fake-provider", "--port", "0", "--control-port", "0", "--json"],
+        settings,
+        stdout=subprocess.PIPE,
+    )
+    return read_json_line(child)
+
+
+def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> None:
+    """SIGTERM one child and wait (SIGKILL after ``timeout_s``)."""
+    if child.alive():
+        child.process.terminate()
+        try:
+            child.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait(timeout=10)
+    if child in stack.children:
+        stack.children.remove(child)
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of ``pid`` from /proc (MB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time ``pid`` has used so far (seconds)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_for_log(
+    child: Child, needle: str, timeout_s: float, count: int = 1, poll_s: float = 0.5
+) -> list[str]:
+    """Lines of ``child``'s log that contain ``needle``, once there are ``count`` of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines = [
+            line for line in child.log.read_text(errors="replace").splitlines() if needle in line
+        ]
+        if len(lines) >= count:
+            return lines
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited: see {child.log}")
+        await asyncio.sleep(poll_s)
+    raise TimeoutError(f"{child.name}: no {needle!r} within {timeout_s:.0f}s: see {child.log}")
+
+
+async def produce_keyed(
+    settings: Settings,
+    topic: str,
+    records: Iterator[tuple[bytes, bytes]],
+    partition_of: Callable[[bytes], int] | None = None,
+    **config: Any,
+) -> tuple[int, float]:
+    """Produce (key, value) records fast, in big batches, in the partition the default
+    partitioner picks for the key (or ``partition_of(key)``)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks=1,
+        linger_ms=20,
+        max_batch_size=1024 * 1024,
+        max_request_size=8 * 1024 * 1024,
+        **config,
+    )
+    await producer.start()
+    began = time.perf_counter()
+    count = 0
+    try:
+        open_batches: dict[int, Any] = {}
+        pending: list[asyncio.Future[Any]] = []
+
+        async def flush(partition: int) -> None:
+            batch = open_batches.pop(partition, None)
+            if batch is not None:
+                pending.append(await producer.send_batch(batch, topic, partition=partition))
+
+        for key, value in records:
+            partition = (
+                partition_of(key) if partition_of else partition_for(key, settings.partitions)
+            )
+            while True:
+                batch = open_batches.get(partition)
+                if batch is None:
+                    batch = open_batches[partition] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None) is not None:
+                    break
+                await flush(partition)
+            count += 1
+            if len(pending) > 64:
+                await asyncio.gather(*pending)
+                pending.clear()
+        for partition in list(open_batches):
+            await flush(partition)
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return count, time.perf_counter() - began
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the suite ran."""
+
+    cpu: str
+    cores: int
+    ram_gb: float
+    versions: dict[str, str]
+
+    def line(self) -> str:
+        """One markdown paragraph."""
+        versions = ", ".join(f"{k} {v}" for k, v in self.versions.items())
+        return f"{self.cpu}, {self.cores} cores, {self.ram_gb:.1f} GB RAM; {versions}"
+
+
+def machine(settings: Settings) -> Machine:
+    """CPU model, cores, RAM, and the versions that matter."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    versions = {"Python": platform.python_version(), "Kafka": settings.kafka_version}
+    for dist in ("aiokafka", "faust-streaming", "httpx", "pydantic", "rocksdict"):
+        versions[dist] = version(dist)
+    return Machine(cpu, os.cpu_count() or 0, mem_kb / 1024 / 1024, versions)
+
+
+def dump(path: Path, data: object) -> None:
+    """Raw results next to the report, for whoever wants every round."""
+    path.write_text(json.dumps(data, indent=2, default=str))
