@@ -30,7 +30,6 @@ from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
 
 BROKER_PORT = 29692
-CONTROLLER_PORT = 29693
 
 
 def median(values: list[float]) -> float:
@@ -58,11 +57,11 @@ def fresh_settings(base: Settings, label: str, **update: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def bench_broker(tmp: Path) -> Iterator[Settings]:
-    """A fresh local broker on the bench ports, stopped afterwards."""
+def bench_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[Settings]:
+    """A fresh local broker on the bench ports (``port`` and ``port + 1``), stopped afterwards."""
     settings = Settings(
-        broker_port=BROKER_PORT,
-        controller_port=CONTROLLER_PORT,
+        broker_port=port,
+        controller_port=port + 1,
         data_dir=tmp / "data",
     )
     broker = LocalBroker(settings)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -275,7 +276,9 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     @app.timer(interval=settings.timer_interval_seconds)
     async def timers() -> None:
         if worker.owned and not app.in_recovery:
+            began = time.perf_counter()
             await processor.tick(set(worker.owned))
+            metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         lag.refresh()
         watchdog.check()
 

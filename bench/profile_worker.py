@@ -1,0 +1,127 @@
+"""Where a ``ledger worker`` spends its CPU at saturation: py-spy over a backlog drain.
+
+Starts a broker on 127.0.0.1:29792 (controller 29793), the fake provider and two workers,
+warms them up, produces a backlog of --backlog requests and records both workers with
+``py-spy record -f raw`` while it drains; then prints the share of samples whose stack
+passes through each area (a sample can count in several areas) and the top leaf frames.
+
+    .venv/bin/python -m bench.profile_worker --backlog 6000 --out /tmp/profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from bench.common import (
+    bench_broker,
+    cpu_seconds,
+    fresh_settings,
+    produce_keyed,
+    start_receiver,
+    wait_for_log,
+)
+from bench.e2e import Confirmations, requests_for, start_worker, trimmed_rate
+from ledger.stack import Child, Stack
+from ledger.topics import create_topics
+
+AREAS = {
+    "httpx/httpcore (client side of the send)": ("httpx/", "httpcore/", "h11/", "anyio/"),
+    "aiokafka (produce, fetch, protocol)": ("aiokafka/",),
+    "faust/mode (stream, table, consumer)": ("faust/", "mode/"),
+    "pydantic validation/construction": ("pydantic/", "pydantic_core", "model_validate"),
+    "events (decode, keys, encode)": ("events/",),
+    "streams/state_codec (dumps/loads)": ("state_codec.py",),
+    "streams/state.py (fold)": ("streams/state.py",),
+    "streams/timers.py (DueIndex)": ("streams/timers.py",),
+    "prometheus_client": ("prometheus_client/",),
+    "asyncio event loop": ("asyncio/",),
+}
+
+
+def summarize(raw: Path, top: int = 25) -> str:
+    """Area shares and top leaf frames of one py-spy raw (collapsed) file."""
+    areas: collections.Counter[str] = collections.Counter()
+    leaves: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        total += count
+        for area, needles in AREAS.items():
+            if any(n in stack for n in needles):
+                areas[area] += count
+        leaves[stack.split(";")[-1]] += count
+    lines = [f"{raw.name}: {total} samples"]
+    lines += [f"  {100 * n / total:5.1f}%  {area}" for area, n in areas.most_common()]
+    lines.append("  top leaf frames:")
+    lines += [f"  {100 * n / total:5.1f}%  {leaf}" for leaf, n in leaves.most_common(top)]
+    return "\n".join(lines)
+
+
+def spy(child: Child, seconds: int, out: Path) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of one child, raw collapsed stacks, 50 Hz."""
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "50"]
+    command += ["-d", str(seconds), "-o", str(out / f"{child.name}.txt")]
+    command += ["-p", str(child.process.pid)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def profile(args: argparse.Namespace, base_tmp: Path) -> None:
+    out: Path = args.out
+    with bench_broker(base_tmp, port=29792) as base:
+        stack = Stack(base_tmp / "logs")
+        try:
+            urls = start_receiver(stack, base)
+            settings = fresh_settings(base, "prof")
+            await create_topics(settings)
+            children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
+            for child in children:
+                await wait_for_log(child, "owns partitions", timeout_s=90)
+            async with Confirmations(settings) as seen:
+                warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
+                await produce_keyed(
+                    settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
+                )
+                await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
+                await asyncio.sleep(2)
+                batch = requests_for(urls, f"prof-{uuid.uuid4().hex[:6]}", args.backlog)
+                before = sum(cpu_seconds(c.process.pid) for c in children)
+                spies = [spy(c, args.seconds, out) for c in children]
+                await produce_keyed(
+                    settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
+                )
+                keys = [k for k, _ in batch]
+                await seen.wait(keys, 600.0, None, "drain")
+                used = sum(cpu_seconds(c.process.pid) for c in children) - before
+                rate = trimmed_rate([seen.settled[k] for k in keys])
+                for spy in spies:
+                    spy.wait(timeout=args.seconds + 60)
+            print(f"drain: {rate:,.0f} deliveries/s, {used * 1000 / len(keys):.2f} CPU ms each")
+            for child in children:
+                print(summarize(out / f"{child.name}.txt"))
+        finally:
+            stack.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backlog", type=int, default=6000)
+    parser.add_argument("--seconds", type=int, default=20, help="py-spy duration")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/profile"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-prof-") as tmp:
+        asyncio.run(profile(args, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
