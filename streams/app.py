@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -68,13 +68,15 @@ class TableStore:
         """Replace the state of ``key`` (inside the agent: goes to the changelog)."""
         self._table[key] = dumps(state)
 
-    def partition_states(self, partition: int) -> list[DeliveryState]:
-        """Every state stored for one partition (used to rebuild timers)."""
+    def partition_states(self, partition: int) -> Iterator[DeliveryState]:
+        """Every state stored for one partition, streamed (used to rebuild timers)."""
         db = self._table.data._dbs.get(partition)  # faust has no public per-partition API
         if db is None:
-            return []
+            return
         offset_key = self._table.data.offset_key
-        return [loads(value) for key, value in db.items() if key != offset_key]
+        for key, value in db.items():
+            if key != offset_key:
+                yield loads(value)
 
 
 @dataclass
