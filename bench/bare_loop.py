@@ -29,6 +29,7 @@ from events.codec import encode
 from events.delivery import DeliveryConfirmed
 from events.keys import canonical_json
 from events.settings import Settings
+from streams.channels.http import create_http_client
 from streams.channels.signature import secret_key, sign
 
 
@@ -43,13 +44,8 @@ async def run(args: argparse.Namespace) -> None:
         isolation_level="read_committed",
     )
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, acks=1, linger_ms=5)
-    client = httpx.AsyncClient(
-        timeout=5.0,
-        limits=httpx.Limits(
-            max_connections=args.concurrency, max_keepalive_connections=args.concurrency
-        ),
-        trust_env=False,
-    )
+    # The worker's own client factory: same pool, timeouts and httpcore workaround.
+    client = create_http_client(Settings(send_concurrency=args.concurrency))
     slots = asyncio.Semaphore(args.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     stop = asyncio.Event()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import httpx
 from aiokafka import AIOKafkaConsumer
 from rich.progress import Progress
 
@@ -35,7 +36,6 @@ from bench.common import (
     produce_keyed,
     start_python,
     stop_child,
-    wait_for_log,
 )
 from events import DeliverySpec, Publisher, Settings, encode
 from events.delivery import new_delivery_requested
@@ -213,9 +213,43 @@ async def latency_round(
 Starter = Callable[[Stack, Settings, str], Child]
 
 
+METRICS_PORTS = {"1": 29695, "2": 29696}
+
+
 def start_worker(stack: Stack, settings: Settings, name: str) -> Child:
-    """One ``ledger worker`` (INFO log, so readiness shows)."""
-    return stack.start(name, ["worker", "--name", name, "-l", "info"], settings)
+    """One ``ledger worker`` at its default log level (WARNING: at INFO, httpx logs every
+    request), with metrics on a bench port so readiness can be read."""
+    port = METRICS_PORTS[name[-1]]
+    return stack.start(name, ["worker", "--name", name, "--metrics-port", str(port)], settings)
+
+
+async def wait_owned(children: list[Child], partitions: int, timeout_s: float = 90.0) -> None:
+    """Until every worker owns partitions and together they own all ``partitions``."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(trust_env=False) as client:
+        while time.monotonic() < deadline:
+            owned = []
+            for child in children:
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} exited: see {child.log}")
+                try:
+                    text = (
+                        await client.get(
+                            f"http://127.0.0.1:{METRICS_PORTS[child.name[-1]]}/metrics"
+                        )
+                    ).text
+                except httpx.HTTPError:
+                    owned.append(0.0)
+                    continue
+                owned += [
+                    float(line.split()[1])
+                    for line in text.splitlines()
+                    if line.startswith("ledger_worker_owned_partitions ")
+                ]
+            if len(owned) == len(children) and all(owned) and sum(owned) == partitions:
+                return
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"workers did not take all {partitions} partitions in {timeout_s:.0f}s")
 
 
 def start_bare(stack: Stack, settings: Settings, name: str) -> Child:
@@ -246,8 +280,7 @@ async def measure_system(
     try:
         async with Confirmations(settings) as seen:
             if kind == "worker":
-                for child in children:
-                    await wait_for_log(child, "owns partitions", timeout_s=90)
+                await wait_owned(children, settings.partitions)
             # Warm-up: both group members joined, connections open, code paths hot.
             warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
             await produce_keyed(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,9 +26,9 @@ from bench.common import (
     fresh_settings,
     produce_keyed,
     start_receiver,
-    wait_for_log,
 )
-from bench.e2e import Confirmations, requests_for, start_worker, trimmed_rate
+from bench.e2e import Confirmations, requests_for, start_worker, trimmed_rate, wait_owned
+from events import Settings
 from ledger.stack import Child, Stack
 from ledger.topics import create_topics
 
@@ -67,7 +68,7 @@ def summarize(raw: Path, top: int = 25) -> str:
     return "\n".join(lines)
 
 
-def spy(child: Child, seconds: int, out: Path) -> subprocess.Popen[bytes]:
+def start_spy(child: Child, seconds: int, out: Path) -> subprocess.Popen[bytes]:
     """``py-spy record`` of one child, raw collapsed stacks, 50 Hz."""
     command = [str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "50"]
     command += ["-d", str(seconds), "-o", str(out / f"{child.name}.txt")]
@@ -75,41 +76,39 @@ def spy(child: Child, seconds: int, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def profile(args: argparse.Namespace, base_tmp: Path) -> None:
+async def profile(args: argparse.Namespace, base: Settings, base_tmp: Path) -> None:
     out: Path = args.out
-    with bench_broker(base_tmp, port=29792) as base:
-        stack = Stack(base_tmp / "logs")
-        try:
-            urls = start_receiver(stack, base)
-            settings = fresh_settings(base, "prof")
-            await create_topics(settings)
-            children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
-            for child in children:
-                await wait_for_log(child, "owns partitions", timeout_s=90)
-            async with Confirmations(settings) as seen:
-                warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
-                await produce_keyed(
-                    settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
-                )
-                await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
-                await asyncio.sleep(2)
-                batch = requests_for(urls, f"prof-{uuid.uuid4().hex[:6]}", args.backlog)
-                before = sum(cpu_seconds(c.process.pid) for c in children)
-                spies = [spy(c, args.seconds, out) for c in children]
-                await produce_keyed(
-                    settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
-                )
-                keys = [k for k, _ in batch]
-                await seen.wait(keys, 600.0, None, "drain")
-                used = sum(cpu_seconds(c.process.pid) for c in children) - before
-                rate = trimmed_rate([seen.settled[k] for k in keys])
-                for spy in spies:
-                    spy.wait(timeout=args.seconds + 60)
-            print(f"drain: {rate:,.0f} deliveries/s, {used * 1000 / len(keys):.2f} CPU ms each")
-            for child in children:
-                print(summarize(out / f"{child.name}.txt"))
-        finally:
-            stack.stop()
+    stack = Stack(base_tmp / "logs")
+    try:
+        urls = start_receiver(stack, base)
+        settings = fresh_settings(base, "prof")
+        await create_topics(settings)
+        children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
+        await wait_owned(children, settings.partitions)
+        async with Confirmations(settings) as seen:
+            warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
+            await produce_keyed(
+                settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
+            )
+            await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
+            await asyncio.sleep(2)
+            batch = requests_for(urls, f"prof-{uuid.uuid4().hex[:6]}", args.backlog)
+            before = sum(cpu_seconds(c.process.pid) for c in children)
+            spies = [start_spy(c, args.seconds, out) for c in children]
+            await produce_keyed(
+                settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
+            )
+            keys = [k for k, _ in batch]
+            await seen.wait(keys, 600.0, None, "drain")
+            used = sum(cpu_seconds(c.process.pid) for c in children) - before
+            rate = trimmed_rate([seen.settled[k] for k in keys])
+            for spy in spies:
+                spy.wait(timeout=args.seconds + 60)
+        print(f"drain: {rate:,.0f} deliveries/s, {used * 1000 / len(keys):.2f} CPU ms each")
+        for child in children:
+            print(summarize(out / f"{child.name}.txt"))
+    finally:
+        stack.stop()
 
 
 def main() -> None:
@@ -119,8 +118,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/profile"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-prof-") as tmp:
-        asyncio.run(profile(args, Path(tmp)))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-prof-"))
+    try:
+        with bench_broker(tmp, port=29792) as base:
+            asyncio.run(profile(args, base, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

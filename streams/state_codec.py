@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
 from streams.state import DeliveryState, Status
 
+_FIELDS = tuple(f.name for f in fields(DeliveryState))
 _DATETIMES = frozenset(f.name for f in fields(DeliveryState) if "datetime" in str(f.type))
 
 
 def dumps(state: DeliveryState) -> bytes:
     """Compact JSON; datetimes as ISO 8601 with offset."""
-    record: dict[str, Any] = asdict(state)
+    # Not dataclasses.asdict: it deep-copies every value (the payload too) only for
+    # json.dumps to read it once; that was ~100 us of the worker's three puts per event.
+    record: dict[str, Any] = {name: getattr(state, name) for name in _FIELDS}
     for name in _DATETIMES:
         value = record[name]
         if value is not None:
