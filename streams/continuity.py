@@ -4,8 +4,10 @@ faust-streaming has been seen to commit past records it never gave the agent (af
 SIGKILL or a rebalance; faust-streaming #221/#606, and our own trial). For a delivery
 ledger a skipped ``DeliveryRequested`` is a silently lost notification, so the agent checks
 every offset jump against a second, read_committed reader of the same partition. Jumps
-are normal (transaction markers, aborted records): the reader then finds nothing. It
-reads ahead and caches what it fetched, so one fetch covers many later jumps.
+are normal (transaction markers, aborted records): the reader then finds nothing. The
+agent only notes jumps; a timer verifies them in the background, one fetch per
+partition for all of its jumps, and what it finds is processed with that partition's
+next record (the table can only be written in a record's context).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class ContinuityGuard:
         self._topic = topic
         self._group = group_id
         self._last: dict[int, int] = {}
-        self._window: dict[int, tuple[int, int, dict[int, Record]]] = {}
+        self._gaps: dict[int, list[tuple[int, int]]] = {}
+        self._found: dict[int, list[Record]] = {}
         self._reader: AIOKafkaConsumer | None = None
         self.recovered = 0
 
@@ -44,7 +47,8 @@ class ContinuityGuard:
         """Start each newly owned partition's check at the group's committed offset."""
         wanted = [TopicPartition(self._topic, p) for p in partitions]
         self._last.clear()
-        self._window.clear()
+        self._gaps.clear()
+        self._found.clear()
         if not wanted:
             return
         committed = await self._committed(wanted)
@@ -76,30 +80,52 @@ class ContinuityGuard:
         """The highest offset handed to the agent in ``partition`` (None before any)."""
         return self._last.get(partition)
 
-    async def skipped_before(self, partition: int, offset: int) -> list[Record]:
-        """Committed records between the last processed offset and ``offset`` (usually none)."""
+    def note(self, partition: int, offset: int) -> None:
+        """The agent is about to process ``offset``: remember any jump for verification.
+
+        Cheap and never blocking: checking a jump needs a fetch, which would put a broker
+        round trip (sometimes a fetch wait) in front of every record after a transaction
+        marker. ``verify`` checks the noted jumps in the background instead.
+        """
         last = self._last.get(partition)
         self._last[partition] = max(offset, last if last is not None else offset)
-        if last is None or offset <= last + 1:
-            return []
-        missed = await self._committed_records(partition, last + 1, offset)
-        if missed:
-            self.recovered += len(missed)
-            log.error(
-                "the stream skipped %d committed record(s) in partition %d before offset %d; "
-                "processing them now",
-                len(missed),
-                partition,
-                offset,
-            )
-        return missed
+        if last is not None and offset > last + 1:
+            self._gaps.setdefault(partition, []).append((last + 1, offset))
 
-    async def _committed_records(self, partition: int, start: int, end: int) -> list[Record]:
-        window = self._window.get(partition)
-        if window is None or not (window[0] <= start and end <= window[1]):
+    def take_recovered(self, partition: int) -> list[Record]:
+        """Skipped committed records found in ``partition``, to process now (usually none)."""
+        return self._found.pop(partition, [])
+
+    @property
+    def pending(self) -> int:
+        """Jumps noted and not verified yet."""
+        return sum(len(gaps) for gaps in self._gaps.values())
+
+    async def verify(self) -> int:
+        """Check every noted jump: one fetch per partition covers all of its jumps."""
+        gaps, self._gaps = self._gaps, {}
+        found = 0
+        for partition, ranges in gaps.items():
+            start = min(a for a, _ in ranges)
+            end = max(b for _, b in ranges)
             window = await self._fetch(partition, start, end)
-            self._window[partition] = window
-        return [window[2][o] for o in range(start, end) if o in window[2]]
+            missed = [
+                record
+                for a, b in ranges
+                for offset in range(a, b)
+                if (record := window[2].get(offset)) is not None
+            ]
+            if missed:
+                found += len(missed)
+                self.recovered += len(missed)
+                self._found.setdefault(partition, []).extend(missed)
+                log.error(
+                    "the stream skipped %d committed record(s) in partition %d; they are "
+                    "processed with the partition's next record",
+                    len(missed),
+                    partition,
+                )
+        return found
 
     async def _fetch(
         self, partition: int, start: int, end: int
