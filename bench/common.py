@@ -154,8 +154,20 @@ async def produce_keyed(
     partition_of: Callable[[bytes], int] | None = None,
     **config: Any,
 ) -> tuple[int, float]:
-    """Produce (key, value) records fast, in big batches, in the partition the default
-    partitioner picks for the key (or ``partition_of(key)``)."""
+    """Produce (key, value) records to one topic, fast; see ``produce_batched``."""
+    return await produce_batched(
+        settings, ((topic, key, value) for key, value in records), partition_of, **config
+    )
+
+
+async def produce_batched(
+    settings: Settings,
+    records: Iterator[tuple[str, bytes, bytes]],
+    partition_of: Callable[[bytes], int] | None = None,
+    **config: Any,
+) -> tuple[int, float]:
+    """Produce (topic, key, value) records fast, in big batches, in the partition the
+    default partitioner picks for the key (or ``partition_of(key)``); (count, seconds)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         acks=1,
@@ -168,31 +180,31 @@ async def produce_keyed(
     began = time.perf_counter()
     count = 0
     try:
-        open_batches: dict[int, Any] = {}
+        open_batches: dict[tuple[str, int], Any] = {}
         pending: list[asyncio.Future[Any]] = []
 
-        async def flush(partition: int) -> None:
-            batch = open_batches.pop(partition, None)
+        async def flush(topic: str, partition: int) -> None:
+            batch = open_batches.pop((topic, partition), None)
             if batch is not None:
                 pending.append(await producer.send_batch(batch, topic, partition=partition))
 
-        for key, value in records:
+        for topic, key, value in records:
             partition = (
                 partition_of(key) if partition_of else partition_for(key, settings.partitions)
             )
             while True:
-                batch = open_batches.get(partition)
+                batch = open_batches.get((topic, partition))
                 if batch is None:
-                    batch = open_batches[partition] = producer.create_batch()
+                    batch = open_batches[(topic, partition)] = producer.create_batch()
                 if batch.append(key=key, value=value, timestamp=None) is not None:
                     break
-                await flush(partition)
+                await flush(topic, partition)
             count += 1
             if len(pending) > 64:
                 await asyncio.gather(*pending)
                 pending.clear()
-        for partition in list(open_batches):
-            await flush(partition)
+        for topic, partition in list(open_batches):
+            await flush(topic, partition)
         await asyncio.gather(*pending)
     finally:
         await producer.stop()

@@ -22,14 +22,14 @@ import platform
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 
+from bench.common import produce_batched
 from events import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -146,25 +146,8 @@ def run_events(n: int) -> list[ExecutionEvent | object]:
 
 async def generate(settings: Settings, events: int) -> tuple[int, float]:
     """Produce about ``events`` events with batched sends; (count, seconds)."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        acks=1,
-        linger_ms=20,
-        max_batch_size=1024 * 1024,
-        max_request_size=8 * 1024 * 1024,
-    )
-    await producer.start()
-    began = time.perf_counter()
-    count = 0
-    try:
-        open_batches: dict[tuple[str, int], object] = {}
-        pending: list[asyncio.Future[object]] = []
 
-        async def flush(topic: str, partition: int) -> None:
-            batch = open_batches.pop((topic, partition), None)
-            if batch is not None:
-                pending.append(await producer.send_batch(batch, topic, partition=partition))
-
+    def records() -> Iterator[tuple[str, bytes, bytes]]:
         for n in range((events + EVENTS_PER_RUN - 1) // EVENTS_PER_RUN):
             for event in run_events(n):
                 topic = (
@@ -172,28 +155,10 @@ async def generate(settings: Settings, events: int) -> tuple[int, float]:
                     if isinstance(event, ExecutionEvent)
                     else settings.topic_deliveries
                 )
-                key = record_key(event)  # type: ignore[arg-type]
-                # The default partitioner's choice, so every key stays in one partition.
-                partition = (murmur2(key) & 0x7FFFFFFF) % settings.partitions
-                value = encode(event)  # type: ignore[arg-type]
-                ident = (topic, partition)
-                while True:
-                    batch = open_batches.get(ident)
-                    if batch is None:
-                        batch = open_batches[ident] = producer.create_batch()
-                    if batch.append(key=key, value=value, timestamp=None) is not None:  # type: ignore[attr-defined]
-                        break
-                    await flush(topic, partition)
-                count += 1
-            if len(pending) > 64:
-                await asyncio.gather(*pending)
-                pending.clear()
-        for topic, partition in list(open_batches):
-            await flush(topic, partition)
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    return count, time.perf_counter() - began
+                yield topic, record_key(event), encode(event)  # type: ignore[arg-type]
+
+    # The default partitioner's choice, so every key stays in one partition.
+    return await produce_batched(settings, records())
 
 
 async def raw_read(settings: Settings) -> tuple[int, float]:
