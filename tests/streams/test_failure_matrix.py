@@ -49,8 +49,17 @@ async def until(
     return await view()
 
 
-def use(factory: WorkerFactory, receiver: BackgroundSimulator, *, lookup: bool = True) -> Settings:
+def use(
+    factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    projection: LiveProjection,
+    *,
+    lookup: bool = True,
+) -> Settings:
+    """Point the workers at ``receiver`` and start the live projection beside them."""
     factory.settings = receiver.settings(factory.settings, lookup=lookup)
+    projection.settings = factory.settings
+    projection.start()
     return factory.settings
 
 
@@ -64,9 +73,7 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
     ledger_view: LedgerView,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     worker = worker_factory.start("w1")
     txid = f"agent-{settings.topic_runs}"
     script = (
@@ -105,9 +112,7 @@ async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
     ledger_view: LedgerView,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-2",
@@ -134,9 +139,7 @@ async def test_row3_timeout_is_unknown_then_settled_by_lookup(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-3",
@@ -161,9 +164,7 @@ async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
     ledger_view: LedgerView,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-3b",
@@ -186,9 +187,7 @@ async def test_row4_permanent_rejection_fails_with_its_class(
     ledger_view: LedgerView,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-4",
@@ -211,9 +210,7 @@ async def test_row4_rate_limit_is_retried_after_retry_after(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-4b",
@@ -237,9 +234,7 @@ async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False, delivered_after_s=0)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-5",
@@ -269,9 +264,7 @@ async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     specs = [
         DeliverySpec(channel="webhook", recipient=receiver.webhook_url(f"r{i}"), payload={"i": i})
         for i in range(12)
@@ -296,9 +289,7 @@ async def test_row6_worker_killed_mid_send_other_worker_settles_it(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     w2 = worker_factory.start("w2")
     w1 = worker_factory.start("w1")
     specs = [
@@ -323,9 +314,7 @@ async def test_row7_500_after_acceptance_is_looked_up_not_resent(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-7",
@@ -348,9 +337,7 @@ async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
     read_topic: object,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver, lookup=False)
-    live_projection.settings = settings
-    live_projection.start()
+    settings = use(worker_factory, receiver, live_projection, lookup=False)
     keys = await publish(
         settings,
         "run-7b",
