@@ -25,7 +25,6 @@ from events.publisher import DeliverySpec, Publisher
 from events.settings import Settings, WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok
-from ledger.errors import LedgerError
 from ledger.observe import LedgerObserver
 from ledger.stack import Child, Stack, read_json_line
 from ledger.topics import create_topics
@@ -57,6 +56,7 @@ class Summary:
     elapsed_s: float
     dashboard: str
     killed_worker: str | None
+    worker_restarts: int = 0
 
     @property
     def ok(self) -> bool:
@@ -145,6 +145,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     began = time.monotonic()
     published: list[str] = []
     killed: str | None = None
+    restarts: list[str] = []
     async with LedgerObserver(settings, only=set()) as observer:
         assert observer.only is not None
         publisher_task = asyncio.create_task(
@@ -163,9 +164,16 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                 await observer.poll(300)
                 counts = observer.by_status()
                 progress.update(task, completed=observer.settled, description=_line(counts))
-                for name, worker in workers.items():
+                for name, worker in list(workers.items()):
                     if worker.process.poll() is not None and worker in stack.children:
-                        raise LedgerError(f"worker {name} exited unexpectedly", f"see {worker.log}")
+                        # A supervisor's job: restart it, count it, say so.
+                        restarts.append(name)
+                        progress.console.print(
+                            f"[red]worker {name} exited ({worker.process.returncode})[/]; "
+                            f"restarting it (see {worker.log})"
+                        )
+                        stack.children.remove(worker)
+                        workers[name] = stack.start(name, ["worker", "--name", name], settings)
                 if killed is None and observer.settled >= options.runs * 3 * 0.4:
                     killed = "demo-w1"
                     stack.kill(workers[killed])
@@ -179,6 +187,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                     break
         await publisher_task
         summary = _summary(observer, options.runs, published, urls, began, dashboard, killed)
+        summary.worker_restarts = len(restarts)
         _print_summary(out, summary)
         if not options.once:
             await _keep_running(settings, urls, tag, options, observer, out)
@@ -316,6 +325,7 @@ def _print_summary(out: Console, summary: Summary) -> None:
     )
     table.add_row("requests per delivery", f"{summary.requests_per_delivery:.2f}")
     table.add_row("worker SIGKILLed mid-run", summary.killed_worker or "-")
+    table.add_row("workers that exited and were restarted", str(summary.worker_restarts))
     table.add_row("elapsed", f"{summary.elapsed_s:.1f} s")
     table.add_row("dashboard", summary.dashboard)
     out.print(table)

@@ -217,11 +217,11 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         metrics,
     )
     worker = Worker(app, worker_id, processor, sender, outbox)
-    watchdog = Watchdog(app, processor)
     continuity = ContinuityGuard(
         settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
     )
     lag = ConsumerLag(app, settings.topic_deliveries, continuity)
+    watchdog = Watchdog(lag)
     metrics.watch(
         "ledger_worker_due_timers", "Timers scheduled (leases, retries, lookups).", lambda: due.size
     )
@@ -300,7 +300,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
             await processor.tick(set(worker.owned))
             metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         lag.refresh()
-        watchdog.check()
+        watchdog.check(app.in_recovery)
         if continuity.pending and time.monotonic() >= next_verify[0]:
             next_verify[0] = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
             await continuity.verify()

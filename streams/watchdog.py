@@ -17,13 +17,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+STALL_MIN_WAITING = 10
+
 
 class Watchdog:
     """Progress monitor for the delivery agent."""
 
-    def __init__(self, app: Any, processor: Any, stall_seconds: float = 120.0) -> None:
-        self._app = app
-        self._processor = processor
+    def __init__(self, lag: ConsumerLag, stall_seconds: float = 120.0) -> None:
+        self._lag = lag
         self._stall_seconds = stall_seconds
         self._last_progress = time.monotonic()
         self._ready = False
@@ -38,41 +39,27 @@ class Watchdog:
         self._ready = True
         self._last_progress = time.monotonic()
 
-    def check(self) -> None:
+    def check(self, in_recovery: bool) -> None:
         """Called from the timer loop; SIGTERMs the process on a stall."""
-        if not self._ready or self._app.in_recovery:
+        if not self._ready or in_recovery:
             self._last_progress = time.monotonic()
             return
         if time.monotonic() - self._last_progress < self._stall_seconds:
             return
-        if not self._records_waiting():
+        # Offsets past the last record handed to the agent are not all records: every
+        # transaction leaves a marker, an aborted one its records too. Only a backlog
+        # larger than such a tail counts as records waiting.
+        if self._lag.value < STALL_MIN_WAITING:
             self._last_progress = time.monotonic()
             return
         self.stalls += 1
         log.critical(
-            "delivery agent made no progress for %.0fs while records wait: stopping the "
+            "delivery agent made no progress for %.0fs while %d offsets wait: stopping the "
             "worker so it is restarted (faust stall)",
             self._stall_seconds,
+            self._lag.value,
         )
         os.kill(os.getpid(), signal.SIGTERM)
-
-    def _records_waiting(self) -> bool:
-        consumer = self._app.consumer
-        try:
-            assignment = consumer.assignment()
-        except Exception:  # noqa: BLE001 - no assignment yet means nothing waits
-            return False
-        for tp in assignment:
-            try:
-                highwater = consumer.highwater(tp)
-                committed = consumer._committed_offset.get(tp)
-            except Exception:  # noqa: BLE001
-                log.debug("no offsets for %s yet", tp)
-                continue
-            # +1: the commit marker of the last transaction occupies an offset too.
-            if highwater is not None and highwater > (committed or 0) + 1:
-                return True
-        return False
 
 
 class ConsumerLag:
