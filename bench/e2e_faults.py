@@ -39,7 +39,7 @@ from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import settings_env
 from ledger.topics import create_topics
-from streams.state import DeliveryState, Status, apply
+from events.delivery_state import DeliveryState, Status, apply
 
 TERMINAL = {Status.CONFIRMED, Status.FAILED}
 

@@ -44,7 +44,7 @@ from events import Settings
 from events.keys import idempotency_key, payload_hash
 from ledger.stack import Stack
 from ledger.topics import create_topics
-from streams.state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status
 from streams.state_codec import dumps
 
 METRICS_PORT = 29694

@@ -39,7 +39,7 @@ AREAS = {
     "pydantic validation/construction": ("pydantic/", "pydantic_core", "model_validate"),
     "events (decode, keys, encode)": ("events/",),
     "streams/state_codec (dumps/loads)": ("state_codec.py",),
-    "streams/state.py (fold)": ("streams/state.py",),
+    "events/delivery_state.py (fold)": ("events/delivery_state.py",),
     "streams/timers.py (DueIndex)": ("streams/timers.py",),
     "prometheus_client": ("prometheus_client/",),
     "asyncio event loop": ("asyncio/",),

@@ -30,7 +30,7 @@ from streams.decisions import Context
 from streams.processor import DeliveryProcessor, Record
 from streams.retry import rules_for
 from streams.sender import Sender
-from streams.state import DeliveryState
+from events.delivery_state import DeliveryState
 from streams.state_codec import loads
 from streams.timers import DueIndex
 

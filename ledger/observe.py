@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryReconciled, DeliveryUnknown
 from events.settings import Settings
-from streams.state import DeliveryState, Status, apply
+from events.delivery_state import DeliveryState, Status, apply
 
 SETTLED = frozenset({Status.CONFIRMED, Status.FAILED})
 

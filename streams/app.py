@@ -34,7 +34,7 @@ from streams.outbox import Outbox
 from streams.processor import DeliveryProcessor, Record
 from streams.retry import rules_for
 from streams.sender import Sender
-from streams.state import DeliveryState
+from events.delivery_state import DeliveryState
 from streams.state_codec import dumps, loads
 from streams.timers import DueIndex
 from streams.transport import LedgerApp

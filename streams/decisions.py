@@ -2,7 +2,7 @@
 
 No I/O and no clock: ``now`` is an argument (the processing time the edge passes in), so
 every decision is reproducible in tests. Decisions only *propose* events; ``apply`` in
-streams/state.py accepts or ignores them when they are read back from the log.
+events/delivery_state.py accepts or ignores them when they are read back from the log.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from events.delivery import (
     DuplicateDeliveryRequest,
 )
 from streams.channels.base import ErrorClass, LookupResult, SendOutcome, SendResult
-from streams.state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status
 
 # 429/408/425 mean the receiver did not process the request: a retry is safe.
 NOT_PROCESSED = frozenset({ErrorClass.HTTP_429, ErrorClass.HTTP_408, ErrorClass.HTTP_425})

@@ -21,7 +21,7 @@ from events.faults import crash_if_enabled
 from streams.decisions import Context, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
-from streams.state import DeliveryState, Status, apply
+from events.delivery_state import DeliveryState, Status, apply
 from streams.timers import DueIndex
 
 log = logging.getLogger(__name__)

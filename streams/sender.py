@@ -21,7 +21,7 @@ from events.faults import crash_if_enabled
 from streams.channels.base import Channel, OutboundDelivery
 from streams.decisions import Context, after_lookup, after_send
 from streams.metrics import WorkerMetrics
-from streams.state import DeliveryState
+from events.delivery_state import DeliveryState
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from streams.state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status
 
 _FIELDS = tuple(f.name for f in fields(DeliveryState))
 _DATETIMES = frozenset(f.name for f in fields(DeliveryState) if "datetime" in str(f.type))

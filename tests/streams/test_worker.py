@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from events import DeliverySpec, Publisher
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
-from streams.state import Status
+from events.delivery_state import Status
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 

@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaProducer
 
 from events import DeadLetter, DeliverySpec, Publisher
 from ledger.simulator.background import BackgroundSimulator
-from streams.state import Status
+from events.delivery_state import Status
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 

@@ -132,6 +132,8 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
         if e.outcome == "conflict":
             return replace(s, conflicts=s.conflicts + 1)
         return replace(s, duplicates=s.duplicates + 1)
+    if isinstance(e, DeliveryConfirmed):
+        return _confirmed(s, e)
     if s.status.terminal or isinstance(e, DeliveryRequested):
         return None
     if isinstance(e, DeliveryClaimed):
@@ -151,19 +153,6 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
             reconciled=None,
             lookups=0,
             check_at=None,
-        )
-    if isinstance(e, DeliveryConfirmed):
-        # Any attempt's authoritative confirmation settles the logical event: the
-        # receiver identifies it by the key, not by the attempt.
-        if e.fencing_token > s.fencing_token:
-            return None
-        return replace(
-            s,
-            status=Status.CONFIRMED,
-            provider_message_id=e.provider_message_id or s.provider_message_id,
-            last_reason=e.evidence,
-            check_at=None,
-            lease_expires_at=None,
         )
     if isinstance(e, DeliveryFailed):
         # Final only as the outcome of the current attempt, never out of SENT (it left),
@@ -213,6 +202,23 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
     if isinstance(e, DeliveryReconciled):
         return _reconciled(s, e)
     return None
+
+
+def _confirmed(s: DeliveryState, e: DeliveryConfirmed) -> DeliveryState | None:
+    # Any attempt's authoritative confirmation settles the logical event: the receiver
+    # identifies it by the key, not by the attempt. It outranks FAILED too: a superseded
+    # attempt's late confirmation proves the event arrived, whatever the newer attempt got.
+    if s.status is Status.CONFIRMED or e.fencing_token > s.fencing_token:
+        return None
+    return replace(
+        s,
+        status=Status.CONFIRMED,
+        provider_message_id=e.provider_message_id or s.provider_message_id,
+        last_reason=e.evidence,
+        check_at=None,
+        lease_expires_at=None,
+        retry_at=None,
+    )
 
 
 def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None:
