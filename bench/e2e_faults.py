@@ -35,11 +35,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from events import DeliverySpec, Publisher, Settings
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
+from events.delivery_state import DeliveryState, Status, apply
 from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import settings_env
 from ledger.topics import create_topics
-from events.delivery_state import DeliveryState, Status, apply
 
 TERMINAL = {Status.CONFIRMED, Status.FAILED}
 

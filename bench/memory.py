@@ -41,10 +41,10 @@ from bench.common import (
     wait_for_log,
 )
 from events import Settings
+from events.delivery_state import DeliveryState, Status
 from events.keys import idempotency_key, payload_hash
 from ledger.stack import Stack
 from ledger.topics import create_topics
-from events.delivery_state import DeliveryState, Status
 from streams.state_codec import dumps
 
 METRICS_PORT = 29694

@@ -26,11 +26,11 @@ from rich.progress import Progress
 from bench.memory import open_states
 from events import Settings
 from events.base import Event
+from events.delivery_state import DeliveryState
 from streams.decisions import Context
 from streams.processor import DeliveryProcessor, Record
 from streams.retry import rules_for
 from streams.sender import Sender
-from events.delivery_state import DeliveryState
 from streams.state_codec import loads
 from streams.timers import DueIndex
 

@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_val
 from events.base import Event, check_key, check_run_id
 from events.channels import check_recipient
 from events.keys import idempotency_key, payload_hash
+from events.outcomes import LookupOutcome
 
 
 class DeliveryEvent(Event):
@@ -96,6 +97,20 @@ class DeliveryConfirmed(DeliveryEvent):
     evidence: str = Field(min_length=1, max_length=4000)
 
 
+class DeliveryNotSent(DeliveryEvent):
+    """Attempt N under this fencing token wrote nothing: the sender refused before the
+    first byte (the lease rule), or the deadline struck before it. Evidence enough for
+    the next attempt, no lookup needed: only the claim's holder could have written it."""
+
+    TYPE: ClassVar[str] = "delivery.not_sent"
+    type: Literal["delivery.not_sent"] = "delivery.not_sent"
+    attempt: int = Field(ge=1)
+    fencing_token: int = Field(ge=1)
+    worker_id: str = Field(min_length=1, max_length=200)
+    error_class: str = Field(min_length=1, max_length=100)
+    reason: str = Field(min_length=1, max_length=4000)
+
+
 class DeliveryUnknown(DeliveryEvent):
     """We cannot know whether the request left; never retried blindly."""
 
@@ -114,7 +129,7 @@ class DeliveryReconciled(DeliveryEvent):
     type: Literal["delivery.reconciled"] = "delivery.reconciled"
     attempt: int = Field(ge=1)
     fencing_token: int = Field(ge=1)
-    outcome: Literal["found", "not_found", "unsupported", "lookup_error"]
+    outcome: LookupOutcome
     provider_message_id: str | None = None
     provider_status: str | None = None
     evidence: str = Field(min_length=1, max_length=4000)

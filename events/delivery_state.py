@@ -20,6 +20,7 @@ from events.delivery import (
     DeliveryConfirmed,
     DeliveryEvent,
     DeliveryFailed,
+    DeliveryNotSent,
     DeliveryReconciled,
     DeliveryRequested,
     DeliveryRetryScheduled,
@@ -27,6 +28,7 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
+from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass
 
 # How many applied event ids a state remembers for dedupe. A delivery sees a handful of
 # events per attempt; redelivered input is recent, so a bounded window suffices.
@@ -84,6 +86,8 @@ class DeliveryState:
     # The last lookup's outcome for the current attempt: the evidence a retry needs.
     reconciled: str | None = None
     lookups: int = 0
+    # "Not found" answers for the current attempt: evidence only once NOT_FOUND_REQUIRED.
+    not_found: int = 0
     check_at: datetime | None = None
     updated_at: datetime | None = None
     duplicates: int = 0
@@ -152,14 +156,18 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
             retry_at=None,
             reconciled=None,
             lookups=0,
+            not_found=0,
             check_at=None,
         )
     if isinstance(e, DeliveryFailed):
-        # Final only as the outcome of the current attempt, never out of SENT (it left),
-        # and out of UNKNOWN only with the lookup's evidence that nothing was accepted.
-        if e.attempts != s.attempt or s.status is Status.SENT:
+        # Final only as the outcome of the current attempt; out of SENT only when the
+        # provider itself reports the message failed, out of UNKNOWN only with a lookup's
+        # evidence that nothing was accepted (or that the provider failed it).
+        if e.attempts != s.attempt:
             return None
-        if s.status is Status.UNKNOWN and s.reconciled not in ("not_found", "unsupported"):
+        if s.status is Status.SENT and s.reconciled != "failed":
+            return None
+        if s.status is Status.UNKNOWN and not (nothing_accepted(s) or s.reconciled == "failed"):
             return None
         return replace(
             s,
@@ -186,8 +194,28 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
             lookups=0,
             reconciled=None,
         )
+    if isinstance(e, DeliveryNotSent):
+        # Only the claim's holder sends under its token, so its word that nothing left
+        # settles the attempt, even after its lease expired into UNKNOWN.
+        if s.status not in (Status.CLAIMED, Status.UNKNOWN):
+            return None
+        return replace(
+            s,
+            status=Status.PENDING,
+            last_error_class=e.error_class,
+            last_reason=e.reason,
+            lease_expires_at=None,
+            reconciled=None,
+            lookups=0,
+            not_found=0,
+            check_at=None,
+        )
     if isinstance(e, DeliveryUnknown):
-        if s.status is not Status.CLAIMED:
+        # Out of CLAIMED (timeout, crash), or out of SENT when polling gave up: never
+        # silent, an operator sees it.
+        if s.status not in (Status.CLAIMED, Status.SENT):
+            return None
+        if s.status is Status.SENT and e.error_class != ErrorClass.SENT_UNCONFIRMED:
             return None
         return replace(
             s,
@@ -197,6 +225,7 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
             lease_expires_at=None,
             reconciled=None,
             lookups=0,
+            not_found=0,
             check_at=e.occurred_at,
         )
     if isinstance(e, DeliveryReconciled):
@@ -221,10 +250,27 @@ def _confirmed(s: DeliveryState, e: DeliveryConfirmed) -> DeliveryState | None:
     )
 
 
+def nothing_accepted(s: DeliveryState) -> bool:
+    """The recorded evidence that the current attempt was not accepted: "not found",
+    repeated; or no lookup at all (a retry then also needs the endpoint's declared
+    dedupe rule, which the decisions check and name in the event)."""
+    if s.reconciled == "not_found":
+        return s.not_found >= NOT_FOUND_REQUIRED
+    return s.reconciled == "unsupported"
+
+
 def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None:
     if s.status not in (Status.UNKNOWN, Status.SENT):
         return None
-    updated = replace(s, reconciled=e.outcome, lookups=s.lookups + 1, last_reason=e.evidence)
+    not_found = s.not_found + 1 if e.outcome == "not_found" else 0
+    updated = replace(
+        s,
+        reconciled=e.outcome,
+        lookups=s.lookups + 1,
+        not_found=not_found,
+        last_reason=e.evidence,
+        provider_status=e.provider_status or s.provider_status,
+    )
     if e.outcome == "found" and s.status is Status.UNKNOWN:
         # The provider has it but has not delivered yet: it left the system.
         return replace(
@@ -240,7 +286,7 @@ def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None
 def _retry(s: DeliveryState, e: DeliveryRetryScheduled) -> DeliveryState | None:
     if e.attempt != s.attempt or e.next_attempt != s.attempt + 1:
         return None
-    if s.status is Status.UNKNOWN and s.reconciled not in ("not_found", "unsupported"):
+    if s.status is Status.UNKNOWN and not nothing_accepted(s):
         return None  # never out of UNKNOWN without the lookup's evidence
     if s.status not in (Status.CLAIMED, Status.UNKNOWN):
         return None

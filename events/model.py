@@ -12,6 +12,7 @@ from events.delivery import (
     DeliveryConfirmed,
     DeliveryEvent,
     DeliveryFailed,
+    DeliveryNotSent,
     DeliveryReconciled,
     DeliveryRequested,
     DeliveryRetryScheduled,
@@ -43,6 +44,7 @@ AnyDeliveryEvent = (
     | DeliveryClaimed
     | DeliverySent
     | DeliveryConfirmed
+    | DeliveryNotSent
     | DeliveryUnknown
     | DeliveryReconciled
     | DeliveryRetryScheduled
@@ -62,6 +64,7 @@ ALL_EVENT_TYPES: dict[str, type[Event]] = {
         DeliveryClaimed,
         DeliverySent,
         DeliveryConfirmed,
+        DeliveryNotSent,
         DeliveryUnknown,
         DeliveryReconciled,
         DeliveryRetryScheduled,

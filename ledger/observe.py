@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer
 
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryReconciled, DeliveryUnknown
-from events.settings import Settings
 from events.delivery_state import DeliveryState, Status, apply
+from events.settings import Settings
 
 SETTLED = frozenset({Status.CONFIRMED, Status.FAILED})
 

@@ -21,6 +21,7 @@ from events.delivery import (
     DeliveryConfirmed,
     DeliveryEvent,
     DeliveryFailed,
+    DeliveryNotSent,
     DeliveryReconciled,
     DeliveryRequested,
     DeliveryRetryScheduled,
@@ -207,6 +208,7 @@ AttemptEvent = (
     DeliveryClaimed
     | DeliverySent
     | DeliveryConfirmed
+    | DeliveryNotSent
     | DeliveryUnknown
     | DeliveryReconciled
     | DeliveryRetryScheduled
@@ -284,6 +286,13 @@ def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None
         _set_status(row, "CONFIRMED")
         row["confirmed_at"] = row["confirmed_at"] or at
         row["next_attempt_at"] = None
+    elif isinstance(event, DeliveryNotSent):
+        _attempt_outcome(attempt, "NOT_SENT")
+        attempt.update(error_class=event.error_class, reason=event.reason)
+        attempt["finished_at"] = attempt["finished_at"] or at
+        if current:
+            _set_status(row, "PENDING")
+            row["last_error_class"] = event.error_class
     elif isinstance(event, DeliveryUnknown):
         _attempt_outcome(attempt, "UNKNOWN")
         attempt.update(error_class=event.error_class, reason=event.reason, unknown_at=at)

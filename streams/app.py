@@ -24,6 +24,7 @@ from mode import CrashingSupervisor
 from events.base import Event
 from events.codec import encode
 from events.deadletter import DeadLetter
+from events.delivery_state import DeliveryState
 from events.settings import Settings
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
@@ -34,7 +35,6 @@ from streams.outbox import Outbox
 from streams.processor import DeliveryProcessor, Record
 from streams.retry import rules_for
 from streams.sender import Sender
-from events.delivery_state import DeliveryState
 from streams.state_codec import dumps, loads
 from streams.timers import DueIndex
 from streams.transport import LedgerApp

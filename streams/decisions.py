@@ -24,8 +24,9 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
-from streams.channels.base import ErrorClass, LookupResult, SendOutcome, SendResult
 from events.delivery_state import DeliveryState, Status
+from events.outcomes import ErrorClass
+from streams.channels.base import LookupResult, SendOutcome, SendResult
 
 # 429/408/425 mean the receiver did not process the request: a retry is safe.
 NOT_PROCESSED = frozenset({ErrorClass.HTTP_429, ErrorClass.HTTP_408, ErrorClass.HTTP_425})

@@ -17,11 +17,11 @@ from typing import Protocol
 from events.base import Event
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
+from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from streams.decisions import Context, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
-from events.delivery_state import DeliveryState, Status, apply
 from streams.timers import DueIndex
 
 log = logging.getLogger(__name__)

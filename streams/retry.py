@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from events.outcomes import ErrorClass, LookupOutcome
 from events.settings import Settings
-from streams.channels.base import ErrorClass, LookupOutcome, SendOutcome
+from streams.channels.base import SendOutcome
 
 _MAX_EXPONENT = 64  # beyond this every realistic max_delay_s has long been reached
 

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from events.base import Event
+from events.delivery_state import DeliveryState
 from events.faults import crash_if_enabled
 from streams.channels.base import Channel, OutboundDelivery
 from streams.decisions import Context, after_lookup, after_send
 from streams.metrics import WorkerMetrics
-from events.delivery_state import DeliveryState
 
 log = logging.getLogger(__name__)
 

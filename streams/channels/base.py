@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pydantic import JsonValue
+
+from events.outcomes import ErrorClass, LookupOutcome
 
 
 class SendOutcome(enum.StrEnum):
@@ -22,30 +24,6 @@ class SendOutcome(enum.StrEnum):
     NOT_SENT = "not_sent"  # provably nothing left (connection refused, DNS failure)
     TRANSIENT = "transient"  # 429 / 5xx: the receiver answered "not now"; may have accepted
     REJECTED = "rejected"  # permanent 4xx
-
-
-class ErrorClass(enum.StrEnum):
-    """Stable names for why an attempt did not confirm; they go into events."""
-
-    CONNECT_REFUSED = "connect_refused"
-    DNS_FAILURE = "dns_failure"
-    CONNECT_TIMEOUT = "connect_timeout"
-    TIMEOUT_AFTER_WRITE = "timeout_after_write"
-    RESET_AFTER_WRITE = "reset_after_write"
-    HTTP_4XX = "http_4xx"
-    HTTP_408 = "http_408"
-    HTTP_409 = "http_409"
-    HTTP_425 = "http_425"
-    HTTP_429 = "http_429"
-    HTTP_5XX = "http_5xx"
-    LEASE_EXPIRED = "lease_expired"
-    PROTOCOL_ERROR = "protocol_error"
-    # Added with the HTTP adapters (additive; earlier names unchanged):
-    CONNECT_FAILED = "connect_failed"  # no connection for another reason (unreachable, TLS)
-    POOL_TIMEOUT = "pool_timeout"  # no free pooled connection in time; nothing was written
-    INVALID_RECIPIENT = "invalid_recipient"  # the URL cannot be requested at all
-    HTTP_3XX = "http_3xx"  # a redirect: we never follow one with a signed POST
-    PROVIDER_FAILED = "provider_failed"  # the provider reports the message failed/undelivered
 
 
 @dataclass(frozen=True)
@@ -73,9 +51,6 @@ class SendResult:
     provider_message_id: str | None = None
     provider_status: str | None = None
     retry_after_s: float | None = None
-
-
-LookupOutcome = Literal["found", "not_found", "unsupported", "lookup_error"]
 
 
 @dataclass(frozen=True)

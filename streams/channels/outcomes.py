@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 from pydantic import JsonValue
 
-from streams.channels.base import ErrorClass, LookupResult, SendOutcome, SendResult
+from events.outcomes import ErrorClass
+from streams.channels.base import LookupResult, SendOutcome, SendResult
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is small; never buffer an unbounded one
 _EXCERPT = 200

@@ -15,13 +15,8 @@ from collections.abc import Callable
 import httpx
 
 from events.keys import canonical_json
-from streams.channels.base import (
-    ErrorClass,
-    LookupResult,
-    OutboundDelivery,
-    SendOutcome,
-    SendResult,
-)
+from events.outcomes import ErrorClass
+from streams.channels.base import LookupResult, OutboundDelivery, SendOutcome, SendResult
 from streams.channels.outcomes import (
     lookup_request,
     non_success,

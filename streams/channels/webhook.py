@@ -16,14 +16,9 @@ from urllib.parse import quote
 import httpx
 
 from events.keys import canonical_json
+from events.outcomes import ErrorClass
 from events.settings import Settings
-from streams.channels.base import (
-    ErrorClass,
-    LookupResult,
-    OutboundDelivery,
-    SendOutcome,
-    SendResult,
-)
+from streams.channels.base import LookupResult, OutboundDelivery, SendOutcome, SendResult
 from streams.channels.outcomes import (
     lookup_request,
     non_success,

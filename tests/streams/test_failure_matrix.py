@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 from events import DeliverySpec, Publisher
+from events.delivery_state import DeliveryState, Status
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
-from events.delivery_state import DeliveryState, Status
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from events.outcomes import ErrorClass
 from events.settings import Settings
-from streams.channels.base import ErrorClass, SendOutcome
+from streams.channels.base import SendOutcome
 from streams.retry import (
     DEFAULT_POLICIES,
     Disposition,

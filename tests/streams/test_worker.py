@@ -8,9 +8,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from events import DeliverySpec, Publisher
+from events.delivery_state import Status
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
-from events.delivery_state import Status
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 

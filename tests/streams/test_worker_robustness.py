@@ -7,8 +7,8 @@ import asyncio
 from aiokafka import AIOKafkaProducer
 
 from events import DeadLetter, DeliverySpec, Publisher
-from ledger.simulator.background import BackgroundSimulator
 from events.delivery_state import Status
+from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
+from events.outcomes import ErrorClass
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
-from streams.channels.base import ErrorClass, SendOutcome
+from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
 from streams.channels.provider import ProviderChannel
 from tests.streams.channels.support import outbound, read_request

@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from events.keys import canonical_json
+from events.outcomes import ErrorClass
 from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
-from streams.channels.base import ErrorClass, SendOutcome
+from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
 from tests.streams.channels.support import outbound, read_request

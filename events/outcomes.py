@@ -1,0 +1,58 @@
+"""The words outcomes are recorded in: error classes and lookup outcomes.
+
+They go into events (``error_class``, ``DeliveryReconciled.outcome``), so they belong to
+the vocabulary, not to the channel adapters that produce them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+
+class ErrorClass(enum.StrEnum):
+    """Stable names for why an attempt did not confirm; they go into events."""
+
+    CONNECT_REFUSED = "connect_refused"
+    DNS_FAILURE = "dns_failure"
+    CONNECT_TIMEOUT = "connect_timeout"
+    TIMEOUT_AFTER_WRITE = "timeout_after_write"
+    RESET_AFTER_WRITE = "reset_after_write"
+    HTTP_4XX = "http_4xx"
+    HTTP_408 = "http_408"
+    HTTP_409 = "http_409"
+    HTTP_425 = "http_425"
+    HTTP_429 = "http_429"
+    HTTP_5XX = "http_5xx"
+    LEASE_EXPIRED = "lease_expired"
+    PROTOCOL_ERROR = "protocol_error"
+    CONNECT_FAILED = "connect_failed"  # no connection for another reason (unreachable, TLS)
+    POOL_TIMEOUT = "pool_timeout"  # no free pooled connection in time; nothing was written
+    INVALID_RECIPIENT = "invalid_recipient"  # the URL cannot be requested at all
+    HTTP_3XX = "http_3xx"  # a redirect: we never follow one with a signed POST
+    PROVIDER_FAILED = "provider_failed"  # the provider reports the message failed/undelivered
+    # The sender refused to write the first byte (the lease rule): nothing left.
+    FENCED = "fenced"
+    # The hard total deadline struck before the first byte was written: nothing left.
+    DEADLINE_BEFORE_WRITE = "deadline_before_write"
+    # Polling a SENT delivery gave up before the provider said delivered or failed.
+    SENT_UNCONFIRMED = "sent_unconfirmed"
+    # A lookup was answered "received, still processing" too many times.
+    STILL_PROCESSING = "still_processing"
+
+
+# 429/408/425: the receiver says it did not process the request (RFC 6585, 9110, 8470),
+# so a retry is safe. The one place this set is written.
+NOT_PROCESSED = frozenset({ErrorClass.HTTP_408, ErrorClass.HTTP_425, ErrorClass.HTTP_429})
+
+# What a lookup by idempotency key said:
+#   found       the receiver has it (``delivered`` in the result says whether it arrived)
+#   processing  received, still being processed: not yet known, look again later
+#   not_found   no request with this key was accepted (evidence only when repeated)
+#   failed      the provider has it and reports it failed/undelivered: it will not arrive
+#   unsupported the endpoint has no lookup
+#   lookup_error the lookup itself failed
+LookupOutcome = Literal["found", "processing", "not_found", "failed", "unsupported", "lookup_error"]
+
+# "Not found" is evidence only when repeated, spaced apart (ARCHITECTURE.md, protocol 6).
+NOT_FOUND_REQUIRED = 2
