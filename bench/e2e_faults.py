@@ -269,6 +269,9 @@ def main() -> None:
         topic_deadletter=f"bench.dl.{tag}",
         worker_group=f"bench-{tag}",
         http_timeout_s=1.0,
+        send_deadline_s=2.0,
+        lookup_settle_s=3.0,
+        lookup_confirm_spacing_s=1.5,
         lease_seconds=10.0,
         send_concurrency=128,
     )

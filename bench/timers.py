@@ -27,9 +27,8 @@ from bench.memory import open_states
 from events import Settings
 from events.base import Event
 from events.delivery_state import DeliveryState
-from streams.decisions import Context
+from streams.context import worker_context
 from streams.processor import DeliveryProcessor, Record
-from streams.retry import rules_for
 from streams.sender import Sender
 from streams.state_codec import loads
 from streams.timers import DueIndex
@@ -85,15 +84,28 @@ async def one_size(tmp: Path, n: int, progress: Progress | None) -> dict[str, fl
     async def no_dead_letters(record: Record, reason: str) -> None:
         raise AssertionError(reason)
 
-    ctx = Context(
-        worker_id="bench",
-        producer="bench",
-        rules=rules_for(Settings()),
-        receiver_dedupes=lambda channel: True,
+    ctx = worker_context(Settings(), worker_id="bench", producer="bench", channels={})
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    sender = Sender(
+        channels={},
+        ctx=ctx,
+        append=collect,
+        clock=clock,
+        concurrency=64,
+        current=store.get,
+        owns=lambda _partition: True,
+        deadline_s=10.0,
+        skew_margin_s=2.0,
     )
-    sender = Sender({}, ctx, collect, lambda: datetime.now(UTC), 64)
     processor = DeliveryProcessor(
-        ctx, store, collect, collect, no_dead_letters, sender, index, lambda: datetime.now(UTC)
+        ctx=ctx,
+        store=store,
+        append_claims=collect,
+        append_outcomes=collect,
+        dead_letter=no_dead_letters,
+        sender=sender,
+        due=index,
+        clock=clock,
     )
     partitions = set(range(PARTITIONS))
     ticks, scans = [], []

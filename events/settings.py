@@ -10,12 +10,19 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WebhookEndpoint(BaseModel):
-    """One webhook endpoint's secret and optional lookup URL."""
+    """One webhook endpoint: its secret, its lookup, and what its receiver promises."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     secret: SecretStr | None = None
     lookup_url: str | None = None
+    # Declared by the endpoint's owner, never assumed: the receiver dedupes on webhook-id,
+    # so a retry after UNKNOWN is safe without a lookup (the declaration goes into the
+    # retry's event). Without it and without a lookup, an UNKNOWN stays for an operator.
+    receiver_dedupes: bool = False
+    # How long after an UNKNOWN its receiver may still be processing the request: no
+    # lookup before it (None: settings.lookup_settle_s).
+    settle_s: float | None = Field(default=None, ge=0)
 
 
 class Settings(BaseSettings):
@@ -53,6 +60,23 @@ class Settings(BaseSettings):
     http_timeout_s: float = Field(default=5.0, gt=0)
     send_concurrency: int = Field(default=64, ge=1)
 
+    # Every send and every lookup ends within this many seconds, all phases together
+    # (pool wait, connect, write, wait, body): the hard total deadline.
+    send_deadline_s: float = Field(default=10.0, gt=0)
+    # Clocks of two workers may disagree by this much; the lease rule allows for it.
+    clock_skew_margin_s: float = Field(default=2.0, ge=0)
+    # After an UNKNOWN, its receiver may still be processing the request the client gave
+    # up on: the first lookup waits this long; a second "not found" is needed before a
+    # retry, this long after the first.
+    lookup_settle_s: float = Field(default=15.0, ge=0)
+    lookup_confirm_spacing_s: float = Field(default=5.0, ge=0)
+    lookup_backoff_s: float = Field(default=1.0, gt=0)
+    lookup_backoff_max_s: float = Field(default=60.0, gt=0)
+    # Lookups of one UNKNOWN attempt before it is left to an operator (stays UNKNOWN).
+    max_lookups: int = Field(default=12, ge=2)
+    # Lookups of a SENT delivery before it becomes UNKNOWN ("polling gave up").
+    max_sent_polls: int = Field(default=20, ge=1)
+
     # The delivery worker (streams/): consumer group, leases and timers.
     worker_group: str = "ledger-worker"
     lease_seconds: float = Field(default=30.0, gt=0)
@@ -80,6 +104,30 @@ class Settings(BaseSettings):
             object.__setattr__(self, "bootstrap_servers", f"{self.broker_host}:{self.broker_port}")
         return self
 
+    @model_validator(mode="after")
+    def _safe_lease(self) -> Settings:
+        check_lease(self)
+        return self
+
     def topic_names(self) -> tuple[str, str, str]:
         """The three topics the ledger owns, in creation order."""
         return (self.topic_runs, self.topic_deliveries, self.topic_deadletter)
+
+
+def check_lease(settings: Settings) -> None:
+    """Refuse a lease too short for the lease rule: a send must fit in what is left of it.
+
+    Raises ValueError naming the numbers (pydantic turns it into a one-line error).
+    """
+    needed = settings.send_deadline_s + settings.clock_skew_margin_s
+    if settings.lease_seconds <= needed:
+        raise ValueError(
+            f"lease_seconds={settings.lease_seconds:g} must exceed send_deadline_s="
+            f"{settings.send_deadline_s:g} + clock_skew_margin_s="
+            f"{settings.clock_skew_margin_s:g} (a send must end before its lease does)"
+        )
+    if settings.http_timeout_s > settings.send_deadline_s:
+        raise ValueError(
+            f"http_timeout_s={settings.http_timeout_s:g} must not exceed send_deadline_s="
+            f"{settings.send_deadline_s:g} (the hard total deadline bounds every phase)"
+        )

@@ -127,6 +127,10 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                 f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
             },
             "http_timeout_s": 1.0,
+            "send_deadline_s": 2.0,
+            "clock_skew_margin_s": 1.0,
+            "lookup_settle_s": 3.0,
+            "lookup_confirm_spacing_s": 1.5,
             "lease_seconds": 8.0,
         }
     )

@@ -4,7 +4,8 @@ One agent consumes ``ledger.deliveries`` (read_committed, at-least-once) and fol
 record into a rocksdict-backed table with a changelog. Claims and dead letters are
 appended from the agent; the sender and the timers run beside it and append outcomes
 with a separate idempotent producer. Every append may be seen more than once, so the
-fold dedupes by event_id and fences by token.
+fold dedupes by event_id and fences by token. ``Worker`` wires the pieces and owns the
+handlers faust calls: assignment, revocation, recovery, the tick and shutdown.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,12 +28,11 @@ from events.delivery_state import DeliveryState
 from events.settings import Settings
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
+from streams.context import worker_context
 from streams.continuity import ContinuityGuard
-from streams.decisions import Context
 from streams.metrics import WorkerMetrics
-from streams.outbox import Outbox
+from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
-from streams.retry import rules_for
 from streams.sender import Sender
 from streams.state_codec import dumps, loads
 from streams.timers import DueIndex
@@ -91,26 +90,213 @@ class TableStore:
                 yield loads(value)
 
 
-@dataclass
 class Worker:
-    """The app and the pieces tests and metrics look at."""
+    """One ``ledger worker`` process: the faust app and the handlers it calls."""
 
-    app: Any
-    worker_id: str
-    processor: DeliveryProcessor
-    sender: Sender
-    outbox: Outbox
-    owned: set[int] = field(default_factory=set)
-    metrics: WorkerMetrics | None = None
+    def __init__(self, settings: Settings, name: str = "worker") -> None:
+        self.settings = settings
+        self.worker_id = new_worker_id(name)
+        self.owned: set[int] = set()
+        self.datadir = settings.data_dir / "worker" / settings.worker_group / name
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        self.app: Any = _faust_app(settings, self.datadir)
+        self.deliveries: Any = _raw_topic(self.app, settings.topic_deliveries, settings.partitions)
+        self.deadletters: Any = _raw_topic(self.app, settings.topic_deadletter, None)
+        self.table: Any = self.app.Table(
+            "delivery-state",
+            default=None,
+            partitions=settings.partitions,
+            key_type=str,
+            value_type=bytes,
+            # faust's RocksDB defaults (64 MB x 3 memtables and a 2 GB block cache per
+            # partition) let a worker with a million open deliveries grow past a gigabyte.
+            options=TABLE_ROCKSDB_OPTIONS,
+        )
+        self.store = TableStore(self.table)
+        self.outcomes = OutcomeProducer(settings)
+        self.registry = ChannelRegistry(settings)
+        self.metrics = WorkerMetrics()
+        ctx = worker_context(
+            settings,
+            worker_id=self.worker_id,
+            producer=f"ledger-worker/{name}",
+            channels=self.registry.channels,
+        )
+        self.sender = Sender(
+            channels=self.registry.channels,
+            ctx=ctx,
+            append=self.outcomes.append,
+            clock=utc_now,
+            concurrency=settings.send_concurrency,
+            current=self.store.get,
+            owns=self.owned.__contains__,
+            deadline_s=settings.send_deadline_s,
+            skew_margin_s=settings.clock_skew_margin_s,
+            faults=settings.faults,
+            metrics=self.metrics,
+        )
+        self.due = DueIndex(self.datadir / "due-index")
+        self.processor = DeliveryProcessor(
+            ctx=ctx,
+            store=self.store,
+            append_claims=self.append_claims,
+            append_outcomes=self.outcomes.append,
+            dead_letter=self.dead_letter,
+            sender=self.sender,
+            due=self.due,
+            clock=utc_now,
+            faults=settings.faults,
+            metrics=self.metrics,
+        )
+        self.continuity = ContinuityGuard(
+            settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
+        )
+        self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
+        self.watchdog = Watchdog(self.lag)
+        self._next_verify = 0.0
+        self._watch_metrics()
+        self._connect()
+
+    def _watch_metrics(self) -> None:
+        watch = self.metrics.watch
+        watch(
+            "ledger_worker_due_timers",
+            "Timers scheduled (leases, retries, lookups).",
+            lambda: self.due.size,
+        )
+        watch(
+            "ledger_worker_inflight_sends",
+            "Sends and lookups in flight.",
+            lambda: self.sender.in_flight,
+        )
+        watch(
+            "ledger_worker_consumer_lag",
+            "Records waiting in owned partitions.",
+            lambda: self.lag.value,
+        )
+        watch(
+            "ledger_worker_owned_partitions",
+            "Partitions this worker owns.",
+            lambda: len(self.owned),
+        )
+        watch(
+            "ledger_worker_sender_failures",
+            "Sender tasks that raised (counted).",
+            lambda: self.sender.failures,
+        )
+
+    def _connect(self) -> None:
+        """Register the handlers with faust (its decorators, applied here)."""
+        self.app.agent(self.deliveries, name="delivery-state-machine")(self.state_machine)
+        self.app.on_partitions_assigned.connect(self.on_assigned)
+        self.app.on_partitions_revoked.connect(self.on_revoked)
+        self.table.on_recover(self.on_recovered)
+        self.app.timer(interval=self.settings.timer_interval_seconds)(self.on_tick)
+        self.app.on_before_shutdown.connect(self.on_shutdown)
+
+    async def append_claims(self, events: Sequence[Event]) -> None:
+        """Claims, through the agent's producer (at-least-once: the fold dedupes)."""
+        for event in events:
+            await self.deliveries.send(key=record_key(event), value=encode(event))  # type: ignore[arg-type]
+
+    async def dead_letter(self, record: Record, reason: str) -> None:
+        """A record the processor cannot use, with the reason, to ``ledger.deadletter``."""
+        letter = DeadLetter.of(
+            reason=reason,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            detected_by=self.worker_id,
+        )
+        await self.deadletters.send(key=record.key, value=letter.model_dump_json().encode())
+
+    async def state_machine(self, stream: Any) -> AsyncIterator[None]:
+        """The agent: every record, in partition order, through the processor."""
+        async for event in stream.events():
+            message = event.message
+            record = Record(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+            )
+            try:
+                self.continuity.note(record.partition, record.offset)
+                for missed in self.continuity.take_recovered(record.partition):
+                    self.metrics.skipped_recovered.inc()
+                    await self.processor.handle(missed)
+                await self.processor.handle(record)
+            except BaseException:
+                # Crash loudly and WITHOUT committing this record: faust's supervisors
+                # would commit it first (it would be lost) or restart the agent quietly.
+                log.critical("delivery agent failed on %s; exiting", record, exc_info=True)
+                logging.shutdown()
+                os._exit(70)
+            self.watchdog.progressed()
+            yield None
+
+    async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
+        """New assignment: forget what moved away, start checking continuity."""
+        mine = {tp.partition for tp in assigned if tp.topic == self.settings.topic_deliveries}
+        gone = self.owned - mine
+        for partition in gone:
+            self.processor.forget(partition)
+        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        self.owned.clear()
+        self.owned.update(mine)
+        await self.continuity.on_assigned(mine)
+        log.info("worker %s owns partitions %s", self.worker_id, sorted(mine))
+
+    async def on_revoked(self, _app: Any, revoked: set[Any], **_: Any) -> None:
+        """Revocation: no queued send of those partitions may go out any more."""
+        gone = {tp.partition for tp in revoked if tp.topic == self.settings.topic_deliveries}
+        self.owned.difference_update(gone)
+        for partition in gone:
+            self.processor.forget(partition)
+        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+
+    async def on_recovered(self) -> None:
+        """Tables recovered: timers are derived state, rebuilt from the table."""
+        total = sum(self.processor.reindex(p, self.store.partition_states(p)) for p in self.owned)
+        log.info("rebuilt %d timers for partitions %s", total, sorted(self.owned))
+        self.watchdog.ready()
+
+    async def on_tick(self) -> None:
+        """Due timers, lag, the watchdog and the continuity check."""
+        if self.owned and not self.app.in_recovery:
+            began = time.perf_counter()
+            await self.processor.tick(set(self.owned))
+            self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
+        self.lag.refresh()
+        self.watchdog.check(self.app.in_recovery)
+        if self.continuity.pending and time.monotonic() >= self._next_verify:
+            self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
+            await self.continuity.verify()
+
+    async def on_shutdown(self, _app: Any, **_: Any) -> None:
+        """Queued sends are taken back (recorded as not sent); written ones finish,
+        bounded by the deadline; what does not finish is left to its lease."""
+        self.owned.clear()
+        await self.sender.stop_partitions(
+            self.sender.partitions_in_use, "worker shutting down before the send began"
+        )
+        await self.sender.drain(timeout_s=self.settings.send_deadline_s + 1)
+        await self.outcomes.stop()
+        await self.registry.aclose()
+        await self.continuity.stop()
 
 
 def create_app(settings: Settings, name: str = "worker") -> Worker:
-    """Build the worker's faust app; nothing global, nothing started."""
-    worker_id = new_worker_id(name)
-    datadir = settings.data_dir / "worker" / settings.worker_group / name
-    datadir.mkdir(parents=True, exist_ok=True)
+    """Build one worker: its faust app and handlers; nothing global, nothing started."""
+    return Worker(settings, name)
+
+
+def _faust_app(settings: Settings, datadir: Any) -> Any:
     # faust's decorators and signals are loosely typed; the app is handled as Any here.
-    app: Any = LedgerApp(
+    return LedgerApp(
         settings.worker_group,
         broker=f"kafka://{settings.bootstrap_servers}",
         # at-least-once, deliberately: faust's exactly_once crash-loops on every rebalance of
@@ -139,179 +325,14 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
         # Claims, dead letters and changelog writes are small: let them share requests.
         producer_linger=0.005,
     )
-    deliveries: Any = app.topic(
-        settings.topic_deliveries,
+
+
+def _raw_topic(app: Any, name: str, partitions: int | None) -> Any:
+    return app.topic(
+        name,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
         value_serializer="raw",
-        partitions=settings.partitions,
+        **({"partitions": partitions} if partitions is not None else {}),
     )
-    deadletters = app.topic(
-        settings.topic_deadletter,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-    )
-    table: Any = app.Table(
-        "delivery-state",
-        default=None,
-        partitions=settings.partitions,
-        key_type=str,
-        value_type=bytes,
-        # faust's RocksDB defaults (64 MB x 3 memtables and a 2 GB block cache per
-        # partition) let a worker with a million open deliveries grow past a gigabyte.
-        options=TABLE_ROCKSDB_OPTIONS,
-    )
-    store = TableStore(table)
-    outbox = Outbox(settings)
-    ctx = Context(
-        worker_id=worker_id,
-        producer=f"ledger-worker/{name}",
-        rules=rules_for(settings),
-        receiver_dedupes=lambda channel: channels[channel].receiver_dedupes,
-        lease_s=settings.lease_seconds,
-        claim_grace_s=settings.claim_grace_seconds,
-    )
-    registry = ChannelRegistry(settings)
-    channels = registry.channels
-    metrics = WorkerMetrics()
-    sender = Sender(
-        channels,
-        ctx,
-        outbox.append,
-        utc_now,
-        settings.send_concurrency,
-        settings.faults,
-        metrics,
-    )
-
-    async def append_in_txn(events: Sequence[Event]) -> None:
-        for event in events:
-            await deliveries.send(key=record_key(event), value=encode(event))  # type: ignore[arg-type]
-
-    async def dead_letter(record: Record, reason: str) -> None:
-        letter = DeadLetter.of(
-            reason=reason,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value,
-            detected_by=worker_id,
-        )
-        await deadletters.send(key=record.key, value=letter.model_dump_json().encode())
-
-    due = DueIndex(datadir / "due-index")
-    processor = DeliveryProcessor(
-        ctx,
-        store,
-        append_in_txn,
-        outbox.append,
-        dead_letter,
-        sender,
-        due,
-        utc_now,
-        settings.faults,
-        metrics,
-    )
-    worker = Worker(app, worker_id, processor, sender, outbox)
-    continuity = ContinuityGuard(
-        settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
-    )
-    lag = ConsumerLag(app, settings.topic_deliveries, continuity)
-    watchdog = Watchdog(lag)
-    metrics.watch(
-        "ledger_worker_due_timers", "Timers scheduled (leases, retries, lookups).", lambda: due.size
-    )
-    metrics.watch(
-        "ledger_worker_inflight_sends", "Sends and lookups in flight.", lambda: sender.in_flight
-    )
-    metrics.watch(
-        "ledger_worker_consumer_lag", "Records waiting in owned partitions.", lambda: lag.value
-    )
-    metrics.watch(
-        "ledger_worker_owned_partitions", "Partitions this worker owns.", lambda: len(worker.owned)
-    )
-    metrics.watch(
-        "ledger_worker_sender_failures",
-        "Sender tasks that raised (counted).",
-        lambda: sender.failures,
-    )
-    worker.metrics = metrics
-
-    @app.agent(deliveries, name="delivery-state-machine")
-    async def state_machine(stream: Any) -> AsyncIterator[None]:
-        async for event in stream.events():
-            message = event.message
-            record = Record(
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-            )
-            try:
-                continuity.note(record.partition, record.offset)
-                for missed in continuity.take_recovered(record.partition):
-                    metrics.skipped_recovered.inc()
-                    await processor.handle(missed)
-                await processor.handle(record)
-            except BaseException:
-                # Crash loudly and WITHOUT committing this record: faust's supervisors
-                # would commit it first (it would be lost) or restart the agent quietly.
-                log.critical("delivery agent failed on %s; exiting", record, exc_info=True)
-                logging.shutdown()
-                os._exit(70)
-            watchdog.progressed()
-            yield None
-
-    @app.on_partitions_assigned.connect
-    async def assigned(_app: Any, assigned: set[Any], **_: Any) -> None:
-        mine = {tp.partition for tp in assigned if tp.topic == settings.topic_deliveries}
-        for partition in worker.owned - mine:
-            processor.forget(partition)
-        worker.owned.clear()
-        worker.owned.update(mine)
-        await continuity.on_assigned(mine)
-        log.info("worker %s owns partitions %s", worker_id, sorted(mine))
-
-    @app.on_partitions_revoked.connect
-    async def revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
-        gone = {tp.partition for tp in revoked if tp.topic == settings.topic_deliveries}
-        for partition in gone:
-            processor.forget(partition)
-        worker.owned.difference_update(gone)
-
-    @table.on_recover
-    async def recovered() -> None:
-        # Timers are derived state: rebuild them from the recovered table.
-        total = sum(processor.reindex(p, store.partition_states(p)) for p in worker.owned)
-        log.info("rebuilt %d timers for partitions %s", total, sorted(worker.owned))
-        watchdog.ready()
-
-    next_verify = [0.0]
-
-    @app.timer(interval=settings.timer_interval_seconds)
-    async def timers() -> None:
-        if worker.owned and not app.in_recovery:
-            began = time.perf_counter()
-            await processor.tick(set(worker.owned))
-            metrics.timer_tick_seconds.observe(time.perf_counter() - began)
-        lag.refresh()
-        watchdog.check(app.in_recovery)
-        if continuity.pending and time.monotonic() >= next_verify[0]:
-            next_verify[0] = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
-            await continuity.verify()
-
-    @app.on_before_shutdown.connect
-    async def shutting_down(_app: Any, **_: Any) -> None:
-        # In-flight sends finish (bounded) so their outcomes are recorded; what does not
-        # finish is left to its lease, which the next owner resolves by lookup.
-        await sender.drain(timeout_s=settings.http_timeout_s + 1)
-        await outbox.stop()
-        await registry.aclose()
-        await continuity.stop()
-
-    return worker

@@ -17,6 +17,7 @@ from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
     DeliveryFailed,
+    DeliveryNotSent,
     DeliveryReconciled,
     DeliveryRequested,
     DeliveryRetryScheduled,
@@ -25,11 +26,8 @@ from events.delivery import (
     DuplicateDeliveryRequest,
 )
 from events.delivery_state import DeliveryState, Status
-from events.outcomes import ErrorClass
+from events.outcomes import NOT_FOUND_REQUIRED, NOT_PROCESSED, ErrorClass
 from streams.channels.base import LookupResult, SendOutcome, SendResult
-
-# 429/408/425 mean the receiver did not process the request: a retry is safe.
-NOT_PROCESSED = frozenset({ErrorClass.HTTP_429, ErrorClass.HTTP_408, ErrorClass.HTTP_425})
 
 
 class RetryRules(Protocol):
@@ -44,20 +42,24 @@ class RetryRules(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Context:
-    """The worker-specific inputs of decisions."""
+    """The worker-specific inputs of decisions (settings resolved, channels consulted)."""
 
     worker_id: str
     producer: str
     rules: Callable[[str], RetryRules]
-    receiver_dedupes: Callable[[str], bool]
-    lease_s: float = 30.0
-    claim_grace_s: float = 10.0
-    lookup_backoff_s: float = 1.0
-    lookup_backoff_max_s: float = 60.0
-    max_lookups: int = 12
-    max_sent_polls: int = 20
+    # (channel, recipient) -> the endpoint declares its receiver dedupes on the key.
+    receiver_dedupes: Callable[[str, str], bool]
+    # (channel, recipient) -> seconds after an UNKNOWN before the first lookup.
+    settle_s: Callable[[str, str], float]
+    lease_s: float
+    claim_grace_s: float
+    lookup_confirm_spacing_s: float
+    lookup_backoff_s: float
+    lookup_backoff_max_s: float
+    max_lookups: int
+    max_sent_polls: int
 
 
 def claim(state: DeliveryState, now: datetime, ctx: Context) -> DeliveryClaimed:
@@ -138,6 +140,16 @@ def after_send(
                     **common, attempts=state.attempt, error_class=error, reason=result.evidence
                 )
             ]
+        case SendOutcome.NOT_SENT if result.error_class is ErrorClass.FENCED:
+            return [
+                DeliveryNotSent(
+                    **common,
+                    **attempt,
+                    worker_id=ctx.worker_id,
+                    error_class=error,
+                    reason=result.evidence,
+                )
+            ]
         case SendOutcome.NOT_SENT:
             safety = f"nothing was written ({error}): {result.evidence}"
             return [retry_or_fail(state, error, safety, now, ctx)]
@@ -166,6 +178,7 @@ def after_lookup(
             evidence=result.evidence,
         )
     ]
+    dedupes = ctx.receiver_dedupes(state.channel, state.recipient)
     if result.outcome == "found" and result.delivered:
         events.append(
             DeliveryConfirmed(
@@ -176,17 +189,31 @@ def after_lookup(
                 evidence=f"lookup by idempotency key: {result.evidence}",
             )
         )
-    elif state.status is Status.UNKNOWN and result.outcome == "not_found":
-        safety = f"lookup by idempotency key found nothing: {result.evidence}"
-        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+    elif result.outcome == "failed" and state.status in (Status.SENT, Status.UNKNOWN):
+        events.append(
+            DeliveryFailed(
+                **common,
+                attempts=state.attempt,
+                error_class=str(ErrorClass.PROVIDER_FAILED),
+                reason=f"the provider reports the message {result.provider_status}: "
+                f"{result.evidence}",
+            )
+        )
     elif (
         state.status is Status.UNKNOWN
-        and result.outcome == "unsupported"
-        and ctx.receiver_dedupes(state.channel)
+        and result.outcome == "not_found"
+        and state.not_found + 1 >= NOT_FOUND_REQUIRED
     ):
+        settle = ctx.settle_s(state.channel, state.recipient)
         safety = (
-            "no lookup API; a retry is safe because the receiver dedupes on the "
-            "idempotency key (Standard Webhooks webhook-id)"
+            f"lookup by idempotency key found nothing {state.not_found + 1} times, the first "
+            f"{settle:g}s after the attempt ended: {result.evidence}"
+        )
+        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+    elif state.status is Status.UNKNOWN and result.outcome == "unsupported" and dedupes:
+        safety = (
+            "no lookup; a retry is safe because the endpoint declares that its receiver "
+            "dedupes on the idempotency key (webhook-id): receiver_dedupes=true"
         )
         events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
     return events
@@ -232,14 +259,27 @@ def due_at(state: DeliveryState, ctx: Context) -> datetime | None:
         case Status.CLAIMED:
             return state.lease_expires_at
         case Status.UNKNOWN:
-            if state.reconciled not in (None, "lookup_error") or state.lookups >= ctx.max_lookups:
-                return None  # decided, or an operator must resolve it
-            return base + timedelta(seconds=_backoff(state.lookups, ctx))
+            return _next_lookup(state, base, ctx)
         case Status.SENT:
             if state.lookups >= ctx.max_sent_polls:
-                return None
+                return base  # polling gives up now: UNKNOWN, for an operator to see
             return base + timedelta(seconds=_backoff(state.lookups + 1, ctx))
     return None
+
+
+def _next_lookup(state: DeliveryState, base: datetime, ctx: Context) -> datetime | None:
+    if state.last_error_class == ErrorClass.SENT_UNCONFIRMED or state.lookups >= ctx.max_lookups:
+        return None  # an operator resolves it; it stays visible as UNKNOWN
+    match state.reconciled:
+        case None:
+            # The receiver may still be processing what the client gave up on: settle first.
+            since = state.check_at or base
+            return since + timedelta(seconds=ctx.settle_s(state.channel, state.recipient))
+        case "not_found":
+            return base + timedelta(seconds=ctx.lookup_confirm_spacing_s)
+        case "processing" | "lookup_error":
+            return base + timedelta(seconds=_backoff(state.lookups, ctx))
+    return None  # decided (found, failed), or no lookup exists (unsupported)
 
 
 TimerAction = str  # "lookup" when the edge must ask the provider
@@ -248,12 +288,14 @@ TimerAction = str  # "lookup" when the edge must ask the provider
 def on_timer(
     state: DeliveryState, now: datetime, ctx: Context
 ) -> tuple[list[Event], TimerAction | None]:
-    """What a due timer decides: a claim, a lease expiry, or a lookup to make."""
+    """What a due timer decides: a claim, a lease expiry, giving up on SENT, or a lookup."""
     due = due_at(state, ctx)
     if due is None or now < due:
         return [], None
     if state.status in (Status.PENDING, Status.RETRY_SCHEDULED):
         return [claim(state, now, ctx)], None
+    common = _common(state, ctx, now)
+    attempt = {"attempt": state.attempt, "fencing_token": state.fencing_token}
     if state.status is Status.CLAIMED:
         reason = (
             f"lease of worker {state.claim_worker} for attempt {state.attempt} expired "
@@ -261,11 +303,17 @@ def on_timer(
         )
         return [
             DeliveryUnknown(
-                **_common(state, ctx, now),
-                attempt=state.attempt,
-                fencing_token=state.fencing_token,
-                error_class=str(ErrorClass.LEASE_EXPIRED),
-                reason=reason,
+                **common, **attempt, error_class=str(ErrorClass.LEASE_EXPIRED), reason=reason
+            )
+        ], None
+    if state.status is Status.SENT and state.lookups >= ctx.max_sent_polls:
+        reason = (
+            f"the provider still reports {state.provider_status!r} after {state.lookups} "
+            "lookups: polling gave up; it may or may not arrive, an operator must check"
+        )
+        return [
+            DeliveryUnknown(
+                **common, **attempt, error_class=str(ErrorClass.SENT_UNCONFIRMED), reason=reason
             )
         ], None
     return [], "lookup"

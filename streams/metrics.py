@@ -63,6 +63,12 @@ class WorkerMetrics:
             buckets=TICK_BUCKETS,
             registry=self.registry,
         )
+        self.refused_sends = Counter(
+            "ledger_worker_refused_sends",
+            "Sends refused before the first byte (lease rule, revoked partition, shutdown).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.skipped_recovered = Counter(
             "ledger_worker_skipped_records_recovered",
             "Committed records the stream skipped and the continuity guard re-read.",

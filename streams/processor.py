@@ -1,14 +1,14 @@
 """One record at a time: decode, fold, decide, hand live claims to the sender, index timers.
 
 Framework-free on purpose: the faust agent (streams/app.py) feeds it records and gives it
-a state store and an in-transaction appender, so the same code runs under faust and in
+a state store and appenders (claims go out through the agent's producer, outcomes through
+a separate idempotent one; both at-least-once), so the same code runs under faust and in
 tests.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,10 +65,11 @@ class DeliveryProcessor:
 
     def __init__(
         self,
+        *,
         ctx: Context,
         store: StateStore,
-        append_in_txn: Append,
-        append_outside: Append,
+        append_claims: Append,
+        append_outcomes: Append,
         dead_letter: DeadLetterSink,
         sender: Sender,
         due: DueIndex,
@@ -80,17 +81,16 @@ class DeliveryProcessor:
         self._metrics = metrics
         self.faults = faults
         self._store = store
-        self._append_in_txn = append_in_txn
-        self._append_outside = append_outside
+        self._append_claims = append_claims
+        self._append_outcomes = append_outcomes
         self._dead_letter = dead_letter
         self._sender = sender
         self._due = due
         self._clock = clock
-        self.counts: Counter[str] = Counter()
+        self._proposed: dict[str, tuple[str, int, int, str]] = {}
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order."""
-        self.counts["records"] += 1
         try:
             event = decode(record.value)
         except EventDecodeError as exc:
@@ -110,7 +110,6 @@ class DeliveryProcessor:
             return
         if after != before:
             self._store.put(key, after)
-        self.counts[event.type] += 1
         if self._metrics is not None:
             self._metrics.events.labels(event.type).inc()
         now = self._clock()
@@ -120,9 +119,11 @@ class DeliveryProcessor:
             if AGENT_RAISES in self.faults:
                 raise RuntimeError(f"fault injection: {AGENT_RAISES}")
             if decided:
-                await self._append_in_txn(decided)
+                await self._append_claims(decided)
         elif self._is_my_live_claim(before, after, event):
-            self._sender.submit_send(after)
+            self._sender.submit_send(after, record.partition)
+        if after != before:
+            self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
         self._due.schedule(record.partition, key, due_at(after, self.ctx))
 
     def _is_my_live_claim(
@@ -137,7 +138,6 @@ class DeliveryProcessor:
         )
 
     async def _reject(self, record: Record, reason: str) -> None:
-        self.counts["dead_lettered"] += 1
         if self._metrics is not None:
             self._metrics.dead_lettered.inc()
         log.warning(
@@ -146,24 +146,31 @@ class DeliveryProcessor:
         await self._dead_letter(record, reason)
 
     async def tick(self, partitions: Iterable[int]) -> int:
-        """Act on every due timer of the owned partitions; returns how many were due."""
+        """Act on every due timer of the owned partitions; returns how many were due.
+
+        Each decision is proposed once (until the state moves), and all of one tick's
+        proposals go out in one append.
+        """
         now = self._clock()
         due = self._due.due(partitions, now, TICK_BATCH)
+        proposals: list[Event] = []
         for partition, key in due:
             state = self._store.get(key)
             if state is None or state.status.terminal:
                 self._due.schedule(partition, key, None)
                 continue
             events, action = on_timer(state, now, self.ctx)
-            if events:
-                self.counts["timer_events"] += len(events)
-                if self._metrics is not None:
-                    self._metrics.timer_events.inc(len(events))
-                await self._append_outside(events)
+            if events and self._proposed.get(key) != _proposal(state, events):
+                self._proposed[key] = _proposal(state, events)
+                proposals.extend(events)
             if action == "lookup":
-                self._sender.submit_lookup(state)
+                self._sender.submit_lookup(state, partition)
             # The decision lands when its event is read back; until then look again later.
             self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
+        if proposals:
+            if self._metrics is not None:
+                self._metrics.timer_events.inc(len(proposals))
+            await self._append_outcomes(proposals)
         return len(due)
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
@@ -177,5 +184,11 @@ class DeliveryProcessor:
         return count
 
     def forget(self, partition: int) -> None:
-        """Drop the timers of a revoked partition."""
+        """Drop the timers of a revoked partition (and what this worker proposed there)."""
         self._due.drop_partition(partition)
+        self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
+
+
+def _proposal(state: DeliveryState, events: Sequence[Event]) -> tuple[str, int, int, str]:
+    """What identifies one timer decision for a state: re-proposing it would be a repeat."""
+    return (state.status.value, state.fencing_token, state.attempt, type(events[0]).__name__)

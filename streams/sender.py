@@ -1,10 +1,12 @@
 """The sender: turns live claims into requests, and due lookups into reconciliations.
 
 It acts only on claims the state machine accepted after reading them back from the log,
-and only on claims this worker made (a claim read back by another process, e.g. after a
-rebalance or a crash, is left to its lease). Each (key, token) is sent at most once per
-process. Outcomes are appended outside the processor's transaction; the fold dedupes and
-fences them.
+and only on claims this worker made. Each (key, token) is sent at most once per process.
+Right before the first byte of a send is written (``WriteGuard``), the lease rule is
+checked again: the claim is still the current one, this process still owns the
+partition, and the lease has more left than the hard deadline plus the clock-skew margin.
+A refused or cancelled send records ``DeliveryNotSent``, so the next attempt needs no
+lookup. Outcomes are appended outside the processor's record; the fold dedupes and fences.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from events.base import Event
-from events.delivery_state import DeliveryState
+from events.delivery_state import DeliveryState, Status
 from events.faults import crash_if_enabled
-from streams.channels.base import Channel, OutboundDelivery
+from events.outcomes import ErrorClass
+from streams.channels.base import Channel, OutboundDelivery, SendOutcome, SendResult
+from streams.channels.write_guard import WriteGuard
 from streams.decisions import Context, after_lookup, after_send
 from streams.metrics import WorkerMetrics
 
@@ -30,6 +35,20 @@ AFTER_RESPONSE = "worker.after_response"
 STARTED_MEMORY = 200_000
 
 Append = Callable[[Sequence[Event]], Awaitable[None]]
+CurrentState = Callable[[str], DeliveryState | None]
+
+
+@dataclass
+class _Work:
+    """One send or lookup this process runs, and what it may still do."""
+
+    key: str
+    token: int
+    partition: int
+    kind: str  # "send" | "lookup"
+    guard: WriteGuard = field(default_factory=WriteGuard)
+    stopped: str | None = None  # why this process took the work back before it was written
+    task: asyncio.Task[None] | None = None
 
 
 class Sender:
@@ -37,47 +56,70 @@ class Sender:
 
     def __init__(
         self,
+        *,
         channels: Mapping[str, Channel],
         ctx: Context,
         append: Append,
         clock: Callable[[], datetime],
         concurrency: int,
+        current: CurrentState,
+        owns: Callable[[int], bool],
+        deadline_s: float,
+        skew_margin_s: float,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._channels = channels
-        self._metrics = metrics
         self._ctx = ctx
         self._append = append
         self._clock = clock
         self._slots = asyncio.Semaphore(concurrency)
+        self._current = current
+        self._owns = owns
+        self._deadline_s = deadline_s
+        self._margin_s = skew_margin_s
         self._faults = faults
+        self._metrics = metrics
         # Bounded memory of what this process started: a claim re-read after a rebalance
         # back to this worker must not be sent twice.
         self._started: OrderedDict[tuple[str, int, str], None] = OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.counts: Counter[str] = Counter()
+        self._work: dict[asyncio.Task[None], _Work] = {}
+        self._open_sends: set[tuple[str, int]] = set()
         self.failures = 0
 
     @property
     def in_flight(self) -> int:
         """Sends and lookups not finished yet."""
-        return len(self._tasks)
+        return len(self._work)
 
-    def submit_send(self, state: DeliveryState) -> bool:
+    def has_open_send(self, key: str, token: int) -> bool:
+        """True while this process still has the attempt (key, token) open."""
+        return (key, token) in self._open_sends
+
+    def submit_send(self, state: DeliveryState, partition: int) -> bool:
         """Start the attempt ``state`` claims, unless this process already started it."""
         marker = (state.idempotency_key, state.fencing_token, "send")
         if not self._mark(marker):
             return False
-        self._spawn(self._send(state), marker)
+        work = _Work(state.idempotency_key, state.fencing_token, partition, "send")
+        work.guard = WriteGuard(check=lambda: self._refusal(state, work))
+        self._open_sends.add((work.key, work.token))
+        self._spawn(self._send(state, work), work, marker)
         return True
 
-    def submit_lookup(self, state: DeliveryState) -> bool:
-        """Ask the provider about ``state``'s key, once per (token, lookup number)."""
+    def submit_lookup(self, state: DeliveryState, partition: int) -> bool:
+        """Ask the provider about ``state``'s key, once per (token, lookup number).
+
+        Never while this process still has the attempt open: its own request may be the
+        one the receiver is processing, and "not found" would then be no evidence.
+        """
+        if self.has_open_send(state.idempotency_key, state.fencing_token):
+            return False
         marker = (state.idempotency_key, state.fencing_token * 1000 + state.lookups, "lookup")
         if not self._mark(marker):
             return False
-        self._spawn(self._lookup(state), marker)
+        work = _Work(state.idempotency_key, state.fencing_token, partition, "lookup")
+        self._spawn(self._lookup(state), work, marker)
         return True
 
     def _mark(self, marker: tuple[str, int, str]) -> bool:
@@ -88,21 +130,92 @@ class Sender:
             self._started.popitem(last=False)
         return True
 
+    def _refusal(self, claimed: DeliveryState, work: _Work) -> str | None:
+        """The lease rule, checked right before the first byte; None allows the write."""
+        if work.stopped is not None:
+            return work.stopped
+        current = self._current(claimed.idempotency_key)
+        if (
+            current is None
+            or current.status is not Status.CLAIMED
+            or current.fencing_token != claimed.fencing_token
+            or current.claim_worker != self._ctx.worker_id
+        ):
+            now = (
+                "none"
+                if current is None
+                else f"{current.status} under token {current.fencing_token}"
+            )
+            return f"the claim under token {claimed.fencing_token} is no longer current ({now})"
+        if not self._owns(work.partition):
+            return f"this worker no longer owns partition {work.partition}"
+        if claimed.lease_expires_at is None:
+            return "the claim has no lease"
+        left = (claimed.lease_expires_at - self._clock()).total_seconds()
+        needed = self._deadline_s + self._margin_s
+        if left <= needed:
+            return (
+                f"the lease has {left:.1f}s left; a send needs more than {needed:g}s "
+                f"(deadline {self._deadline_s:g}s + clock-skew margin {self._margin_s:g}s)"
+            )
+        return None
+
+    async def stop_partitions(self, partitions: Iterable[int], why: str) -> int:
+        """Take back every send and lookup of ``partitions`` not yet written.
+
+        Sends already written finish (their outcomes are recorded and fenced by token);
+        the rest are cancelled and record ``DeliveryNotSent``. Returns how many stopped.
+        """
+        gone = set(partitions)
+        stopped = [
+            (task, work)
+            for task, work in self._work.items()
+            if work.partition in gone and not work.guard.written
+        ]
+        for task, work in stopped:
+            work.stopped = why
+            task.cancel()
+        if stopped:
+            await asyncio.wait([task for task, _ in stopped], timeout=self._deadline_s)
+        in_flight = sum(1 for w in self._work.values() if w.partition in gone and w.guard.written)
+        if stopped or in_flight:
+            log.info(
+                "partitions %s: %d queued send(s)/lookup(s) stopped, %d written send(s) left "
+                "to finish (%s)",
+                sorted(gone),
+                len(stopped),
+                in_flight,
+                why,
+            )
+        return len(stopped)
+
     async def drain(self, timeout_s: float) -> None:
         """Wait for in-flight work (bounded); what does not finish is left to leases."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if self._work:
+            await asyncio.wait(set(self._work), timeout=timeout_s)
 
-    def _spawn(self, work: Awaitable[None], marker: tuple[str, int, str]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
+    @property
+    def partitions_in_use(self) -> set[int]:
+        """Partitions with work in this sender."""
+        return {w.partition for w in self._work.values()}
+
+    def _spawn(self, coroutine: Awaitable[None], work: _Work, marker: tuple[str, int, str]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        work.task = task
+        self._work[task] = work
 
         def done(finished: asyncio.Task[None]) -> None:
-            self._tasks.discard(finished)
-            if not finished.cancelled() and finished.exception() is not None:
-                # Loud, counted, and safe: the claim's lease expires and the lookup decides.
-                self.failures += 1
-                log.error("sender task for %s failed", marker, exc_info=finished.exception())
+            self._work.pop(finished, None)
+            if work.kind == "send":
+                self._open_sends.discard((work.key, work.token))
+            if finished.cancelled() or finished.exception() is None:
+                return
+            # Loud, counted, and safe: the claim's lease expires and the lookup decides.
+            self.failures += 1
+            if work.kind == "lookup":
+                # Forget the marker, so a later tick may ask again.
+                self._started.pop(marker, None)
+            log.error("sender task for %s failed", marker, exc_info=finished.exception())
 
         task.add_done_callback(done)
 
@@ -118,25 +231,49 @@ class Sender:
             fencing_token=state.fencing_token,
         )
 
-    async def _send(self, state: DeliveryState) -> None:
-        async with self._slots:
-            crash_if_enabled(BEFORE_SEND, self._faults)
-            began = time.perf_counter()
-            result = await self._channels[state.channel].send(self._outbound(state))
-            crash_if_enabled(AFTER_RESPONSE, self._faults)
-            self.counts[f"send:{state.channel}:{result.outcome}"] += 1
-            if self._metrics is not None:
-                self._metrics.send_seconds.labels(state.channel).observe(
-                    time.perf_counter() - began
-                )
-                self._metrics.sends.labels(state.channel, str(result.outcome)).inc()
-            events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
-            await self._append(events)
+    async def _send(self, state: DeliveryState, work: _Work) -> None:
+        began = time.perf_counter()
+        try:
+            async with self._slots:
+                crash_if_enabled(BEFORE_SEND, self._faults)
+                began = time.perf_counter()
+                result = await self._channels[state.channel].send(self._outbound(state), work.guard)
+        except asyncio.CancelledError:
+            if work.stopped is None or work.guard.written:
+                raise
+            # We took it back before its first byte: say so, so nobody needs to look it up.
+            result = SendResult(
+                SendOutcome.NOT_SENT,
+                f"not sent: {work.stopped}",
+                ErrorClass.FENCED,
+            )
+        crash_if_enabled(AFTER_RESPONSE, self._faults)
+        if self._metrics is not None:
+            if result.error_class is ErrorClass.FENCED:
+                self._metrics.refused_sends.labels(_refusal_label(result.evidence)).inc()
+            self._metrics.send_seconds.labels(state.channel).observe(time.perf_counter() - began)
+            self._metrics.sends.labels(state.channel, str(result.outcome)).inc()
+        if result.error_class is ErrorClass.FENCED:
+            log.info("send of %s (token %d) refused: %s", work.key, work.token, result.evidence)
+        events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
+        await self._append(events)
 
     async def _lookup(self, state: DeliveryState) -> None:
         async with self._slots:
             result = await self._channels[state.channel].lookup(self._outbound(state))
-            self.counts[f"lookup:{state.channel}:{result.outcome}"] += 1
             if self._metrics is not None:
                 self._metrics.lookups.labels(state.channel, result.outcome).inc()
             await self._append(after_lookup(state, result, self._clock(), self._ctx))
+
+
+def _refusal_label(evidence: str) -> str:
+    for needle, label in (
+        ("lease has", "lease"),
+        ("no longer owns", "partition"),
+        ("no longer current", "token"),
+        ("revoked", "revoked"),
+        ("shutting down", "shutdown"),
+    ):
+        if needle in evidence:
+            return label
+    return "other"

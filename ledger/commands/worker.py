@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
         ] = None,
     ) -> None:
-        """Claim, send and reconcile deliveries (faust, exactly-once). Ctrl-C stops it."""
+        """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
         import faust
 
         from streams.app import create_app

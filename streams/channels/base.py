@@ -13,6 +13,7 @@ from typing import Protocol
 from pydantic import JsonValue
 
 from events.outcomes import ErrorClass, LookupOutcome
+from streams.channels.write_guard import WriteGuard
 
 
 class SendOutcome(enum.StrEnum):
@@ -64,16 +65,29 @@ class LookupResult:
     delivered: bool = False  # authoritative: the logical event reached its recipient
 
 
+# The header that carries the attempt's fencing token on every request (README): it grows
+# per key, so a receiver that remembers the highest token per key can refuse a stale
+# attempt, the one fence a paused process cannot slip past.
+FENCING_TOKEN_HEADER = "fencing-token"  # noqa: S105 - a header name
+
+
 class Channel(Protocol):
     """A delivery channel adapter."""
 
     name: str
-    # True when receivers dedupe on the idempotency key (Standard Webhooks webhook-id),
-    # which makes a retry after UNKNOWN safe even without a lookup.
-    receiver_dedupes: bool
 
-    async def send(self, delivery: OutboundDelivery) -> SendResult:
-        """Make one attempt, with the idempotency key; classify what happened."""
+    def receiver_dedupes(self, recipient: str) -> bool:
+        """True when this recipient's receiver is declared to dedupe on the idempotency key,
+        which makes a retry after UNKNOWN safe without a lookup."""
+        ...
+
+    def settle_s(self, recipient: str) -> float | None:
+        """How long after an UNKNOWN this recipient may still be processing (None: default)."""
+        ...
+
+    async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
+        """Make one attempt, with the idempotency key and the fencing token; ``guard`` runs
+        right before the first byte; classify what happened (never raises for delivery)."""
         ...
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:

@@ -9,6 +9,7 @@ failures after the connection carried the request (``WriteError``/``WriteTimeout
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -22,6 +23,7 @@ from pydantic import JsonValue
 
 from events.outcomes import ErrorClass
 from streams.channels.base import LookupResult, SendOutcome, SendResult
+from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is small; never buffer an unbounded one
 _EXCERPT = 200
@@ -115,22 +117,72 @@ class Answer:
         return f"{text} (body read failed: {self.body_error})" if self.body_error else text
 
 
-async def request(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> Answer:
-    """Make one request; once the status arrives, read at most MAX_BODY_BYTES of the body.
+class DeadlineExceeded(Exception):
+    """The hard total deadline struck before the response status arrived."""
 
-    Raises httpx.RequestError only for failures before the status line arrived.
+    def __init__(self, what: str, deadline_s: float, *, written: bool) -> None:
+        super().__init__(f"{what}: no answer within the {deadline_s:g}s deadline")
+        self.written = written
+
+
+async def request(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    deadline_s: float,
+    guard: WriteGuard | None = None,
+    **kwargs: Any,
+) -> Answer:
+    """Make one request under a hard total deadline; read at most MAX_BODY_BYTES of body.
+
+    ``guard`` runs right before the first byte is written and may refuse (``SendRefused``).
+    Raises httpx.RequestError or ``DeadlineExceeded`` for failures before the status line
+    arrived. Once the status is in, a body cut by the deadline or by the connection
+    leaves the status standing (``Answer.body_error`` says what happened).
     """
-    async with client.stream(method, url, **kwargs) as response:
-        body = bytearray()
-        error: str | None = None
-        try:
+    guard = guard if guard is not None else unguarded()
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + deadline_s
+    built = client.build_request(method, url, extensions={"trace": guard.trace}, **kwargs)
+    try:
+        async with asyncio.timeout_at(ends):
+            response = await client.send(built, stream=True)
+    except TimeoutError:
+        raise DeadlineExceeded(f"{method} {url}", deadline_s, written=guard.written) from None
+    body = bytearray()
+    error: str | None = None
+    try:
+        async with asyncio.timeout_at(ends):
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) >= MAX_BODY_BYTES:
                     break
-        except httpx.RequestError as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
-        return Answer(response.status_code, response.headers, bytes(body[:MAX_BODY_BYTES]), error)
+    except TimeoutError:
+        error = f"the {deadline_s:g}s deadline struck while the body was being read"
+    except httpx.RequestError as exc:
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        # Closing a response whose body was not read to the end drops the connection.
+        await response.aclose()
+    return Answer(response.status_code, response.headers, bytes(body[:MAX_BODY_BYTES]), error)
+
+
+def attempt_failure(exc: Exception, what: str) -> SendResult:
+    """Classify why a request produced no status: refused, out of time, or transport."""
+    if isinstance(exc, SendRefused):
+        return SendResult(
+            SendOutcome.NOT_SENT, f"{what}: not sent: {exc.reason}", ErrorClass.FENCED
+        )
+    if isinstance(exc, DeadlineExceeded):
+        if exc.written:
+            return SendResult(SendOutcome.UNKNOWN, str(exc), ErrorClass.TIMEOUT_AFTER_WRITE)
+        return SendResult(SendOutcome.NOT_SENT, str(exc), ErrorClass.DEADLINE_BEFORE_WRITE)
+    if isinstance(exc, httpx.InvalidURL):
+        return SendResult(SendOutcome.REJECTED, f"{what}: {exc}", ErrorClass.INVALID_RECIPIENT)
+    if isinstance(exc, httpx.RequestError):
+        return transport_failure(exc, what)
+    raise exc
 
 
 def non_success(answer: Answer, what: str, now: Callable[[], float] = time.time) -> SendResult:
@@ -171,38 +223,51 @@ def string_field(body: dict[str, JsonValue] | None, name: str) -> str | None:
     return value[:500] if isinstance(value, str) and value else None
 
 
+PROCESSING = "processing"
+
+
 async def lookup_request(
     client: httpx.AsyncClient,
     url: str,
     headers: dict[str, str],
     params: dict[str, str] | None = None,
     *,
+    deadline_s: float,
     delivered: Callable[[str | None], bool] = lambda _status: True,
+    failed: Callable[[str | None], bool] = lambda _status: False,
 ) -> LookupResult:
-    """GET a lookup URL: 200 found (with id/status), 404 not found, anything else an error.
+    """GET a lookup URL under the hard deadline, per the lookup contract (README):
 
-    ``delivered`` decides from the looked-up status whether the event reached its recipient.
+    200 ``{status, id}`` found (``delivered`` / ``failed`` judge the status), 202 or status
+    ``processing`` received and still processing, 404 not found, anything else an error.
     """
     what = f"GET {url}"
     try:
-        answer = await request(client, "GET", url, headers=headers, params=params)
-    except (httpx.RequestError, httpx.InvalidURL) as exc:
+        answer = await request(
+            client, "GET", url, deadline_s=deadline_s, headers=headers, params=params
+        )
+    except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
         return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
     if answer.status == 404:
         return LookupResult("not_found", f"{what} -> 404")
+    body = answer.json_object()
+    status = string_field(body, "status")
+    if answer.status == 202 or (answer.status == 200 and status == PROCESSING):
+        return LookupResult("processing", f"{what} -> {answer.status}: received, still processing")
     if answer.status != 200:
         excerpt = answer.excerpt()
         return LookupResult("lookup_error", f"{what} -> {answer.status}: {excerpt}"[:1000])
-    body = answer.json_object()
     if body is None:
         return LookupResult(
             "lookup_error", f"{what} -> 200 without a JSON object: {answer.excerpt()}"
         )
     message_id = string_field(body, "id")
-    status = string_field(body, "status")
+    evidence = f"{what} -> 200, id {message_id}, status {status}"
+    if failed(status):
+        return LookupResult("failed", evidence, message_id, status)
     return LookupResult(
         "found",
-        f"{what} -> 200, id {message_id}, status {status}",
+        evidence,
         provider_message_id=message_id,
         provider_status=status,
         delivered=delivered(status),

@@ -16,14 +16,22 @@ import httpx
 
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
-from streams.channels.base import LookupResult, OutboundDelivery, SendOutcome, SendResult
+from streams.channels.base import (
+    FENCING_TOKEN_HEADER,
+    LookupResult,
+    OutboundDelivery,
+    SendOutcome,
+    SendResult,
+)
 from streams.channels.outcomes import (
+    DeadlineExceeded,
+    attempt_failure,
     lookup_request,
     non_success,
     request,
     string_field,
-    transport_failure,
 )
+from streams.channels.write_guard import SendRefused, WriteGuard
 
 DELIVERED = "delivered"
 FAILED_STATUSES = frozenset({"failed", "undelivered", "rejected"})
@@ -38,36 +46,51 @@ class ProviderChannel:
     """A messaging-provider API client: message id + queued/delivered status + lookup by key."""
 
     name = "provider"
-    # False on purpose. Providers of this shape do dedupe on Idempotency-Key (the simulator
-    # does, and a repeat returns the same message id), but only within a retention window
-    # that is not a contract we can hold them to. What this shape does promise is a lookup
-    # by idempotency key, so UNKNOWN is settled by that lookup (not_found = provably not
-    # accepted), never by a blind retry. The dedupe remains a second line of defence.
-    receiver_dedupes = False
 
-    def __init__(self, client: httpx.AsyncClient, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        deadline_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._client = client
         self._clock = clock
+        self._deadline_s = deadline_s
 
-    async def send(self, delivery: OutboundDelivery) -> SendResult:
+    def receiver_dedupes(self, recipient: str) -> bool:
+        """False on purpose. Providers of this shape do dedupe on Idempotency-Key, but only
+        within a retention window that is not a contract we can hold them to. What they
+        promise is a lookup by key, so UNKNOWN is settled by that lookup, never by a blind
+        retry; their dedupe remains a second line of defence."""
+        del recipient
+        return False
+
+    def settle_s(self, recipient: str) -> float | None:
+        """The default settle window applies."""
+        del recipient
+        return None
+
+    async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
         """POST one attempt with ``Idempotency-Key`` and classify the provider's answer."""
         what = f"POST {delivery.recipient}"
         headers = {
             "content-type": "application/json",
             "idempotency-key": delivery.idempotency_key,
+            FENCING_TOKEN_HEADER: str(delivery.fencing_token),
         }
         try:
             answer = await request(
                 self._client,
                 "POST",
                 delivery.recipient,
+                deadline_s=self._deadline_s,
+                guard=guard,
                 content=canonical_json(delivery.payload),
                 headers=headers,
             )
-        except httpx.InvalidURL as exc:
-            return SendResult(SendOutcome.REJECTED, f"{what}: {exc}", ErrorClass.INVALID_RECIPIENT)
-        except httpx.RequestError as exc:
-            return transport_failure(exc, what)
+        except (httpx.RequestError, httpx.InvalidURL, SendRefused, DeadlineExceeded) as exc:
+            return attempt_failure(exc, what)
         if not 200 <= answer.status <= 299:
             return non_success(answer, what, self._clock)
         body = answer.json_object()
@@ -103,5 +126,7 @@ class ProviderChannel:
             delivery.recipient,
             {"idempotency-key": delivery.idempotency_key},
             {"idempotency_key": delivery.idempotency_key},
+            deadline_s=self._deadline_s,
             delivered=is_delivered,
+            failed=FAILED_STATUSES.__contains__,
         )

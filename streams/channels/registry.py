@@ -28,7 +28,7 @@ def build_channels(
         client = create_http_client(settings)
     channels: dict[str, Channel] = {
         "webhook": WebhookChannel(client, settings),
-        "provider": ProviderChannel(client),
+        "provider": ProviderChannel(client, deadline_s=settings.send_deadline_s),
     }
     missing = CHANNELS - channels.keys()
     if missing:  # a channel the vocabulary accepts but nothing can send: fail at start-up

@@ -16,17 +16,24 @@ from urllib.parse import quote
 import httpx
 
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
 from events.settings import Settings
-from streams.channels.base import LookupResult, OutboundDelivery, SendOutcome, SendResult
+from streams.channels.base import (
+    FENCING_TOKEN_HEADER,
+    LookupResult,
+    OutboundDelivery,
+    SendOutcome,
+    SendResult,
+)
 from streams.channels.outcomes import (
+    DeadlineExceeded,
+    attempt_failure,
     lookup_request,
     non_success,
     request,
     string_field,
-    transport_failure,
 )
 from streams.channels.signature import secret_key, sign
+from streams.channels.write_guard import SendRefused, WriteGuard
 
 
 @dataclass(frozen=True)
@@ -36,15 +43,15 @@ class ResolvedEndpoint:
     prefix: str | None  # the settings.webhook_endpoints entry that matched, if any
     key: bytes = b""
     lookup_url: str | None = None
+    receiver_dedupes: bool = False
+    settle_s: float | None = None
 
 
 class WebhookChannel:
-    """Standard Webhooks sender; receivers dedupe on ``webhook-id``."""
+    """Standard Webhooks sender. Receivers are asked to dedupe on ``webhook-id``, but only
+    an endpoint that declares it (``receiver_dedupes``) is trusted to."""
 
     name = "webhook"
-    # Standard Webhooks receivers are expected to dedupe on webhook-id, which is our
-    # idempotency key: a retry after UNKNOWN without a lookup relies on exactly this.
-    receiver_dedupes = True
 
     def __init__(
         self,
@@ -55,6 +62,7 @@ class WebhookChannel:
     ) -> None:
         self._client = client
         self._clock = clock
+        self._deadline_s = settings.send_deadline_s
         self._default = ResolvedEndpoint(
             None, secret_key(settings.webhook_secret.get_secret_value())
         )
@@ -68,7 +76,11 @@ class WebhookChannel:
                 )
             except ValueError as exc:
                 raise ValueError(f"webhook endpoint {prefix!r}: {exc}") from None
-            endpoints.append(ResolvedEndpoint(prefix, key, endpoint.lookup_url))
+            endpoints.append(
+                ResolvedEndpoint(
+                    prefix, key, endpoint.lookup_url, endpoint.receiver_dedupes, endpoint.settle_s
+                )
+            )
         # Longest prefix first, so the most specific configuration wins.
         self._endpoints = sorted(endpoints, key=lambda e: len(e.prefix or ""), reverse=True)
 
@@ -78,6 +90,14 @@ class WebhookChannel:
             if endpoint.prefix is not None and recipient.startswith(endpoint.prefix):
                 return endpoint
         return self._default
+
+    def receiver_dedupes(self, recipient: str) -> bool:
+        """Only what the endpoint's configuration declares."""
+        return self.endpoint_for(recipient).receiver_dedupes
+
+    def settle_s(self, recipient: str) -> float | None:
+        """The endpoint's settle window, if it names one."""
+        return self.endpoint_for(recipient).settle_s
 
     def signed_request(
         self, delivery: OutboundDelivery, timestamp: int
@@ -91,21 +111,26 @@ class WebhookChannel:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(key, delivery.idempotency_key, timestamp, body),
             "idempotency-key": delivery.idempotency_key,
+            FENCING_TOKEN_HEADER: str(delivery.fencing_token),
         }
         return body, headers
 
-    async def send(self, delivery: OutboundDelivery) -> SendResult:
+    async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
         """POST one signed attempt and classify what happened (never raises for delivery)."""
         what = f"POST {delivery.recipient}"
         body, headers = self.signed_request(delivery, int(self._clock()))
         try:
             answer = await request(
-                self._client, "POST", delivery.recipient, content=body, headers=headers
+                self._client,
+                "POST",
+                delivery.recipient,
+                deadline_s=self._deadline_s,
+                guard=guard,
+                content=body,
+                headers=headers,
             )
-        except httpx.InvalidURL as exc:
-            return SendResult(SendOutcome.REJECTED, f"{what}: {exc}", ErrorClass.INVALID_RECIPIENT)
-        except httpx.RequestError as exc:
-            return transport_failure(exc, what)
+        except (httpx.RequestError, httpx.InvalidURL, SendRefused, DeadlineExceeded) as exc:
+            return attempt_failure(exc, what)
         if not 200 <= answer.status <= 299:
             return non_success(answer, what, self._clock)
         # The receiver itself answered 2xx: that is the authoritative acknowledgement.
@@ -128,9 +153,12 @@ class WebhookChannel:
         if not lookup_url:
             return LookupResult(
                 "unsupported",
-                "endpoint has no lookup URL; Standard Webhooks receivers dedupe on webhook-id",
+                "endpoint has no lookup URL",
             )
         url = f"{lookup_url.rstrip('/')}/{quote(delivery.idempotency_key, safe='')}"
         return await lookup_request(
-            self._client, url, {"idempotency-key": delivery.idempotency_key}
+            self._client,
+            url,
+            {"idempotency-key": delivery.idempotency_key},
+            deadline_s=self._deadline_s,
         )

@@ -10,6 +10,7 @@ from events import (
     DeliveryClaimed,
     DeliveryConfirmed,
     DeliveryFailed,
+    DeliveryNotSent,
     DeliveryReconciled,
     DeliveryRetryScheduled,
     DeliverySent,
@@ -71,6 +72,14 @@ def every_event() -> list[Event]:
             source="send",
             provider_message_id="m-1",
             evidence="200 from receiver",
+        ),
+        DeliveryNotSent(
+            **COMMON,
+            attempt=1,
+            fencing_token=1,
+            worker_id="w1",
+            error_class="fenced",
+            reason="the lease has 1.0s left",
         ),
         DeliveryUnknown(
             **COMMON,

@@ -204,7 +204,12 @@ def test_outcome_of_a_stale_token_is_ignored() -> None:
     late_unknown = DeliveryUnknown(
         **KEY, attempt=1, fencing_token=1, error_class="timeout_after_write", reason="late"
     )
-    states = fold([REQ, claim1, expired, lookup, retry, claim2, late_unknown])
+    lookup2 = DeliveryReconciled(
+        **KEY, attempt=1, fencing_token=1, outcome="not_found", evidence="404 again"
+    )
+    # One "not found" is no evidence yet: the retry is ignored until the second.
+    assert fold([REQ, claim1, expired, lookup, retry])[-1].status is Status.UNKNOWN
+    states = fold([REQ, claim1, expired, lookup, lookup2, retry, claim2, late_unknown])
     assert states[-1].status is Status.CLAIMED
     assert states[-1].fencing_token == 2
     assert states[-1].claim_worker == "w2"

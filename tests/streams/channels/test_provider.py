@@ -23,7 +23,7 @@ FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5)
 @pytest.fixture
 async def channel() -> AsyncIterator[ProviderChannel]:
     async with create_http_client(FAST) as http:
-        yield ProviderChannel(http)
+        yield ProviderChannel(http, deadline_s=FAST.send_deadline_s)
 
 
 async def test_queued_is_sent_and_lookup_confirms_once_delivered(
@@ -133,4 +133,5 @@ async def test_provider_answers_beyond_the_simulator(
 
 def test_provider_does_not_claim_receiver_dedupe() -> None:
     # Retries after UNKNOWN go through the lookup, not through the provider's dedupe window.
-    assert ProviderChannel.receiver_dedupes is False
+    channel = ProviderChannel(httpx.AsyncClient(), deadline_s=1.0)
+    assert channel.receiver_dedupes("http://127.0.0.1:1/provider/messages") is False

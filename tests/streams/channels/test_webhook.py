@@ -274,8 +274,15 @@ async def test_lookup_found_not_found_error_and_unsupported(
     no_lookup = WebhookChannel(client, receiver.settings(FAST, lookup=False))
     unsupported = await no_lookup.lookup(sent)
     assert unsupported.outcome == "unsupported"
-    assert "dedupe" in unsupported.evidence
-    assert WebhookChannel.receiver_dedupes is True
+    assert "no lookup URL" in unsupported.evidence
+    # Dedupe at the receiver is declared per endpoint, never assumed.
+    assert no_lookup.receiver_dedupes(sent.recipient) is False
+    declared = FAST.model_copy(
+        update={
+            "webhook_endpoints": {receiver.webhook_url(""): WebhookEndpoint(receiver_dedupes=True)}
+        }
+    )
+    assert WebhookChannel(client, declared).receiver_dedupes(sent.recipient) is True
 
 
 async def test_status_then_cut_body_still_confirms(

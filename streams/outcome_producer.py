@@ -1,4 +1,4 @@
-"""Appends that happen outside the processor's transaction: send outcomes and timer decisions.
+"""Appends made beside the agent, not from a record: send outcomes and timer decisions.
 
 An idempotent producer (acks=all); each append waits until the broker has the records,
 so an outcome is durable before the sender forgets it. The state machine treats these
@@ -18,8 +18,8 @@ from events.settings import Settings
 from events.topics import record_key
 
 
-class Outbox:
-    """Lazily started producer to ``ledger.deliveries``."""
+class OutcomeProducer:
+    """Lazily started idempotent producer to ``ledger.deliveries`` (at-least-once)."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
