@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka.errors import KafkaError
+from faust.types import TP
 from mode import CrashingSupervisor
 
 from events.base import Event
@@ -225,9 +227,6 @@ class Worker:
             )
             try:
                 self.continuity.note(record.partition, record.offset)
-                for missed in self.continuity.take_recovered(record.partition):
-                    self.metrics.skipped_recovered.inc()
-                    await self.processor.handle(missed)
                 await self.processor.handle(record)
             except BaseException:
                 # Crash loudly and WITHOUT committing this record: faust's supervisors
@@ -272,9 +271,24 @@ class Worker:
             self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         self.lag.refresh()
         self.watchdog.check(self.app.in_recovery)
-        if self.continuity.pending and time.monotonic() >= self._next_verify:
-            self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
-            await self.continuity.verify()
+        await self.check_continuity()
+
+    async def check_continuity(self) -> None:
+        """Verify noted jumps, rewind the stream to skipped records, save what is verified."""
+        if time.monotonic() < self._next_verify:
+            return
+        self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
+        if self.continuity.pending:
+            found = await self.continuity.verify()
+            if found:
+                self.metrics.skipped_recovered.inc(found)
+        for partition, offset in self.continuity.take_rewinds().items():
+            if partition in self.owned:
+                await self.app.consumer.seek(TP(self.settings.topic_deliveries, partition), offset)
+        try:
+            await self.continuity.save_marks(set(self.owned))
+        except KafkaError as exc:  # saved again next time; never stops the worker
+            log.warning("could not save continuity marks: %s", exc)
 
     async def on_shutdown(self, _app: Any, **_: Any) -> None:
         """Queued sends are taken back (recorded as not sent); written ones finish,

@@ -1,4 +1,4 @@
-"""Offset continuity: notice records the stream skipped, and hand them back in order.
+"""Offset continuity: notice records the stream skipped, and have the stream read them again.
 
 faust-streaming has been seen to commit past records it never gave the agent (after a
 SIGKILL or a rebalance; faust-streaming #221/#606, and our own trial). For a delivery
@@ -6,8 +6,15 @@ ledger a skipped ``DeliveryRequested`` is a silently lost notification, so the a
 every offset jump against a second, read_committed reader of the same partition. Jumps
 are normal (transaction markers, aborted records): the reader then finds nothing. The
 agent only notes jumps; a timer verifies them in the background, one fetch per
-partition for all of its jumps, and what it finds is processed with that partition's
-next record (the table can only be written in a record's context).
+partition for all of its jumps. Skipped committed records are handled by rewinding the
+stream to the first of them (the table can only be written from the stream), at once,
+not when a later record happens to arrive; the fold dedupes what is read twice. A gap is
+forgotten only once each of its records has been handled.
+
+What was verified survives the worker: the guard commits, per partition, the offset
+below which every record was handled to a consumer group of its own
+(``<worker group>.continuity``). A new owner of a partition starts its check there, not
+at the worker group's committed offset, so a skip followed by a crash is re-read too.
 """
 
 from __future__ import annotations
@@ -22,51 +29,72 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from streams.processor import Record
-
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 15.0
 COORDINATOR_RETRIES = 20
+# A rewound record not seen again within this long is asked for again, up to MAX_REWINDS.
+REWIND_PATIENCE_S = 10.0
+MAX_REWINDS = 5
 
 
 class ContinuityGuard:
-    """Per partition: the last offset processed, and a read-ahead window of committed records."""
+    """Per partition: the last offset processed, jumps to verify, records awaited again."""
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._group = group_id
+        self.marks_group = f"{group_id}.continuity"
         self._last: dict[int, int] = {}
         self._gaps: dict[int, list[tuple[int, int]]] = {}
-        self._found: dict[int, list[Record]] = {}
+        # Skipped records asked for again: offset -> (when to ask again, rewinds so far).
+        self._awaiting: dict[int, dict[int, tuple[float, int]]] = {}
+        self._rewinds: dict[int, int] = {}
         self._reader: AIOKafkaConsumer | None = None
+        self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
+        self.given_up = 0
 
     async def on_assigned(self, partitions: Iterable[int]) -> None:
-        """Start each newly owned partition's check at the group's committed offset."""
+        """Start each owned partition's check at its last verified offset.
+
+        That is the guard group's mark when it is behind the worker group's committed
+        offset (the previous owner died before verifying): the records in between are
+        checked and re-read.
+        """
         wanted = [TopicPartition(self._topic, p) for p in partitions]
         self._last.clear()
         self._gaps.clear()
-        self._found.clear()
+        self._awaiting.clear()
+        self._rewinds.clear()
         if not wanted:
             return
-        committed = await self._committed(wanted)
+        committed = await self._committed(self._group, wanted)
+        marks = await self._committed(self.marks_group, wanted)
         for tp in wanted:
-            meta = committed.get(tp)
-            offset = meta.offset if meta is not None and meta.offset >= 0 else 0
-            self._last[tp.partition] = offset - 1
+            start = _offset(committed.get(tp))
+            self._last[tp.partition] = start - 1
+            mark = _offset(marks.get(tp)) if tp in marks else None
+            if mark is not None and mark < start:
+                self._gaps.setdefault(tp.partition, []).append((mark, start))
 
-    async def _committed(self, wanted: list[TopicPartition]) -> dict[TopicPartition, Any]:
+    async def _committed(
+        self, group: str, wanted: list[TopicPartition]
+    ) -> dict[TopicPartition, Any]:
         admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
         await admin.start()
         try:
             for attempt in range(COORDINATOR_RETRIES):
                 try:
                     found: dict[TopicPartition, Any] = await admin.list_consumer_group_offsets(
-                        self._group, partitions=wanted
+                        group, partitions=wanted
                     )
-                    return found
+                    return {
+                        tp: meta
+                        for tp, meta in found.items()
+                        if meta is not None and meta.offset >= 0
+                    }
                 except KafkaError as exc:
                     # A new cluster or group may not have a coordinator for a moment.
                     if not exc.retriable or attempt == COORDINATOR_RETRIES - 1:
@@ -87,72 +115,132 @@ class ContinuityGuard:
         round trip (sometimes a fetch wait) in front of every record after a transaction
         marker. ``verify`` checks the noted jumps in the background instead.
         """
+        awaited = self._awaiting.get(partition)
+        if awaited and awaited.pop(offset, None) is not None:
+            self.recovered += 1
         last = self._last.get(partition)
         self._last[partition] = max(offset, last if last is not None else offset)
         if last is not None and offset > last + 1:
             self._gaps.setdefault(partition, []).append((last + 1, offset))
 
-    def take_recovered(self, partition: int) -> list[Record]:
-        """Skipped committed records found in ``partition``, to process now (usually none)."""
-        return self._found.pop(partition, [])
-
     @property
     def pending(self) -> int:
-        """Jumps noted and not verified yet."""
-        return sum(len(gaps) for gaps in self._gaps.values())
+        """Jumps not verified yet, and skipped records not handled yet."""
+        return sum(len(g) for g in self._gaps.values()) + sum(
+            len(a) for a in self._awaiting.values()
+        )
+
+    def verified(self, partition: int) -> int | None:
+        """The offset below which every committed record of ``partition`` was handled."""
+        last = self._last.get(partition)
+        if last is None:
+            return None
+        floor = last + 1
+        for start, _ in self._gaps.get(partition, []):
+            floor = min(floor, start)
+        for offset in self._awaiting.get(partition, {}):
+            floor = min(floor, offset)
+        return floor
+
+    def take_rewinds(self, now: float | None = None) -> dict[int, int]:
+        """Partitions whose stream must read again from an offset (then forgotten here).
+
+        Includes skipped records asked for before and still not seen: each is asked for
+        up to MAX_REWINDS times, then given up loudly (counted in ``given_up``).
+        """
+        now = time.monotonic() if now is None else now
+        for partition, awaited in self._awaiting.items():
+            for offset, (again_at, tries) in list(awaited.items()):
+                if now < again_at:
+                    continue
+                if tries >= MAX_REWINDS:
+                    del awaited[offset]
+                    self.given_up += 1
+                    log.critical(
+                        "%s[%d]@%d was skipped and not re-read after %d rewinds",
+                        self._topic,
+                        partition,
+                        offset,
+                        tries,
+                    )
+                    continue
+                awaited[offset] = (now + REWIND_PATIENCE_S, tries + 1)
+                self._want(partition, offset)
+        rewinds, self._rewinds = self._rewinds, {}
+        return rewinds
+
+    def _want(self, partition: int, offset: int) -> None:
+        self._rewinds[partition] = min(offset, self._rewinds.get(partition, offset))
 
     async def verify(self) -> int:
-        """Check every noted jump: one fetch per partition covers all of its jumps."""
+        """Check every noted jump (one fetch per partition); returns skipped records found."""
         gaps, self._gaps = self._gaps, {}
         found = 0
         for partition, ranges in gaps.items():
             start = min(a for a, _ in ranges)
             end = max(b for _, b in ranges)
-            window = await self._fetch(partition, start, end)
-            missed = [
-                record
-                for a, b in ranges
-                for offset in range(a, b)
-                if (record := window[2].get(offset)) is not None
-            ]
-            if missed:
-                found += len(missed)
-                self.recovered += len(missed)
-                self._found.setdefault(partition, []).extend(missed)
-                log.error(
-                    "the stream skipped %d committed record(s) in partition %d; they are "
-                    "processed with the partition's next record",
-                    len(missed),
+            try:
+                offsets = await self._fetch(partition, start, end)
+            except (KafkaError, TimeoutError) as exc:
+                # A gap is forgotten only once its records were read: keep it for next time.
+                self._gaps.setdefault(partition, []).extend(ranges)
+                log.warning(
+                    "could not re-read %s[%d] %d..%d yet: %s",
+                    self._topic,
                     partition,
+                    start,
+                    end,
+                    exc,
                 )
+                continue
+            missed = sorted(o for a, b in ranges for o in offsets if a <= o < b)
+            if not missed:
+                continue
+            found += len(missed)
+            awaited = self._awaiting.setdefault(partition, {})
+            for offset in missed:
+                awaited[offset] = (time.monotonic() + REWIND_PATIENCE_S, 1)
+            self._want(partition, missed[0])
+            log.error(
+                "the stream skipped %d committed record(s) in partition %d (first at %d); "
+                "rewinding the stream to read them",
+                len(missed),
+                partition,
+                missed[0],
+            )
         return found
 
-    async def _fetch(
-        self, partition: int, start: int, end: int
-    ) -> tuple[int, int, dict[int, Record]]:
-        reader = await self._started()
+    async def save_marks(self, partitions: Iterable[int]) -> None:
+        """Commit each partition's verified offset to the guard's own group."""
+        marks = {
+            TopicPartition(self._topic, p): v
+            for p in partitions
+            if (v := self.verified(p)) is not None and v >= 0
+        }
+        if not marks:
+            return
+        marker = await self._started_marker()
+        marker.assign(list(marks))
+        await marker.commit(marks)
+
+    async def _fetch(self, partition: int, start: int, end: int) -> set[int]:
+        """The offsets of committed records in [start, end)."""
+        reader = await self._started_reader()
         tp = TopicPartition(self._topic, partition)
         reader.assign([tp])
         reader.seek(tp, start)
-        records: dict[int, Record] = {}
+        offsets: set[int] = set()
         deadline = time.monotonic() + READ_TIMEOUT_S
         position = start
         while position < end:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not re-read {self._topic}[{partition}] {start}..{end}")
             batch = await reader.getmany(tp, timeout_ms=500, max_records=2000)
-            for message in batch.get(tp, []):
-                records[message.offset] = Record(
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                    key=message.key,
-                    value=message.value,
-                )
+            offsets.update(message.offset for message in batch.get(tp, []))
             position = await reader.position(tp)
-        return start, position, records
+        return offsets
 
-    async def _started(self) -> AIOKafkaConsumer:
+    async def _started_reader(self) -> AIOKafkaConsumer:
         if self._reader is None:
             reader = AIOKafkaConsumer(
                 bootstrap_servers=self._bootstrap,
@@ -165,8 +253,24 @@ class ContinuityGuard:
             self._reader = reader
         return self._reader
 
+    async def _started_marker(self) -> AIOKafkaConsumer:
+        if self._marker is None:
+            marker = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                group_id=self.marks_group,
+                enable_auto_commit=False,
+            )
+            await marker.start()
+            self._marker = marker
+        return self._marker
+
     async def stop(self) -> None:
-        """Close the side reader."""
-        if self._reader is not None:
-            await self._reader.stop()
-            self._reader = None
+        """Close the side reader and the mark committer."""
+        for consumer in (self._reader, self._marker):
+            if consumer is not None:
+                await consumer.stop()
+        self._reader = self._marker = None
+
+
+def _offset(meta: Any) -> int:
+    return meta.offset if meta is not None and meta.offset >= 0 else 0

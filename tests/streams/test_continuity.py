@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from events import DeliverySpec, Publisher
+from events.delivery_state import Status
 from events.settings import Settings
-from streams.continuity import ContinuityGuard
+from streams.continuity import REWIND_PATIENCE_S, ContinuityGuard
+from tests.fixtures.broker import ReadTopic
+from tests.fixtures.receiver import ReceiverFactory
+from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 
 async def test_offset_jumps_are_checked_against_committed_records(settings: Settings) -> None:
@@ -41,35 +47,104 @@ async def test_offset_jumps_are_checked_against_committed_records(settings: Sett
         # The stream jumps from r0 straight to r4: r1 (committed) and r3 were skipped;
         # r2 (aborted) and the transaction markers are not records.
         guard.note(0, offsets[2])
-        assert guard.pending == 1
-        assert guard.take_recovered(0) == []  # noting never blocks on a fetch
+        assert guard.pending == 1  # noting never blocks on a fetch
         assert await guard.verify() == 2
-        assert [m.value for m in guard.take_recovered(0)] == [b"r1", b"r3"]
-        assert guard.take_recovered(0) == []
-        assert guard.recovered == 2
-        # Re-delivery of older offsets is not a jump.
+        r1 = offsets[0] + 1
+        # The stream is rewound to the first skipped record at once...
+        assert guard.take_rewinds() == {0: r1}
+        assert guard.take_rewinds() == {}
+        # ...and the gap is not forgotten until both records were handled.
+        assert guard.pending == 2
+        assert guard.verified(0) == r1
+        guard.note(0, r1)
+        assert guard.verified(0) == offsets[1]
+        # Not seen again in time: asked for again, a bounded number of times.
+        later = time.monotonic() + REWIND_PATIENCE_S + 1
+        assert guard.take_rewinds(later) == {0: offsets[1]}
         guard.note(0, offsets[1])
         assert guard.pending == 0
+        assert guard.recovered == 2
+        # Re-delivery of older offsets is not a jump.
+        guard.note(0, offsets[2])
+        assert guard.pending == 0
         assert guard.last_processed(0) == offsets[2]
+        assert guard.verified(0) == offsets[2] + 1
+        await guard.save_marks([0])
     finally:
         await guard.stop()
 
-    # Once the group has committed an offset, the check starts there.
+    # The worker group commits past r4, as a worker that skipped and then died would; the
+    # guard's own mark is behind it: a new owner checks from the mark, not from the commit.
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
     )
     await consumer.start()
     try:
         consumer.assign([TopicPartition(topic, 0)])
-        await consumer.commit({TopicPartition(topic, 0): offsets[1]})
+        await consumer.commit({TopicPartition(topic, 0): offsets[2] + 1})
+        marker = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers,
+            group_id=f"{group}.continuity",
+            enable_auto_commit=False,
+        )
+        await marker.start()
+        marker.assign([TopicPartition(topic, 0)])
+        await marker.commit({TopicPartition(topic, 0): offsets[1]})
+        await marker.stop()
     finally:
         await consumer.stop()
     again = ContinuityGuard(settings.bootstrap_servers, topic, group)
     try:
         await again.on_assigned([0])
-        again.note(0, offsets[1])
-        again.note(0, offsets[2] + 1)
-        assert await again.verify() == 1
-        assert [m.value for m in again.take_recovered(0)] == [b"r4"]
+        assert again.last_processed(0) == offsets[2]
+        assert await again.verify() == 2  # r3 and r4, between the mark and the commit
+        assert again.take_rewinds() == {0: offsets[1]}
     finally:
         await again.stop()
+
+
+async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    read_topic: ReadTopic,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    async with Publisher(settings, producer_name="test-agent") as publisher:
+        requested = await publisher.run_succeeded(
+            "run-skip",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("s"), payload={})],
+        )
+    key = requested[0].idempotency_key
+    records = await read_topic(settings.topic_deliveries, raw=True)
+    request = next(m for m in records if m.key == key.encode())  # type: ignore[attr-defined]
+    tp = TopicPartition(settings.topic_deliveries, request.partition)  # type: ignore[attr-defined]
+    end = request.offset + 1  # type: ignore[attr-defined]
+    # A previous owner verified nothing past the request, then committed past it without
+    # handing it to its agent (the faust skip), and died.
+    for group, offset in (
+        (settings.worker_group, end),
+        (f"{settings.worker_group}.continuity", end - 1),
+    ):
+        committer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+        )
+        await committer.start()
+        try:
+            committer.assign([tp])
+            await committer.commit({tp: offset})
+        finally:
+            await committer.stop()
+    worker = worker_factory.start("w1")
+
+    async def confirmed() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        state = (await ledger_view()).get(key)
+        return state is not None and state.status is Status.CONFIRMED
+
+    await wait_for(confirmed, 60, "the skipped delivery CONFIRMED")
+    assert receiver.accepted(key) == 1
+    assert len(receiver.requests(key=key, method="POST")) == 1
