@@ -25,6 +25,20 @@ class WebhookEndpoint(BaseModel):
     settle_s: float | None = Field(default=None, ge=0)
 
 
+class RetryPolicySettings(BaseModel):
+    """One channel's retry policy (streams/retry.py documents the formula and defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_delay_s: float = Field(default=1.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    max_delay_s: float = Field(default=300.0, ge=0)
+    jitter: float = Field(default=0.5, ge=0, le=1)
+    max_attempts: int = Field(default=8, ge=1)
+    max_age_s: float = Field(default=6 * 3600.0, gt=0)
+    max_retry_after_s: float = Field(default=3600.0, ge=0)
+
+
 class Settings(BaseSettings):
     """Where the broker is, what the topics are called, and the limits we enforce."""
 
@@ -54,6 +68,10 @@ class Settings(BaseSettings):
     # Per-endpoint configuration, by recipient URL prefix (longest prefix wins), as JSON:
     # {"http://host/hooks/": {"secret": "whsec_...", "lookup_url": "http://host/lookup"}}
     webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
+
+    # Per channel, replacing that channel's default policy, as JSON:
+    # {"webhook": {"base_delay_s": 5, "max_attempts": 4}}
+    retry_policies: dict[str, RetryPolicySettings] = Field(default_factory=dict)
 
     # Outbound HTTP (httpx): timeouts and the pool shared by all sends of one worker.
     http_connect_timeout_s: float = Field(default=2.0, gt=0)

@@ -1,4 +1,4 @@
-"""Retry policy per channel, and what a send or lookup result allows next.
+"""Retry policy per channel: when the next attempt may be made, and when no more may.
 
 Backoff is exponential with jitter, and the jitter is deterministic: it is derived from
 ``sha256(idempotency_key:attempt)``, because the state machine that schedules retries is a
@@ -26,15 +26,12 @@ provider 1 s        2          5 min     0.5    8            6 h         1 h
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from events.outcomes import ErrorClass, LookupOutcome
 from events.settings import Settings
-from streams.channels.base import SendOutcome
 
 _MAX_EXPONENT = 64  # beyond this every realistic max_delay_s has long been reached
 
@@ -97,13 +94,16 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
 def rules_for(
     settings: Settings, overrides: Mapping[str, RetryPolicy] | None = None
 ) -> Callable[[str], RetryPolicy]:
-    """The policy lookup a worker uses: channel name -> RetryPolicy (defaults + overrides).
+    """The policy lookup a worker uses: channel name -> RetryPolicy.
 
-    ``settings`` is taken so that per-deployment tuning has one place to arrive; today the
-    defaults above apply unless ``overrides`` replaces a channel's policy (tests do).
+    The defaults above, replaced per channel by ``settings.retry_policies``
+    (``LEDGER_RETRY_POLICIES``), then by ``overrides`` (tests).
     """
-    del settings  # no retry settings yet; see the docstring
-    policies = {**DEFAULT_POLICIES, **(overrides or {})}
+    configured = {
+        channel: RetryPolicy(**policy.model_dump())
+        for channel, policy in settings.retry_policies.items()
+    }
+    policies = {**DEFAULT_POLICIES, **configured, **(overrides or {})}
 
     def policy(channel: str) -> RetryPolicy:
         try:
@@ -112,73 +112,3 @@ def rules_for(
             raise KeyError(f"no retry policy for channel {channel!r}") from None
 
     return policy
-
-
-class Disposition(enum.StrEnum):
-    """What a classified result allows next."""
-
-    DONE = "done"  # authoritative confirmation: nothing more to do
-    RETRY = "retry"  # retry safe now (after backoff): provably not processed, or deduped
-    RECONCILE = "reconcile"  # needs reconciliation: ask the provider by key first
-    PERMANENT = "permanent"  # fail with the error class; retrying cannot help
-    UNRESOLVED = "unresolved"  # no lookup and no dedupe rule: stays UNKNOWN, for an operator
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A disposition and the reason for it (goes into the event as evidence/safety)."""
-
-    disposition: Disposition
-    reason: str
-
-
-# The receiver said it did not process the request (RFC 9110 / RFC 6585 / RFC 8470).
-NOT_PROCESSED = frozenset({ErrorClass.HTTP_408, ErrorClass.HTTP_425, ErrorClass.HTTP_429})
-
-
-def classify_send(outcome: SendOutcome, error_class: ErrorClass | None) -> Verdict:
-    """What a send result allows: retry now, reconcile first, fail, or nothing (done)."""
-    label = error_class.value if error_class else "none"
-    match outcome:
-        case SendOutcome.CONFIRMED:
-            return Verdict(Disposition.DONE, "authoritative acknowledgement")
-        case SendOutcome.SENT:
-            return Verdict(
-                Disposition.RECONCILE, "provider accepted; its lookup must confirm delivery"
-            )
-        case SendOutcome.NOT_SENT:
-            return Verdict(
-                Disposition.RETRY, f"{label}: failed before any byte of the request was written"
-            )
-        case SendOutcome.UNKNOWN:
-            return Verdict(Disposition.RECONCILE, f"{label}: the request may have been processed")
-        case SendOutcome.TRANSIENT if error_class in NOT_PROCESSED:
-            return Verdict(Disposition.RETRY, f"{label}: the receiver did not process it")
-        case SendOutcome.TRANSIENT if error_class is ErrorClass.HTTP_409:
-            return Verdict(
-                Disposition.RECONCILE, "http_409: a request with this key exists or is in flight"
-            )
-        case SendOutcome.TRANSIENT:
-            return Verdict(
-                Disposition.RECONCILE, f"{label}: may have come after the receiver accepted it"
-            )
-        case SendOutcome.REJECTED:
-            return Verdict(Disposition.PERMANENT, f"{label}: rejected permanently")
-    raise ValueError(f"unclassified send outcome {outcome!r}")  # pragma: no cover
-
-
-def classify_lookup(outcome: LookupOutcome, delivered: bool, *, receiver_dedupes: bool) -> Verdict:
-    """What a lookup by idempotency key allows next."""
-    if outcome == "found":
-        if delivered:
-            return Verdict(Disposition.DONE, "lookup found the key delivered")
-        return Verdict(Disposition.RECONCILE, "lookup found the key, not yet delivered")
-    if outcome == "not_found":
-        return Verdict(Disposition.RETRY, "lookup proves the key was not accepted")
-    if outcome == "lookup_error":
-        return Verdict(Disposition.RECONCILE, "lookup failed; look up again later")
-    if receiver_dedupes:
-        return Verdict(Disposition.RETRY, "no lookup; safe because the receiver dedupes on the key")
-    return Verdict(
-        Disposition.UNRESOLVED, "no lookup and no receiver dedupe: cannot prove it did not leave"
-    )

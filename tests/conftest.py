@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.receiver",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
+    "tests.fixtures.core",
 ]

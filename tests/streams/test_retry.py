@@ -1,4 +1,4 @@
-"""Retry policy: deterministic jitter within its bounds, Retry-After, limits; the classifiers."""
+"""Retry policy: deterministic jitter within its bounds, Retry-After, limits, settings."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -6,15 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.outcomes import ErrorClass
-from events.settings import Settings
-from streams.channels.base import SendOutcome
+from events.settings import RetryPolicySettings, Settings
 from streams.retry import (
     DEFAULT_POLICIES,
-    Disposition,
     RetryPolicy,
-    classify_lookup,
-    classify_send,
     jitter_fraction,
     rules_for,
 )
@@ -77,37 +72,7 @@ def test_rules_for_gives_channel_defaults_and_overrides() -> None:
         rules("sms")
 
 
-@pytest.mark.parametrize(
-    ("outcome", "error", "expected"),
-    [
-        (SendOutcome.CONFIRMED, None, Disposition.DONE),
-        (SendOutcome.SENT, None, Disposition.RECONCILE),
-        (SendOutcome.NOT_SENT, ErrorClass.CONNECT_REFUSED, Disposition.RETRY),
-        (SendOutcome.NOT_SENT, ErrorClass.DNS_FAILURE, Disposition.RETRY),
-        (SendOutcome.NOT_SENT, ErrorClass.CONNECT_TIMEOUT, Disposition.RETRY),
-        (SendOutcome.UNKNOWN, ErrorClass.TIMEOUT_AFTER_WRITE, Disposition.RECONCILE),
-        (SendOutcome.UNKNOWN, ErrorClass.RESET_AFTER_WRITE, Disposition.RECONCILE),
-        (SendOutcome.TRANSIENT, ErrorClass.HTTP_429, Disposition.RETRY),
-        (SendOutcome.TRANSIENT, ErrorClass.HTTP_408, Disposition.RETRY),
-        (SendOutcome.TRANSIENT, ErrorClass.HTTP_425, Disposition.RETRY),
-        (SendOutcome.TRANSIENT, ErrorClass.HTTP_409, Disposition.RECONCILE),
-        (SendOutcome.TRANSIENT, ErrorClass.HTTP_5XX, Disposition.RECONCILE),
-        (SendOutcome.REJECTED, ErrorClass.HTTP_4XX, Disposition.PERMANENT),
-        (SendOutcome.REJECTED, ErrorClass.PROVIDER_FAILED, Disposition.PERMANENT),
-    ],
-)
-def test_classify_send(outcome: SendOutcome, error: ErrorClass | None, expected: str) -> None:
-    verdict = classify_send(outcome, error)
-    assert verdict.disposition == expected
-    assert verdict.reason
-
-
-def test_classify_lookup_only_retries_on_proof_or_dedupe() -> None:
-    assert classify_lookup("found", True, receiver_dedupes=False).disposition == "done"
-    assert classify_lookup("found", False, receiver_dedupes=True).disposition == "reconcile"
-    assert classify_lookup("not_found", False, receiver_dedupes=False).disposition == "retry"
-    assert classify_lookup("lookup_error", False, receiver_dedupes=True).disposition == "reconcile"
-    assert classify_lookup("unsupported", False, receiver_dedupes=True).disposition == "retry"
-    unresolved = classify_lookup("unsupported", False, receiver_dedupes=False)
-    assert unresolved.disposition == Disposition.UNRESOLVED
-    assert "dedupe" in unresolved.reason
+def test_policies_come_from_settings() -> None:
+    settings = Settings(retry_policies={"webhook": RetryPolicySettings(max_attempts=3)})
+    assert rules_for(settings)("webhook").max_attempts == 3
+    assert rules_for(settings)("provider") == DEFAULT_POLICIES["provider"]

@@ -1,0 +1,132 @@
+"""The one classifier: what each send and lookup result makes the worker append, and when."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from events.delivery import (
+    DeliveryConfirmed,
+    DeliveryFailed,
+    DeliveryNotSent,
+    DeliveryReconciled,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+)
+from events.delivery_state import DeliveryState, Status, apply
+from events.outcomes import ErrorClass
+from streams.channels.base import LookupResult, SendOutcome, SendResult
+from streams.decisions import after_lookup, after_send, claim, due_at, on_timer
+from tests.fixtures.core import T0, core_context, requested
+
+CTX = core_context(settle_s=15.0)
+
+
+def claimed() -> DeliveryState:
+    state = apply(None, requested())
+    assert state is not None
+    after = apply(state, claim(state, T0, CTX))
+    assert after is not None
+    assert after.status is Status.CLAIMED
+    return after
+
+
+def unknown(reconciled: str | None = None, not_found: int = 0) -> DeliveryState:
+    return replace(
+        claimed(),
+        status=Status.UNKNOWN,
+        check_at=T0,
+        updated_at=T0,
+        reconciled=reconciled,
+        not_found=not_found,
+        lookups=not_found,
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "error", "expected"),
+    [
+        (SendOutcome.CONFIRMED, None, DeliveryConfirmed),
+        (SendOutcome.SENT, None, DeliverySent),
+        (SendOutcome.NOT_SENT, ErrorClass.CONNECT_REFUSED, DeliveryRetryScheduled),
+        (SendOutcome.NOT_SENT, ErrorClass.DNS_FAILURE, DeliveryRetryScheduled),
+        (SendOutcome.NOT_SENT, ErrorClass.CONNECT_TIMEOUT, DeliveryRetryScheduled),
+        (SendOutcome.NOT_SENT, ErrorClass.DEADLINE_BEFORE_WRITE, DeliveryRetryScheduled),
+        (SendOutcome.NOT_SENT, ErrorClass.FENCED, DeliveryNotSent),
+        (SendOutcome.UNKNOWN, ErrorClass.TIMEOUT_AFTER_WRITE, DeliveryUnknown),
+        (SendOutcome.UNKNOWN, ErrorClass.RESET_AFTER_WRITE, DeliveryUnknown),
+        (SendOutcome.TRANSIENT, ErrorClass.HTTP_429, DeliveryRetryScheduled),
+        (SendOutcome.TRANSIENT, ErrorClass.HTTP_408, DeliveryRetryScheduled),
+        (SendOutcome.TRANSIENT, ErrorClass.HTTP_425, DeliveryRetryScheduled),
+        (SendOutcome.TRANSIENT, ErrorClass.HTTP_409, DeliveryUnknown),
+        (SendOutcome.TRANSIENT, ErrorClass.HTTP_5XX, DeliveryUnknown),
+        (SendOutcome.REJECTED, ErrorClass.HTTP_4XX, DeliveryFailed),
+        (SendOutcome.REJECTED, ErrorClass.PROVIDER_FAILED, DeliveryFailed),
+    ],
+)
+def test_a_send_result_becomes_one_event(
+    outcome: SendOutcome, error: ErrorClass | None, expected: type
+) -> None:
+    state = claimed()
+    events = after_send(state, state.fencing_token, SendResult(outcome, "evidence", error), T0, CTX)
+    assert [type(e) for e in events] == [expected]
+    # What the worker appends is what its own fold accepts.
+    assert apply(state, events[0]) != state
+
+
+def _lookup(state: DeliveryState, outcome: str, **kw: object) -> list[type]:
+    result = LookupResult(outcome, "lookup evidence", **kw)  # type: ignore[arg-type]
+    return [type(e) for e in after_lookup(state, result, T0, CTX)]
+
+
+def test_one_not_found_is_not_evidence_two_are() -> None:
+    assert _lookup(unknown(), "not_found") == [DeliveryReconciled]
+    assert _lookup(unknown("not_found", 1), "not_found") == [
+        DeliveryReconciled,
+        DeliveryRetryScheduled,
+    ]
+
+
+def test_found_processing_failed_and_unsupported() -> None:
+    assert _lookup(unknown(), "found", delivered=True) == [DeliveryReconciled, DeliveryConfirmed]
+    assert _lookup(unknown(), "processing") == [DeliveryReconciled]
+    assert _lookup(unknown(), "lookup_error") == [DeliveryReconciled]
+    assert _lookup(unknown(), "failed", provider_status="failed") == [
+        DeliveryReconciled,
+        DeliveryFailed,
+    ]
+    # No lookup and no declared dedupe: an operator decides, nothing is retried.
+    assert _lookup(unknown(), "unsupported") == [DeliveryReconciled]
+    declared = core_context(dedupes=True)
+    result = LookupResult("unsupported", "no lookup URL")
+    events = after_lookup(unknown(), result, T0, declared)
+    assert [type(e) for e in events] == [DeliveryReconciled, DeliveryRetryScheduled]
+    assert "receiver_dedupes=true" in events[1].safety  # type: ignore[attr-defined]
+
+
+def test_the_first_lookup_waits_the_settle_window_then_the_spacing() -> None:
+    assert due_at(unknown(), CTX) == T0 + timedelta(seconds=15)
+    assert due_at(unknown("not_found", 1), CTX) == T0 + timedelta(
+        seconds=CTX.lookup_confirm_spacing_s
+    )
+    assert due_at(unknown("unsupported"), CTX) is None  # an operator's
+    exhausted = replace(unknown("processing"), lookups=CTX.max_lookups)
+    assert due_at(exhausted, CTX) is None
+
+
+def test_sent_gives_up_into_unknown_with_a_reason() -> None:
+    sent = replace(claimed(), status=Status.SENT, provider_status="queued", updated_at=T0)
+    assert on_timer(sent, T0 + timedelta(seconds=5), CTX)[1] == "lookup"
+    given_up = replace(sent, lookups=CTX.max_sent_polls)
+    events, action = on_timer(given_up, T0, CTX)
+    assert action is None
+    assert isinstance(events[0], DeliveryUnknown)
+    assert events[0].error_class == ErrorClass.SENT_UNCONFIRMED
+    assert "polling gave up" in events[0].reason
+    after = apply(given_up, events[0])
+    assert after is not None
+    assert after.status is Status.UNKNOWN
+    assert due_at(after, CTX) is None  # stays visible for an operator

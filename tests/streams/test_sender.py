@@ -1,0 +1,131 @@
+"""The sender's fence, broker-free: the lease rule at the first byte, revocation, lookups."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+
+from events.delivery import DeliveryNotSent
+from events.delivery_state import DeliveryState, apply
+from streams.decisions import claim
+from streams.sender import Sender
+from tests.fixtures.core import Appended, Clock, FakeChannel, MemoryStore, core_context, requested
+
+CTX = core_context()
+
+
+def sender_for(
+    channel: FakeChannel,
+    store: MemoryStore,
+    clock: Clock,
+    appended: Appended,
+    *,
+    owned: set[int] | None = None,
+    concurrency: int = 4,
+) -> Sender:
+    owned = {0} if owned is None else owned
+    return Sender(
+        channels={"webhook": channel},
+        ctx=CTX,
+        append=appended,
+        clock=clock,
+        concurrency=concurrency,
+        current=store.get,
+        owns=owned.__contains__,
+        deadline_s=10.0,
+        skew_margin_s=2.0,
+    )
+
+
+def claimed(store: MemoryStore, clock: Clock, n: int = 0) -> DeliveryState:
+    state = apply(None, requested(n))
+    assert state is not None
+    after = apply(state, claim(state, clock(), CTX))
+    assert after is not None
+    store.put(after.idempotency_key, after)
+    return after
+
+
+async def test_a_send_with_enough_lease_goes_out_once(
+    fake_channel: FakeChannel, memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    sender = sender_for(fake_channel, memory_store, clock, appended)
+    state = claimed(memory_store, clock)
+    assert sender.submit_send(state, 0)
+    assert not sender.submit_send(state, 0)  # once per (key, token) per process
+    await sender.drain(5)
+    assert fake_channel.received == [(state.idempotency_key, 1)]
+
+
+async def test_too_little_lease_left_writes_nothing_and_says_so(
+    fake_channel: FakeChannel, memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    sender = sender_for(fake_channel, memory_store, clock, appended)
+    state = claimed(memory_store, clock)
+    clock.advance(CTX.lease_s - 11.9)  # 11.9 s left; a send needs more than 10 + 2
+    sender.submit_send(state, 0)
+    await sender.drain(5)
+    assert fake_channel.received == []
+    [not_sent] = appended.of(DeliveryNotSent)
+    assert "lease has 11.9s left" in not_sent.reason  # type: ignore[attr-defined]
+    after = apply(state, not_sent)
+    assert after is not None
+    assert after.status.public == "PENDING"  # claimed again, no lookup needed
+
+
+async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(
+    fake_channel: FakeChannel, memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    owned = {0}
+    sender = sender_for(fake_channel, memory_store, clock, appended, owned=owned)
+    moved = claimed(memory_store, clock, 1)
+    # Another worker's newer claim is current now (this one's lease ran out meanwhile).
+    memory_store.put(moved.idempotency_key, replace(moved, fencing_token=2, claim_worker="w2"))
+    sender.submit_send(moved, 0)
+    lost = claimed(memory_store, clock, 2)
+    owned.clear()
+    sender.submit_send(lost, 0)
+    await sender.drain(5)
+    assert fake_channel.received == []
+    reasons = sorted(e.reason for e in appended.of(DeliveryNotSent))  # type: ignore[attr-defined]
+    assert "no longer current" in reasons[0] or "no longer current" in reasons[1]
+    assert any("no longer owns partition 0" in r for r in reasons)
+
+
+async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
+    memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    channel = FakeChannel(hold=asyncio.Event())
+    sender = sender_for(channel, memory_store, clock, appended, concurrency=1)
+    first, second = claimed(memory_store, clock, 1), claimed(memory_store, clock, 2)
+    sender.submit_send(first, 0)
+    sender.submit_send(second, 0)
+    for _ in range(20):  # the first reaches its write; the second waits for the slot
+        await asyncio.sleep(0)
+    assert channel.received == [(first.idempotency_key, 1)]
+    stopping = asyncio.ensure_future(sender.stop_partitions({0}, "partition revoked"))
+    await asyncio.sleep(0.05)
+    assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
+    assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason  # type: ignore[attr-defined]
+    channel.hold.set()  # type: ignore[union-attr]
+    assert await stopping == 1
+    await sender.drain(5)
+    assert channel.received == [(first.idempotency_key, 1)]
+
+
+async def test_no_lookup_while_this_process_has_the_attempt_open(
+    memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    channel = FakeChannel(hold=asyncio.Event())
+    sender = sender_for(channel, memory_store, clock, appended)
+    state = claimed(memory_store, clock)
+    sender.submit_send(state, 0)
+    await asyncio.sleep(0.01)
+    assert not sender.submit_lookup(state, 0)
+    channel.hold.set()  # type: ignore[union-attr]
+    await sender.drain(5)
+    clock.advance(timedelta(seconds=60).total_seconds())
+    assert sender.submit_lookup(state, 0)
+    await sender.drain(5)
+    assert channel.looked_up == [state.idempotency_key]
