@@ -1,0 +1,213 @@
+"""A hypothesis state machine over the worker's core: decisions + the fold, with a receiver.
+
+It draws send results and lookup answers consistent with a receiver that does NOT dedupe
+(a lookup tells the truth about what it accepted), timer ticks at drawn times, outcomes
+that land late (after newer claims: a stale attempt's), and redelivered events. After
+every step it checks the invariants the ledger promises; the receiver's count is the one
+that matters: never more than one acceptance per logical event.
+
+Run with ``--hypothesis-show-statistics`` to see which states and transitions it reached.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from events.base import Event
+from events.delivery import DeliveryConfirmed
+from events.delivery_state import DeliveryState, Status, apply
+from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass
+from events.settings import Settings
+from streams.channels.base import LookupResult, SendOutcome, SendResult
+from streams.decisions import after_lookup, after_send, on_timer
+from tests.fixtures.core import T0, core_context, requested
+
+CTX = core_context(settle_s=15.0, settings=Settings(claim_grace_seconds=2.0))
+
+# What one send does at the receiver, and what the sender learns: (accepted, result).
+# "later": the receiver read the request and finishes processing it after the client gave
+# up, a little after the settle window (the margin the repeated "not found" stands for).
+SEND_EFFECTS = [
+    ("no", SendResult(SendOutcome.NOT_SENT, "refused", ErrorClass.CONNECT_REFUSED)),
+    ("no", SendResult(SendOutcome.NOT_SENT, "lease rule", ErrorClass.FENCED)),
+    ("yes", SendResult(SendOutcome.CONFIRMED, "200", http_status=200)),
+    ("yes", SendResult(SendOutcome.UNKNOWN, "timeout", ErrorClass.TIMEOUT_AFTER_WRITE)),
+    ("yes", SendResult(SendOutcome.TRANSIENT, "500", ErrorClass.HTTP_5XX, 500)),
+    ("later", SendResult(SendOutcome.UNKNOWN, "timeout", ErrorClass.TIMEOUT_AFTER_WRITE)),
+    ("no", SendResult(SendOutcome.UNKNOWN, "timeout", ErrorClass.TIMEOUT_AFTER_WRITE)),
+    ("no", SendResult(SendOutcome.TRANSIENT, "503", ErrorClass.HTTP_5XX, 503)),
+    ("no", SendResult(SendOutcome.TRANSIENT, "429", ErrorClass.HTTP_429, 429)),
+    ("no", SendResult(SendOutcome.REJECTED, "410", ErrorClass.HTTP_4XX, 410)),
+]
+# Lookup answers that say nothing about acceptance.
+NOISE = [*[None] * 6, "processing", "lookup_error"]
+
+
+class DeliveryMachine(RuleBasedStateMachine):
+    """One logical delivery, one worker's decisions, one receiver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        request = requested(0)
+        self.now = T0
+        self.log: list[Event] = [request]
+        first = apply(None, request)
+        assert first is not None
+        self.state: DeliveryState = first
+        self.history: list[DeliveryState] = [first]
+        self.pending: list[Event] = []
+        self.sent_tokens: set[int] = set()
+        self.accepted = 0
+        self.processing_until: list[object] = []  # receiver deadlines of slow acceptances
+
+    # -- what happens ---------------------------------------------------------------------
+
+    @rule(
+        seconds=st.sampled_from([3.0, 6.0, 16.0, 40.0]),
+        noise=st.sampled_from(NOISE),
+    )
+    def tick(self, seconds: float, noise: str | None) -> None:
+        """Time passes; a due timer proposes its decision or makes its lookup."""
+        self.now += timedelta(seconds=seconds)
+        self.finish_processing(everything_due=True)
+        events, action = on_timer(self.state, self.now, CTX)
+        self.pending.extend(events)
+        if action == "lookup":
+            self.lookup(noise)
+
+    def receiver_finishes(self) -> None:
+        """A slow receiver finishes processing a request the client gave up on."""
+        self.processing_until.pop(0)
+        self.accepted += 1
+        event("receiver finished a slow request")
+
+    def finish_processing(self, *, everything_due: bool) -> None:
+        while everything_due and self.processing_until and self.processing_until[0] <= self.now:  # type: ignore[operator]
+            self.receiver_finishes()
+
+    @precondition(
+        lambda self: (
+            self.state.status is Status.CLAIMED and self.state.fencing_token not in self.sent_tokens
+        )
+    )
+    @rule(
+        effect=st.sampled_from(["no", "yes", "later"]).flatmap(
+            lambda how: st.sampled_from([e for e in SEND_EFFECTS if e[0] == how])
+        )
+    )
+    def send(self, effect: tuple[str, SendResult]) -> None:
+        """The claim's holder sends (once per token); the receiver may accept it."""
+        accepted, result = effect
+        self.sent_tokens.add(self.state.fencing_token)
+        if accepted == "yes":
+            self.accepted += 1
+        elif accepted == "later":
+            # Slower than the settle window, within one spacing more: the second "not
+            # found" is what protects against it.
+            settle = CTX.settle_s(self.state.channel, self.state.recipient)
+            slow = settle + CTX.lookup_confirm_spacing_s / 2
+            self.processing_until.append(self.now + timedelta(seconds=slow))
+        event(f"send: {result.outcome} (accepted: {accepted})")
+        self.pending.extend(after_send(self.state, self.state.fencing_token, result, self.now, CTX))
+
+    def lookup(self, noise: str | None) -> None:
+        """A lookup answers the truth as the receiver knows it now (a slow request that is
+        still being processed is not found by a receiver that records only at the end)."""
+        if noise is not None:
+            result = LookupResult(noise, noise)  # type: ignore[arg-type]
+        elif self.accepted:
+            result = LookupResult("found", "200 done", "id-1", "done", delivered=True)
+        else:
+            result = LookupResult("not_found", "404")
+        event(f"lookup: {result.outcome} in {self.state.status}")
+        self.pending.extend(after_lookup(self.state, result, self.now, CTX))
+
+    @precondition(lambda self: bool(self.pending))
+    @rule(data=st.data())
+    def land(self, data: st.DataObject) -> None:
+        """One proposed event reaches the log (appends from different producers interleave)."""
+        index = data.draw(st.integers(0, len(self.pending) - 1))
+        self._fold(self.pending.pop(index))
+
+    @precondition(lambda self: bool(self.pending))
+    @rule()
+    def flush(self) -> None:
+        """Everything proposed reaches the log, in order."""
+        while self.pending:
+            self._fold(self.pending.pop(0))
+
+    @precondition(lambda self: len(self.log) > 1)
+    @rule(data=st.data())
+    def redeliver(self, data: st.DataObject) -> None:
+        """At-least-once: an event already in the log is read again."""
+        self._fold(data.draw(st.sampled_from(self.log)), again=True)
+
+    def _fold(self, landed: Event, *, again: bool = False) -> None:
+        before = self.state
+        after = apply(before, landed)
+        assert after is not None
+        if not again:
+            self.log.append(landed)
+        token = getattr(landed, "fencing_token", before.fencing_token)
+        if token < before.fencing_token and not isinstance(landed, DeliveryConfirmed):
+            assert after == replace_seen(before, after), "a stale attempt's outcome moved the state"
+        if after.status is not before.status:
+            event(f"{before.status} -> {after.status}")
+        elif not again and token < before.fencing_token:
+            event(f"stale {type(landed).__name__} ignored")
+        if again:
+            assert after == replace_seen(before, after), "a redelivered event changed the state"
+        self.history.append(after)
+        self.check_transition(before, after)
+        self.state = after
+
+    # -- what must hold -------------------------------------------------------------------
+
+    def check_transition(self, before: DeliveryState, after: DeliveryState) -> None:
+        assert after.fencing_token >= before.fencing_token, "fencing tokens only grow"
+        if before.status is Status.CONFIRMED:
+            assert after.status is Status.CONFIRMED, "CONFIRMED is final"
+        if before.status is Status.FAILED:
+            assert after.status in (Status.FAILED, Status.CONFIRMED), "FAILED yields only to proof"
+        if before.status is Status.UNKNOWN and after.status in (
+            Status.RETRY_SCHEDULED,
+            Status.FAILED,
+        ):
+            evidence = (
+                before.reconciled == "not_found" and before.not_found >= NOT_FOUND_REQUIRED
+            ) or before.reconciled in ("unsupported", "failed")
+            assert evidence, f"left UNKNOWN without evidence ({before.reconciled})"
+            event("UNKNOWN left with evidence")
+
+    @invariant()
+    def the_receiver_accepted_at_most_once(self) -> None:
+        # A request the receiver is still processing will be accepted: it counts already.
+        taken = self.accepted + len(self.processing_until)
+        assert taken <= 1, "the receiver accepted the logical event twice"
+
+    @invariant()
+    def confirmed_means_received(self) -> None:
+        if self.state.status is Status.CONFIRMED:
+            assert self.accepted == 1
+
+    @invariant()
+    def failed_means_not_received(self) -> None:
+        if self.state.status is Status.FAILED:
+            assert self.accepted + len(self.processing_until) == 0, "FAILED, the receiver has it"
+
+
+def replace_seen(before: DeliveryState, after: DeliveryState) -> DeliveryState:
+    """``before`` with ``after``'s dedupe window: a redelivery may only touch that."""
+    from dataclasses import replace
+
+    return replace(before, seen=after.seen)
+
+
+DeliveryMachine.TestCase.settings = settings(
+    max_examples=500, stateful_step_count=50, deadline=None
+)
+TestDeliveryMachine = DeliveryMachine.TestCase
