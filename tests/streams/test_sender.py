@@ -105,7 +105,10 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
         await asyncio.sleep(0)
     assert channel.received == [(first.idempotency_key, 1)]
     stopping = asyncio.ensure_future(sender.stop_partitions({0}, "partition revoked"))
-    await asyncio.sleep(0.05)
+    for _ in range(100):  # bounded: the cancelled send records itself
+        if appended.of(DeliveryNotSent):
+            break
+        await asyncio.sleep(0.01)
     assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
     assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason  # type: ignore[attr-defined]
     channel.hold.set()  # type: ignore[union-attr]
@@ -121,7 +124,10 @@ async def test_no_lookup_while_this_process_has_the_attempt_open(
     sender = sender_for(channel, memory_store, clock, appended)
     state = claimed(memory_store, clock)
     sender.submit_send(state, 0)
-    await asyncio.sleep(0.01)
+    for _ in range(100):  # bounded: until the request is out and held
+        if channel.received:
+            break
+        await asyncio.sleep(0.01)
     assert not sender.submit_lookup(state, 0)
     channel.hold.set()  # type: ignore[union-attr]
     await sender.drain(5)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -36,8 +36,11 @@ async def test_queued_is_sent_and_lookup_confirms_once_delivered(
     assert result.provider_message_id is not None
     early = await channel.lookup(delivery)
     assert (early.outcome, early.delivered, early.provider_status) == ("found", False, "queued")
-    time.sleep(0.35)
-    late = await channel.lookup(delivery)
+    for _ in range(50):  # bounded: the provider delivers after 0.3 s
+        late = await channel.lookup(delivery)
+        if late.delivered:
+            break
+        await asyncio.sleep(0.05)
     assert (late.outcome, late.delivered) == ("found", True)
     assert late.provider_message_id == result.provider_message_id
     assert provider.accepted(delivery.idempotency_key) == 1

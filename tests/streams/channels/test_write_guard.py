@@ -26,6 +26,15 @@ DEADLINE = Settings(http_timeout_s=1.0, http_connect_timeout_s=0.5, send_deadlin
 Raw = Callable[[Callable[[socket.socket], None]], str]
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait (bounded) until ``condition`` holds."""
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with create_http_client(DEADLINE) as http:
@@ -46,8 +55,8 @@ async def test_a_refusing_guard_writes_nothing(raw_server: Raw, client: httpx.As
     assert "the lease has 0.5s left" in result.evidence
     assert guard.refused
     assert not guard.written
-    time.sleep(0.3)  # give the server thread the chance to see bytes, if any had left
-    assert seen in ([], [b""])  # the connection may open; no byte of a request arrives
+    await until(lambda: bool(seen))  # the connection opened and closed...
+    assert seen == [b""]  # ...without one byte of a request
 
 
 async def test_an_allowing_guard_sends_the_fencing_token(
@@ -127,7 +136,7 @@ async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> Non
         channel = WebhookChannel(pool_of_one, DEADLINE)
         patient = WebhookChannel(pool_of_one, one.model_copy(update={"send_deadline_s": 5.0}))
         first = asyncio.ensure_future(patient.send(outbound(f"{base}/hook")))
-        await asyncio.sleep(0.2)
+        await until(lambda: bool(seen))
         second = await channel.send(outbound(f"{base}/hook"))
         assert second.outcome is SendOutcome.NOT_SENT
         assert second.error_class is ErrorClass.DEADLINE_BEFORE_WRITE
