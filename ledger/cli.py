@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from events.publisher import DeliverySpec, Publisher, PublishRejected, parse_payload
@@ -36,6 +37,12 @@ T = TypeVar("T")
 def _settings() -> Settings:
     try:
         return Settings()
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        text = str(problem["msg"]).removeprefix("Value error, ")
+        line = f"invalid LEDGER_ settings: {where + ': ' if where else ''}{text}"
+        raise LedgerError(line, "check the LEDGER_* environment variables") from None
     except Exception as exc:  # noqa: BLE001 - pydantic-settings raises several kinds
         first = f"invalid LEDGER_ settings: {exc}".splitlines()[0]
         raise LedgerError(first, "check the LEDGER_* environment variables") from None

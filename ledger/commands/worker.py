@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from events.settings import Settings
-
 
 def register(app: typer.Typer) -> None:
     """Add the ``worker`` command."""
@@ -30,9 +28,10 @@ def register(app: typer.Typer) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
         import faust
 
+        from ledger.cli import _settings, guarded
         from streams.app import create_app
 
-        settings = Settings()
+        settings = guarded(_settings)
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": data_dir})
         logging.getLogger("aiokafka").setLevel(logging.WARNING)

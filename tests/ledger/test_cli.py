@@ -92,3 +92,20 @@ def test_no_broker_is_one_line(settings: Settings) -> None:
     assert done.returncode == 1
     assert "error: no Kafka broker answers at 127.0.0.1:1" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None:
+    env = dict(os.environ, LEDGER_LEASE_SECONDS="5", LEDGER_SEND_DEADLINE_S="10")
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "error: invalid LEDGER_ settings: lease_seconds=5 must exceed send_deadline_s=10" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
