@@ -104,12 +104,22 @@ class BackgroundSimulator:
         """The control API's base URL."""
         return self.simulator.control_url
 
-    def settings(self, base: Settings | None = None, *, lookup: bool = True) -> Settings:
-        """``base`` with this receiver's webhook endpoints configured (secret, lookup URL)."""
+    def settings(
+        self,
+        base: Settings | None = None,
+        *,
+        lookup: bool = True,
+        receiver_dedupes: bool = False,
+        settle_s: float | None = None,
+    ) -> Settings:
+        """``base`` with this receiver's webhook endpoints configured: lookup URL (or none),
+        and what the endpoint declares (dedupe on webhook-id, its settle window)."""
         base = base or Settings()
         endpoints = dict(base.webhook_endpoints)
         endpoints[f"{self.base_url}/hooks/"] = WebhookEndpoint(
-            lookup_url=self.webhook_lookup_url if lookup else None
+            lookup_url=self.webhook_lookup_url if lookup else None,
+            receiver_dedupes=receiver_dedupes,
+            settle_s=settle_s,
         )
         return base.model_copy(update={"webhook_endpoints": endpoints})
 
@@ -180,6 +190,10 @@ class BackgroundSimulator:
     def state(self) -> dict[str, Any]:
         """The same JSON document as GET /_control/state."""
         return state(self.simulator.receiver, self.simulator)
+
+    def max_concurrent(self, key: str) -> int:
+        """The most POSTs for ``key`` that were open at the same moment (1 is right)."""
+        return self.simulator.receiver.recorder.max_concurrent(key)
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
         """Poll ``predicate`` every 20 ms until it holds or ``timeout_s`` passes."""

@@ -18,9 +18,20 @@ class FaultKind(enum.StrEnum):
     ERROR_AFTER_ACCEPT = "error_after_accept"  # accept, then answer `status` (500)
     REJECT = "reject"  # answer `status` (400) and do NOT accept
     RATE_LIMIT = "rate_limit"  # answer 429 with Retry-After and do NOT accept
+    STALL = "stall"  # sit on the request for delay_s, then answer `status` (503); NOT accepted
+    TRICKLE = "trickle"  # accept, answer 200 at once, then trickle the body over delay_s
+    PROVIDER_FAILED = "provider_failed"  # accept; the provider reports the message "failed"
 
 
-ACCEPTING = frozenset({FaultKind.DROP, FaultKind.RESET, FaultKind.ERROR_AFTER_ACCEPT})
+ACCEPTING = frozenset(
+    {
+        FaultKind.DROP,
+        FaultKind.RESET,
+        FaultKind.ERROR_AFTER_ACCEPT,
+        FaultKind.TRICKLE,
+        FaultKind.PROVIDER_FAILED,
+    }
+)
 
 
 class Fault(BaseModel):
@@ -52,6 +63,7 @@ class Fault(BaseModel):
             FaultKind.ERROR_AFTER_ACCEPT: 500,
             FaultKind.REJECT: 400,
             FaultKind.RATE_LIMIT: 429,
+            FaultKind.STALL: 503,
         }
         return self.status or defaults.get(self.kind, 200)
 
@@ -68,6 +80,10 @@ class FaultMix(BaseModel):
     drop: float = Field(default=0.0, ge=0, le=1)
     reset: float = Field(default=0.0, ge=0, le=1)
     rate_limit: float = Field(default=0.0, ge=0, le=1)
+    # Read at once, accepted only after delay_s: the client has given up by then.
+    slow_process: float = Field(default=0.0, ge=0, le=1)
+    stall: float = Field(default=0.0, ge=0, le=1)
+    trickle: float = Field(default=0.0, ge=0, le=1)
     delay_s: float = Field(default=10.0, ge=0, le=300)
     retry_after: str = "1"
 
@@ -81,10 +97,14 @@ class FaultMix(BaseModel):
             (FaultKind.DROP, self.drop),
             (FaultKind.RESET, self.reset),
             (FaultKind.RATE_LIMIT, self.rate_limit),
+            (FaultKind.STALL, self.stall),
+            (FaultKind.TRICKLE, self.trickle),
         ):
             if draw < share:
                 return Fault(kind=kind, delay_s=self.delay_s, retry_after=self.retry_after)
             draw -= share
+        if draw < self.slow_process:
+            return Fault(kind=FaultKind.DELAY, delay_s=self.delay_s, accept_first=False)
         return None
 
 

@@ -34,6 +34,9 @@ class SimulatorConfig(BaseModel):
     hook_secrets: dict[str, str] = Field(default_factory=dict)  # per /hooks/{name}
     dedupe: bool = True  # False: every valid request is processed (to expose double sends)
     delivered_after_s: float | None = Field(default=0.5, ge=0)  # None: stays "queued"
+    # Lookups answer 202 {"status": "processing"} while a request for the key is still
+    # being processed (the receiver kit's contract); plain receivers answer 404 then.
+    lookup_processing: bool = False
     timestamp_tolerance_s: float = Field(default=300.0, gt=0)
 
     @field_validator("host")
@@ -46,6 +49,10 @@ class SimulatorConfig(BaseModel):
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _NO_RESPONSE = object()
+
+
+def _processing_answer() -> web.Response:
+    return web.json_response({"status": "processing"}, status=202)
 
 
 def _abort(request: web.Request, *, reset: bool) -> None:
@@ -72,8 +79,13 @@ class Receiver:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _processing(self, key: str) -> bool:
+        return self.config.lookup_processing and self.recorder.in_progress(key)
+
     def provider_status(self, event: AcceptedEvent) -> str:
         """``queued`` until ``delivered_after_s`` has passed since acceptance, then delivered."""
+        if event.status_override is not None:
+            return event.status_override
         after = self.config.delivered_after_s
         if after is None or time.monotonic() - event.monotonic_at < after:
             return "queued"
@@ -89,6 +101,8 @@ class Receiver:
     ) -> web.StreamResponse:
         """Log the request, pick its fault, apply the faults that answer before processing."""
         record = self.recorder.received(request.method, request.path, key)
+        token = request.headers.get("fencing-token", "")
+        record.fencing_token = int(token) if token.isdigit() else None
         fault = self.faults.take(request.method, request.path, key)
         record.fault = fault.kind.value if fault else None
         if fault is not None and fault.kind in (FaultKind.REJECT, FaultKind.RATE_LIMIT):
@@ -110,6 +124,12 @@ class Receiver:
             return web.Response(status=499)
         if fault is not None and fault.kind is FaultKind.DELAY and not fault.accept_first:
             await asyncio.sleep(fault.delay_s)
+        if fault is not None and fault.kind is FaultKind.STALL:
+            # Sat on it, then gave up without processing it.
+            await asyncio.sleep(fault.delay_s)
+            status = fault.response_status()
+            self.recorder.finish(record, "stalled", status)
+            return web.json_response({"error": "injected stall; not processed"}, status=status)
         response = await body(raw, record, fault)
         if response is _NO_RESPONSE:
             # The transport is closed; aiohttp gets a response it can no longer write.
@@ -135,12 +155,41 @@ class Receiver:
             self.recorder.finish(record, result, None)
             _abort(request, reset=fault.kind is FaultKind.RESET)
             return _NO_RESPONSE
+        elif fault.kind is FaultKind.TRICKLE:
+            return await self._trickle(request, record, fault, result, ok)
         elif fault.kind is FaultKind.ERROR_AFTER_ACCEPT:
             status = fault.response_status()
             self.recorder.finish(record, result, status)
             return web.json_response({"error": "injected error after accepting"}, status=status)
         self.recorder.finish(record, result, ok.status)
         return ok
+
+    async def _trickle(
+        self,
+        request: web.Request,
+        record: RequestRecord,
+        fault: Fault,
+        result: str,
+        ok: web.Response,
+    ) -> web.StreamResponse:
+        """Answer the status at once, then the body a byte at a time over ``delay_s``."""
+        body = ok.body if isinstance(ok.body, bytes) else b"{}"
+        response = web.StreamResponse(status=ok.status)
+        response.content_type = "application/json"
+        response.content_length = len(body)
+        await response.prepare(request)
+        self.recorder.finish(record, result, ok.status)
+        pause = fault.delay_s / max(len(body), 1)
+        try:
+            for byte in body:
+                await response.write(bytes([byte]))
+                await asyncio.sleep(pause)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client gave up on the body: its status had arrived
+        finally:
+            self.recorder.ended(record)
+        return response
 
     @staticmethod
     def _invalid(
@@ -202,6 +251,10 @@ class Receiver:
             raw: bytes, record: RequestRecord, fault: Fault | None
         ) -> web.StreamResponse | object:
             event = self.recorder.event(key)
+            if event is None and self._processing(key):
+                return await self._after_accept(
+                    request, record, fault, "processing", _processing_answer()
+                )
             if event is None or event.channel != "webhook":
                 ok = web.json_response({"error": "not found", "webhook_id": key}, status=404)
                 return await self._after_accept(request, record, fault, "not_found", ok)
@@ -231,6 +284,8 @@ class Receiver:
             event, new = self.recorder.accept(
                 key, "provider", request.path, payload, dedupe=self.config.dedupe, id_prefix="msg"
             )
+            if fault is not None and fault.kind is FaultKind.PROVIDER_FAILED:
+                event.status_override = "failed"
             answer = {
                 "id": event.receiver_id,
                 "status": self.provider_status(event),
@@ -255,6 +310,10 @@ class Receiver:
                     record, self.recorder, "invalid", 400, "idempotency_key is required"
                 )
             event = self.recorder.event(key)
+            if event is None and self._processing(key):
+                return await self._after_accept(
+                    request, record, fault, "processing", _processing_answer()
+                )
             if event is None or event.channel != "provider":
                 ok = web.json_response({"error": "not found", "idempotency_key": key}, status=404)
                 return await self._after_accept(request, record, fault, "not_found", ok)

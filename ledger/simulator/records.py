@@ -25,6 +25,8 @@ class RequestRecord:
     status: int | None = None  # None while in progress, or when no response was sent
     result: str = "in_progress"  # accepted | duplicate | rejected | unauthorized | invalid | ...
     signature_ok: bool | None = None  # webhooks only
+    fencing_token: int | None = None  # the Fencing-Token header, if it carried one
+    ended: float | None = None  # unix seconds when its answer was finished (or it was cut)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class AcceptedEvent:
     conflicts: int = 0  # repeats whose payload differed from the first
     first_at: float = field(default_factory=time.time)
     monotonic_at: float = field(default_factory=time.monotonic)
+    status_override: str | None = None  # the provider's status for it, when forced ("failed")
 
 
 class Recorder:
@@ -71,6 +74,36 @@ class Recorder:
         with self._lock:
             record.result = result
             record.status = status
+            record.ended = time.time()
+
+    def ended(self, record: RequestRecord) -> None:
+        """The request's connection is done (its answer written, or cut)."""
+        with self._lock:
+            record.ended = time.time()
+
+    def in_progress(self, key: str, *, method: str = "POST") -> bool:
+        """A request for ``key`` was received and is still being processed."""
+        with self._lock:
+            return any(
+                r.key == key and r.method == method and r.result == "in_progress"
+                for r in self.requests
+            )
+
+    def max_concurrent(self, key: str, *, method: str = "POST") -> int:
+        """The most requests for ``key`` that were open at the same moment."""
+        with self._lock:
+            now = time.time()
+            spans = [
+                (r.at, r.ended if r.ended is not None else now)
+                for r in self.requests
+                if r.key == key and r.method == method
+            ]
+        edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+        open_now = most = 0
+        for _, step in edges:
+            open_now += step
+            most = max(most, open_now)
+        return most
 
     def accept(
         self, key: str, channel: str, path: str, payload: Any, *, dedupe: bool, id_prefix: str

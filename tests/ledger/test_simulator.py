@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -203,3 +204,92 @@ def test_cli_serves_until_interrupted() -> None:
             process.wait(5)
     assert process.returncode == 0, err
     assert "fake provider stopped" in out
+
+
+def test_stall_answers_late_and_never_accepts(receiver: BackgroundSimulator) -> None:
+    key = fresh()
+    receiver.fault("stall", delay_s=0.3, key=key)
+    with httpx.Client(timeout=5) as client:
+        answer = post_hook(client, receiver.webhook_url(), key, {})
+    assert answer.status_code == 503
+    assert receiver.accepted(key) == 0
+    assert receiver.requests(key=key)[0].result == "stalled"
+
+
+def test_trickle_answers_the_status_at_once_and_the_body_slowly(
+    receiver: BackgroundSimulator,
+) -> None:
+    key = fresh()
+    receiver.fault("trickle", delay_s=1.5, key=key)
+    with httpx.Client(timeout=5) as client:
+        began = time.monotonic()
+        with client.stream("POST", receiver.webhook_url(), **signed(key)) as answer:
+            status_after = time.monotonic() - began
+            body = answer.read()
+        body_after = time.monotonic() - began
+    assert answer.status_code == 200
+    assert status_after < 0.5
+    assert body_after > 1.0
+    assert json.loads(body)["webhook_id"] == key
+    assert receiver.accepted(key) == 1
+
+
+def test_fencing_tokens_and_open_requests_are_recorded(receiver_factory: Factory) -> None:
+    naive = receiver_factory(dedupe=False)
+    key = fresh()
+    naive.fault("delay", delay_s=0.5, key=key)
+    with httpx.Client(timeout=5) as client:
+        first = signed(key, token=1)
+        second = signed(key, token=2)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(client.post, naive.webhook_url(), **first)
+            assert naive.wait_for(lambda: len(naive.requests(key=key)) == 1)
+            client.post(naive.webhook_url(), **second)
+            slow.result()
+    assert [r.fencing_token for r in naive.requests(key=key)] == [1, 2]
+    assert naive.max_concurrent(key) == 2
+    assert naive.accepted(key) == 2
+
+
+def test_provider_can_report_a_message_failed(receiver: BackgroundSimulator) -> None:
+    key = fresh()
+    receiver.fault("provider_failed", key=key)
+    with httpx.Client(timeout=5) as client:
+        sent = client.post(
+            receiver.provider_url, json={"to": "x"}, headers={"idempotency-key": key}
+        )
+        looked = client.get(receiver.provider_url, params={"idempotency_key": key})
+    assert sent.json()["status"] == "failed"
+    assert looked.json()["status"] == "failed"
+
+
+def test_lookup_says_processing_while_a_request_is_being_processed(
+    receiver_factory: Factory,
+) -> None:
+    kit_like = receiver_factory(lookup_processing=True)
+    plain = receiver_factory()
+    for sim, expected in ((kit_like, 202), (plain, 404)):
+        key = fresh()
+        sim.fault("delay", delay_s=1.0, accept_first=False, key=key)
+        with httpx.Client(timeout=0.2) as client, pytest.raises(httpx.ReadTimeout):
+            post_hook(client, sim.webhook_url(), key, {})
+        with httpx.Client(timeout=5) as client:
+            during = client.get(f"{sim.webhook_lookup_url}/{key}")
+            assert during.status_code == expected
+            assert sim.wait_for(lambda s=sim, k=key: s.accepted(k) == 1, timeout_s=3)
+            assert client.get(f"{sim.webhook_lookup_url}/{key}").status_code == 200
+
+
+def signed(key: str, payload: object = None, *, token: int | None = None) -> dict[str, object]:
+    """Keyword arguments of a correctly signed Standard Webhooks POST."""
+    body = json.dumps({} if payload is None else payload).encode()
+    stamp = int(time.time())
+    headers = {
+        "webhook-id": key,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(KEY, key, stamp, body),
+        "content-type": "application/json",
+    }
+    if token is not None:
+        headers["fencing-token"] = str(token)
+    return {"content": body, "headers": headers}
