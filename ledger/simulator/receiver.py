@@ -284,14 +284,14 @@ class Receiver:
             event, new = self.recorder.accept(
                 key, "provider", request.path, payload, dedupe=self.config.dedupe, id_prefix="msg"
             )
-            if fault is not None and fault.kind is FaultKind.PROVIDER_FAILED:
-                event.status_override = "failed"
             answer = {
                 "id": event.receiver_id,
                 "status": self.provider_status(event),
                 "idempotency_key": key,
             }
             ok = web.json_response(answer, status=201 if new else 200)
+            if fault is not None and fault.kind is FaultKind.PROVIDER_FAILED:
+                event.status_override = "failed"  # queued now; failed when looked up
             return await self._after_accept(
                 request, record, fault, "accepted" if new else "duplicate", ok
             )

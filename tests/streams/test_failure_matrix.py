@@ -15,56 +15,13 @@ import subprocess
 import sys
 
 from events import DeliverySpec, Publisher
-from events.delivery_state import DeliveryState, Status
-from events.settings import Settings
+from events.delivery_state import Status
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
-from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
-
-TIMEOUT = 90
-
-
-async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:
-    async with Publisher(settings, producer_name="test-agent") as publisher:
-        requests = await publisher.run_succeeded(run_id, "sha256:r", specs)
-    return [r.idempotency_key for r in requests]
-
-
-async def until(
-    view: LedgerView,
-    keys: list[str],
-    statuses: set[Status],
-    workers: list[WorkerProcess],
-    what: str,
-) -> dict[str, DeliveryState]:
-    async def done() -> bool:
-        for worker in workers:
-            assert worker.alive(), f"worker {worker.name} died:\n{worker.output()[-3000:]}"
-        states = await view()
-        return all(k in states and states[k].status in statuses for k in keys)
-
-    await wait_for(done, TIMEOUT, what)
-    return await view()
-
-
-def use(
-    factory: WorkerFactory,
-    receiver: BackgroundSimulator,
-    projection: LiveProjection,
-    *,
-    lookup: bool = True,
-) -> Settings:
-    """Point the workers at ``receiver`` and start the live projection beside them."""
-    factory.settings = receiver.settings(factory.settings, lookup=lookup)
-    projection.settings = factory.settings
-    projection.start()
-    return factory.settings
-
-
-def posts(receiver: BackgroundSimulator, key: str) -> int:
-    return len(receiver.requests(key=key, method="POST"))
+from tests.fixtures.worker import LedgerView, WorkerFactory
+from tests.streams.matrix import posts, publish, until, use
 
 
 async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
@@ -160,24 +117,29 @@ async def test_row3_timeout_is_unknown_then_settled_by_lookup(
 
 async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
     worker_factory: WorkerFactory,
-    receiver: BackgroundSimulator,
+    receiver_factory: ReceiverFactory,
     ledger_view: LedgerView,
     live_projection: LiveProjection,
 ) -> None:
+    receiver = receiver_factory(dedupe=False)
     settings = use(worker_factory, receiver, live_projection)
     keys = await publish(
         settings,
         "run-3b",
         [DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={"to": "x"})],
     )
-    # The provider sits on the request past our timeout and never takes it.
-    receiver.fault("delay", key=keys[0], delay_s=4.0, accept_first=False, status=503)
+    # The provider sits on the request past our deadline and never takes it.
+    receiver.fault("stall", key=keys[0], delay_s=4.0, status=503)
     worker = worker_factory.start("w1")
     states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED on retry")
     state = states[keys[0]]
     assert state.attempt == 2
     assert state.provider_message_id
     assert receiver.accepted(keys[0]) == 1
+    assert posts(receiver, keys[0]) == 2
+    # The retry came only after two "not found" answers.
+    lookups = [r for r in receiver.requests(key=keys[0], method="GET") if r.status == 404]
+    assert len(lookups) >= 2
     await live_projection.matches(await ledger_view())
 
 
@@ -330,14 +292,14 @@ async def test_row7_500_after_acceptance_is_looked_up_not_resent(
     await live_projection.matches(await ledger_view())
 
 
-async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
+async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
     read_topic: object,
     live_projection: LiveProjection,
 ) -> None:
-    settings = use(worker_factory, receiver, live_projection, lookup=False)
+    settings = use(worker_factory, receiver, live_projection, lookup=False, receiver_dedupes=True)
     keys = await publish(
         settings,
         "run-7b",
@@ -352,5 +314,5 @@ async def test_row7_without_lookup_retry_relies_on_webhook_id_dedupe(
     events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
-    assert "dedupes on the idempotency key" in retries[0].safety
+    assert "receiver_dedupes=true" in retries[0].safety
     await live_projection.matches(await ledger_view())

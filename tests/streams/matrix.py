@@ -1,0 +1,56 @@
+"""What the failure-matrix tests share: publish, wait for states, point workers at a receiver."""
+
+from __future__ import annotations
+
+from events import DeliverySpec, Publisher
+from events.delivery_state import DeliveryState, Status
+from events.settings import Settings
+from ledger.simulator.background import BackgroundSimulator
+from tests.fixtures.projection import LiveProjection
+from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
+
+TIMEOUT = 90
+
+
+async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:
+    async with Publisher(settings, producer_name="test-agent") as publisher:
+        requests = await publisher.run_succeeded(run_id, "sha256:r", specs)
+    return [r.idempotency_key for r in requests]
+
+
+async def until(
+    view: LedgerView,
+    keys: list[str],
+    statuses: set[Status],
+    workers: list[WorkerProcess],
+    what: str,
+) -> dict[str, DeliveryState]:
+    async def done() -> bool:
+        for worker in workers:
+            assert worker.alive(), f"worker {worker.name} died:\n{worker.output()[-3000:]}"
+        states = await view()
+        return all(k in states and states[k].status in statuses for k in keys)
+
+    await wait_for(done, TIMEOUT, what)
+    return await view()
+
+
+def use(
+    factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    projection: LiveProjection,
+    *,
+    lookup: bool = True,
+    receiver_dedupes: bool = False,
+    **overrides: object,
+) -> Settings:
+    """Point the workers at ``receiver`` and start the live projection beside them."""
+    settings = receiver.settings(factory.settings, lookup=lookup, receiver_dedupes=receiver_dedupes)
+    factory.settings = settings.model_copy(update=overrides)
+    projection.settings = factory.settings
+    projection.start()
+    return factory.settings
+
+
+def posts(receiver: BackgroundSimulator, key: str) -> int:
+    return len(receiver.requests(key=key, method="POST"))

@@ -1,0 +1,209 @@
+"""The failure matrix's timing windows: paused workers, joins, slow receivers, SENT forever.
+
+Each row runs real ``ledger worker`` processes against a receiver that does NOT dedupe and
+asserts what the receiver saw per key: accepted exactly once, how many requests, never two
+open at once. Leases are short (4 s; deadline 1.5 s + margin 0.5 s) to hit the windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+
+from events import DeliverySpec
+from events.delivery_state import DeliveryState, Status
+from tests.fixtures.projection import LiveProjection
+from tests.fixtures.receiver import ReceiverFactory
+from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
+from tests.streams.matrix import posts, publish, until, use
+
+
+def hooks(receiver: object, n: int, tag: str) -> list[DeliverySpec]:
+    return [
+        DeliverySpec(
+            channel="webhook", recipient=receiver.webhook_url(f"{tag}{i}"), payload={"i": i}
+        )  # type: ignore[attr-defined]
+        for i in range(n)
+    ]
+
+
+async def owning(*workers: WorkerProcess) -> None:
+    """Wait until every worker has been assigned at least one partition (bounded)."""
+
+    async def assigned() -> bool:
+        return all(re.search(r"owns partitions \[\d", w.output()) for w in workers)
+
+    await wait_for(assigned, 60, "every worker owning partitions")
+
+
+def exactly_once(receiver: object, keys: list[str], states: dict[str, DeliveryState]) -> None:
+    for key in keys:
+        assert receiver.accepted(key) == 1, (key, states[key])  # type: ignore[attr-defined]
+        assert posts(receiver, key) == 1, (key, states[key])  # type: ignore[arg-type]
+        assert receiver.max_concurrent(key) == 1, key  # type: ignore[attr-defined]
+
+
+async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver, live_projection, send_concurrency=2)
+    w1, w2 = worker_factory.start("w1"), worker_factory.start("w2")
+    await owning(w1, w2)
+    receiver.fault("delay", count=24, delay_s=1.0)  # every send in flight for a second
+    keys = await publish(settings, "run-pause", hooks(receiver, 24, "p"))
+    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 2, 60)
+    os.kill(w1.process.pid, signal.SIGSTOP)  # sends in flight and queued, frozen
+    await asyncio.sleep(13)  # past the lease (4 s) and the session timeout (10 s)
+    os.kill(w1.process.pid, signal.SIGCONT)
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
+    exactly_once(receiver, keys, states)
+    await live_projection.matches(await ledger_view())
+
+
+async def test_a_worker_joining_while_the_send_queue_outlasts_the_lease(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver, live_projection, send_concurrency=2)
+    w1 = worker_factory.start("w1")
+    receiver.fault("delay", count=30, delay_s=1.0)  # 30 sends, 2 at a time: a 15 s queue
+    keys = await publish(settings, "run-join", hooks(receiver, 30, "j"))
+    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 1, 60)
+    w2 = worker_factory.start("w2")  # joins: a rebalance while most sends are queued
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
+    exactly_once(receiver, keys, states)
+    await live_projection.matches(await ledger_view())
+
+
+async def test_a_receiver_that_processes_after_the_client_gave_up(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver, live_projection)
+    keys = await publish(
+        settings,
+        "run-slow",
+        [
+            DeliverySpec(channel="webhook", recipient=receiver.webhook_url("slow"), payload={}),
+            DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={"to": "s"}),
+        ],
+    )
+    for key in keys:  # read at once, processed 3 s later; the client gives up after 1.5 s
+        receiver.fault("delay", key=key, delay_s=3.0, accept_first=False)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "both CONFIRMED")
+    for key in keys:
+        assert states[key].attempt == 1, "found by the lookup after the settle window"
+    exactly_once(receiver, keys, states)
+    await live_projection.matches(await ledger_view())
+
+
+async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver, live_projection)
+    keys = await publish(settings, "run-trickle", hooks(receiver, 3, "t"))
+    for key in keys:
+        receiver.fault("trickle", key=key, delay_s=8.0)  # longer than the 4 s lease
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "all CONFIRMED")
+    exactly_once(receiver, keys, states)
+    for key in keys:
+        [request] = receiver.requests(key=key, method="POST")
+        assert request.ended is not None
+        held = request.ended - request.at
+        assert held < settings.send_deadline_s + 1.0, f"request held {held:.1f}s"
+    await live_projection.matches(await ledger_view())
+
+
+async def test_sent_is_not_forever_and_a_provider_failure_is_final(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False, delivered_after_s=None)  # stays "queued"
+    settings = use(
+        worker_factory,
+        receiver,
+        live_projection,
+        max_sent_polls=3,
+        lookup_backoff_s=0.3,
+        lookup_backoff_max_s=1.0,
+    )
+    keys = await publish(
+        settings,
+        "run-queued",
+        [
+            DeliverySpec(
+                channel="provider",
+                recipient=receiver.provider_url,
+                payload={"to": q},
+                event_type=f"report.{q}",
+            )
+            for q in ("queued", "failed")
+        ],
+    )
+    queued, failed = keys
+    receiver.fault("provider_failed", key=failed)
+    worker = worker_factory.start("w1")
+    await until(ledger_view, [queued], {Status.UNKNOWN}, [worker], "SENT given up")
+    states = await until(ledger_view, [failed], {Status.FAILED}, [worker], "provider failure")
+    states = await ledger_view()
+    assert states[queued].last_error_class == "sent_unconfirmed"
+    assert "polling gave up" in (states[queued].last_reason or "")
+    assert states[failed].last_error_class == "provider_failed"
+    assert "failed" in (states[failed].last_reason or "")
+    for key in keys:
+        assert receiver.accepted(key) == 1
+        assert posts(receiver, key) == 1
+    await live_projection.matches(await ledger_view())
+
+
+async def test_without_a_lookup_an_unknown_stays_for_an_operator(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    receiver = receiver_factory(dedupe=False)
+    settings = use(worker_factory, receiver, live_projection, lookup=False)
+    keys = await publish(settings, "run-nolookup", hooks(receiver, 4, "n"))
+    late, error, stalled, clean = keys
+    receiver.fault("delay", key=late, delay_s=3.0)  # accepted, answered after the deadline
+    receiver.fault("error_after_accept", key=error, status=500)
+    receiver.fault("stall", key=stalled, delay_s=3.0, status=503)  # not accepted, 503 late
+    worker = worker_factory.start("w1")
+    await until(ledger_view, [clean], {Status.CONFIRMED}, [worker], "the clean one CONFIRMED")
+
+    async def unresolved() -> bool:
+        states = await ledger_view()
+        return all(
+            states[k].status is Status.UNKNOWN and states[k].reconciled == "unsupported"
+            for k in (late, error, stalled)
+        )
+
+    await wait_for(unresolved, 60, "UNKNOWN with no lookup to settle it")
+    await asyncio.sleep(3)  # past another settle window and spacing: nothing more happens
+    states = await ledger_view()
+    for key in (late, error, stalled):
+        assert states[key].status is Status.UNKNOWN
+        assert posts(receiver, key) == 1, "an UNKNOWN without lookup or declared dedupe stays"
+    assert [receiver.accepted(k) for k in keys] == [1, 1, 0, 1]
+    await live_projection.matches(await ledger_view())
