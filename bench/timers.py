@@ -26,9 +26,8 @@ from rich.progress import Progress
 from bench.memory import open_states
 from events import Settings
 from events.base import Event
-from events.delivery_state import DeliveryState
 from streams.context import worker_context
-from streams.processor import DeliveryProcessor, Record
+from streams.processor import DeliveryProcessor, MemoryStore, Record
 from streams.sender import Sender
 from streams.state_codec import loads
 from streams.timers import DueIndex
@@ -36,21 +35,6 @@ from streams.timers import DueIndex
 DUE = 100
 PARTITIONS = 8
 TICKS = 40
-
-
-class MemoryStore:
-    """The StateStore protocol over a dict."""
-
-    def __init__(self) -> None:
-        self.states: dict[str, DeliveryState] = {}
-
-    def get(self, key: str) -> DeliveryState | None:
-        """The state of ``key``."""
-        return self.states.get(key)
-
-    def put(self, key: str, state: DeliveryState) -> None:
-        """Replace the state of ``key``."""
-        self.states[key] = state
 
 
 async def one_size(tmp: Path, n: int, progress: Progress | None) -> dict[str, float]:

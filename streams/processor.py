@@ -45,6 +45,21 @@ class StateStore(Protocol):
         ...
 
 
+class MemoryStore:
+    """A StateStore over a dict: for broker-free tests, benchmarks and tools."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, DeliveryState] = {}
+
+    def get(self, key: str) -> DeliveryState | None:
+        """The state of ``key``."""
+        return self.states.get(key)
+
+    def put(self, key: str, state: DeliveryState) -> None:
+        """Replace the state of ``key``."""
+        self.states[key] = state
+
+
 @dataclass(frozen=True)
 class Record:
     """A raw record from ``ledger.deliveries`` and where it came from."""

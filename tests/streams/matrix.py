@@ -54,3 +54,21 @@ def use(
 
 def posts(receiver: BackgroundSimulator, key: str) -> int:
     return len(receiver.requests(key=key, method="POST"))
+
+
+async def settled_once(
+    view: LedgerView,
+    receiver: BackgroundSimulator,
+    projection: LiveProjection,
+    keys: list[str],
+    workers: list[WorkerProcess],
+) -> dict[str, DeliveryState]:
+    """Every key CONFIRMED, each accepted exactly once from one request, never two open at
+    once; the live projection shows the same."""
+    states = await until(view, keys, {Status.CONFIRMED}, workers, "all CONFIRMED")
+    for key in keys:
+        assert receiver.accepted(key) == 1, (key, states[key])
+        assert posts(receiver, key) == 1, (key, states[key])
+        assert receiver.max_concurrent(key) == 1, key
+    await projection.matches(await view())
+    return states

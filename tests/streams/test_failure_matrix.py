@@ -21,7 +21,7 @@ from ledger.stack import settings_env
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory
-from tests.streams.matrix import posts, publish, until, use
+from tests.streams.matrix import posts, publish, settled_once, until, use
 
 
 async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
@@ -236,12 +236,8 @@ async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
     keys = await publish(settings, "run-6", specs)
     assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 1, 60)
     w2 = worker_factory.start("w2")  # joins the group: a rebalance while sends are in flight
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
-    for key in keys:
-        assert receiver.accepted(key) == 1
-        assert posts(receiver, key) == 1
+    states = await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
     assert all(s.fencing_token == 1 for s in states.values())
-    await live_projection.matches(await ledger_view())
 
 
 async def test_row6_worker_killed_mid_send_other_worker_settles_it(
@@ -262,11 +258,7 @@ async def test_row6_worker_killed_mid_send_other_worker_settles_it(
     keys = await publish(settings, "run-6b", specs)
     assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 2, 60)
     os.kill(w1.process.pid, signal.SIGKILL)
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w2], "all CONFIRMED")
-    for key in keys:
-        assert receiver.accepted(key) == 1, states[key]
-        assert posts(receiver, key) == 1, states[key]
-    await live_projection.matches(await ledger_view())
+    await settled_once(ledger_view, receiver, live_projection, keys, [w2])
 
 
 async def test_row7_500_after_acceptance_is_looked_up_not_resent(

@@ -13,18 +13,18 @@ import re
 import signal
 
 from events import DeliverySpec
-from events.delivery_state import DeliveryState, Status
+from events.delivery_state import Status
+from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
-from tests.streams.matrix import posts, publish, until, use
+from tests.streams.matrix import posts, publish, settled_once, until, use
 
 
-def hooks(receiver: object, n: int, tag: str) -> list[DeliverySpec]:
+def hooks(receiver: BackgroundSimulator, n: int, tag: str) -> list[DeliverySpec]:
+    url = receiver.webhook_url
     return [
-        DeliverySpec(
-            channel="webhook", recipient=receiver.webhook_url(f"{tag}{i}"), payload={"i": i}
-        )  # type: ignore[attr-defined]
+        DeliverySpec(channel="webhook", recipient=url(f"{tag}{i}"), payload={"i": i})
         for i in range(n)
     ]
 
@@ -36,13 +36,6 @@ async def owning(*workers: WorkerProcess) -> None:
         return all(re.search(r"owns partitions \[\d", w.output()) for w in workers)
 
     await wait_for(assigned, 60, "every worker owning partitions")
-
-
-def exactly_once(receiver: object, keys: list[str], states: dict[str, DeliveryState]) -> None:
-    for key in keys:
-        assert receiver.accepted(key) == 1, (key, states[key])  # type: ignore[attr-defined]
-        assert posts(receiver, key) == 1, (key, states[key])  # type: ignore[arg-type]
-        assert receiver.max_concurrent(key) == 1, key  # type: ignore[attr-defined]
 
 
 async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
@@ -61,9 +54,7 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     os.kill(w1.process.pid, signal.SIGSTOP)  # sends in flight and queued, frozen
     await asyncio.sleep(13)  # past the lease (4 s) and the session timeout (10 s)
     os.kill(w1.process.pid, signal.SIGCONT)
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
-    exactly_once(receiver, keys, states)
-    await live_projection.matches(await ledger_view())
+    await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
 
 
 async def test_a_worker_joining_while_the_send_queue_outlasts_the_lease(
@@ -79,9 +70,7 @@ async def test_a_worker_joining_while_the_send_queue_outlasts_the_lease(
     keys = await publish(settings, "run-join", hooks(receiver, 30, "j"))
     assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 1, 60)
     w2 = worker_factory.start("w2")  # joins: a rebalance while most sends are queued
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [w1, w2], "all CONFIRMED")
-    exactly_once(receiver, keys, states)
-    await live_projection.matches(await ledger_view())
+    await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
 
 
 async def test_a_receiver_that_processes_after_the_client_gave_up(
@@ -103,11 +92,9 @@ async def test_a_receiver_that_processes_after_the_client_gave_up(
     for key in keys:  # read at once, processed 3 s later; the client gives up after 1.5 s
         receiver.fault("delay", key=key, delay_s=3.0, accept_first=False)
     worker = worker_factory.start("w1")
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "both CONFIRMED")
+    states = await settled_once(ledger_view, receiver, live_projection, keys, [worker])
     for key in keys:
         assert states[key].attempt == 1, "found by the lookup after the settle window"
-    exactly_once(receiver, keys, states)
-    await live_projection.matches(await ledger_view())
 
 
 async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
@@ -122,14 +109,12 @@ async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
     for key in keys:
         receiver.fault("trickle", key=key, delay_s=8.0)  # longer than the 4 s lease
     worker = worker_factory.start("w1")
-    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "all CONFIRMED")
-    exactly_once(receiver, keys, states)
+    await settled_once(ledger_view, receiver, live_projection, keys, [worker])
     for key in keys:
         [request] = receiver.requests(key=key, method="POST")
         assert request.ended is not None
         held = request.ended - request.at
         assert held < settings.send_deadline_s + 1.0, f"request held {held:.1f}s"
-    await live_projection.matches(await ledger_view())
 
 
 async def test_sent_is_not_forever_and_a_provider_failure_is_final(
