@@ -52,7 +52,9 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     keys = await publish(settings, "run-pause", hooks(receiver, 24, "p"))
     assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 2, 60)
     os.kill(w1.process.pid, signal.SIGSTOP)  # sends in flight and queued, frozen
-    await asyncio.sleep(13)  # past the lease (4 s) and the session timeout (10 s)
+    # Past the lease (4 s) and the session timeout (10 s), long enough for the other worker
+    # to settle the frozen claims (lookup after the settle window, retry) before it wakes.
+    await asyncio.sleep(20)
     os.kill(w1.process.pid, signal.SIGCONT)
     await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
 
