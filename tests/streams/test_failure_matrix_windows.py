@@ -48,9 +48,13 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     settings = use(worker_factory, receiver, live_projection, send_concurrency=2)
     w1, w2 = worker_factory.start("w1"), worker_factory.start("w2")
     await owning(w1, w2)
-    receiver.fault("delay", count=24, delay_s=1.0)  # every send in flight for a second
-    keys = await publish(settings, "run-pause", hooks(receiver, 24, "p"))
-    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 2, 60)
+    receiver.fault("delay", count=32, delay_s=1.0)  # every send in flight for a second
+    keys = await publish(settings, "run-pause", hooks(receiver, 32, "p"))
+
+    async def w1_sending() -> bool:
+        return "HTTP Request: POST" in w1.output()  # httpx logs each request at INFO
+
+    await wait_for(w1_sending, 60, "w1 sending")
     os.kill(w1.process.pid, signal.SIGSTOP)  # sends in flight and queued, frozen
     # Past the lease (4 s) and the session timeout (10 s), long enough for the other worker
     # to settle the frozen claims (lookup after the settle window, retry) before it wakes.
