@@ -167,8 +167,9 @@ class ReceiverTally:
         return [key for key, count in self.accepted.items() if count > 1]
 
 
-def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> None:
-    """SIGTERM one child and wait (SIGKILL after ``timeout_s``)."""
+def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> bool:
+    """SIGTERM one child and wait (SIGKILL after ``timeout_s``); True if it had to be killed."""
+    killed = False
     if child.alive():
         child.process.terminate()
         try:
@@ -176,8 +177,10 @@ def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             child.process.kill()
             child.process.wait(timeout=10)
+            killed = True
     if child in stack.children:
         stack.children.remove(child)
+    return killed
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:

@@ -72,9 +72,17 @@ class Supervisor:
         self.stack.kill(self.children.pop(name))
         self.start_worker(name)
 
-    def stop(self, name: str) -> None:
-        """SIGTERM and wait: a graceful leave (the supervisor no longer restarts it)."""
-        stop_child(self.stack, self.children.pop(name))
+    def stop(self, name: str) -> bool:
+        """SIGTERM and wait: a graceful leave (the supervisor no longer restarts it); True if
+        it did not exit within 30 s and had to be SIGKILLed."""
+        return stop_child(self.stack, self.children.pop(name))
+
+    async def stop_workers(self) -> list[str]:
+        """SIGTERM every worker at once and wait; the names that had to be SIGKILLed."""
+        self.resume_all()
+        names = self.workers()
+        killed = await asyncio.gather(*(asyncio.to_thread(self.stop, n) for n in names))
+        return [name for name, k in zip(names, killed, strict=True) if k]
 
     def pause(self, name: str) -> None:
         """SIGSTOP: the process keeps its sockets and its claims, and does nothing."""
@@ -142,8 +150,9 @@ class Nemesis:
             detail = f"{len(workers) + 1} workers"
         elif action == "leave":
             target = self.rng.choice(workers)
-            await asyncio.to_thread(self.supervisor.stop, target)
-            detail = f"SIGTERM, {len(workers) - 1} workers"
+            killed = await asyncio.to_thread(self.supervisor.stop, target)
+            late = " (no exit in 30 s: SIGKILLed)" if killed else ""
+            detail = f"SIGTERM{late}, {len(workers) - 1} workers"
         else:
             target = "broker"
             _pid, stop_s, had_to_kill = await asyncio.to_thread(self.broker.stop)
