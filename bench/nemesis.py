@@ -116,7 +116,7 @@ class Action:
 @dataclass
 class Nemesis:
     """Every interval, one seeded fault: SIGKILL, SIGSTOP past the lease, join, leave, or a
-    broker restart."""
+    broker restart (each once in every five actions)."""
 
     rng: random.Random
     supervisor: Supervisor
@@ -125,11 +125,20 @@ class Nemesis:
     pause_s: float  # SIGSTOP this long: past the lease, so the worker's claims expire
     began: float = field(default_factory=time.monotonic)
     log: list[Action] = field(default_factory=list)
+    _bag: list[str] = field(default_factory=list)
+
+    def _next(self) -> str:
+        # A shuffled bag, refilled when empty: random order, yet every kind of fault comes
+        # once in each five actions, so even a short run restarts the broker.
+        if not self._bag:
+            self._bag = list(ACTIONS)
+            self.rng.shuffle(self._bag)
+        return self._bag.pop()
 
     async def act(self) -> Action:
         """Pick and carry out one action; returns it (also kept in ``log``)."""
         started = time.monotonic()
-        action = self.rng.choice(ACTIONS)
+        action = self._next()
         workers = self.supervisor.workers()
         target, detail = "", ""
         if action in ("join", "leave"):
