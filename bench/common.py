@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -25,7 +25,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from events import Settings
+from events import DeliverySpec, Settings
+from events.delivery_state import DeliveryState, Status
+from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
 
@@ -57,21 +59,29 @@ def fresh_settings(base: Settings, label: str, **update: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def bench_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[Settings]:
-    """A fresh local broker on the bench ports (``port`` and ``port + 1``), stopped afterwards."""
+def local_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[tuple[Settings, LocalBroker]]:
+    """A fresh local broker on ``port`` and ``port + 1`` (and its handle, for restarts),
+    stopped afterwards."""
     settings = Settings(
         broker_port=port,
         controller_port=port + 1,
         data_dir=tmp / "data",
     )
     broker = LocalBroker(settings)
-    report = broker.start()
-    if report.already_running:
-        raise RuntimeError(f"a broker already runs on {settings.bootstrap_servers}")
     try:
-        yield settings
+        # Inside the try: a start that times out has spawned a JVM all the same.
+        if broker.start().already_running:
+            raise RuntimeError(f"a broker already runs on {settings.bootstrap_servers}")
+        yield settings, broker
     finally:
         broker.stop()
+
+
+@contextlib.contextmanager
+def bench_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[Settings]:
+    """A fresh local broker on the bench ports (``port`` and ``port + 1``), stopped afterwards."""
+    with local_broker(tmp, port) as (settings, _broker):
+        yield settings
 
 
 def start_python(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> Child:
@@ -92,19 +102,74 @@ def start_python(stack: Stack, name: str, args: list[str], env: dict[str, str]) 
     return child
 
 
-def start_receiver(stack: Stack, settings: Settings) -> dict[str, str]:
-    """The fake provider with no faults (and dedupe on); its URLs."""
+def start_receiver(stack: Stack, settings: Settings, *options: str) -> dict[str, str]:
+    """The fake provider (no faults and dedupe on, unless ``options`` say otherwise); its URLs."""
     child = stack.start(
         "fake-provider",
-        ["fake-provider", "--port", "0", "--control-port", "0", "--json"],
+        ["fake-provider", "--port", "0", "--control-port", "0", "--json", *options],
         settings,
         stdout=subprocess.PIPE,
     )
     return read_json_line(child)
 
 
-def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> None:
-    """SIGTERM one child and wait (SIGKILL after ``timeout_s``)."""
+def with_webhook_lookup(settings: Settings, urls: dict[str, Any]) -> Settings:
+    """``settings`` with the simulator's webhook endpoints declared, lookup URL included."""
+    endpoints = {
+        **settings.webhook_endpoints,
+        f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
+    }
+    return settings.model_copy(update={"webhook_endpoints": endpoints})
+
+
+def fanout_specs(urls: dict[str, Any], run: int, limit: int = 3) -> list[DeliverySpec]:
+    """The deliveries of bench run ``run``: two webhooks and one provider message (the first
+    ``limit`` of them), so every run exercises both channels."""
+    return [
+        DeliverySpec(channel="webhook", recipient=f"{urls['base']}/hooks/ops", payload={"r": run}),
+        DeliverySpec(
+            channel="webhook", recipient=f"{urls['base']}/hooks/audit", payload={"r": run}
+        ),
+        DeliverySpec(channel="provider", recipient=urls["provider"], payload={"r": run}),
+    ][:limit]
+
+
+def visibly_unknown(state: DeliveryState) -> bool:
+    """UNKNOWN with a reason an operator can read: the one honest non-terminal end."""
+    return state.status is Status.UNKNOWN and bool(state.last_reason)
+
+
+def stuck_keys(keys: Iterable[str], states: dict[str, DeliveryState]) -> list[str]:
+    """Keys neither terminal nor visibly UNKNOWN (never folded at all counts as stuck)."""
+    return [
+        k
+        for k in keys
+        if k not in states or not (states[k].status.terminal or visibly_unknown(states[k]))
+    ]
+
+
+@dataclass(frozen=True)
+class ReceiverTally:
+    """What the receiver itself recorded: sends (POSTs) and acceptances per key."""
+
+    posts: int
+    accepted: dict[str, int]
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> ReceiverTally:
+        """From the simulator's ``/_control/state`` document."""
+        posts = sum(1 for r in state["requests"] if r["method"] == "POST")
+        accepted = {key: int(event["accepted"]) for key, event in state["events"].items()}
+        return cls(posts, accepted)
+
+    def twice(self) -> list[str]:
+        """Keys the receiver accepted more than once (dedupe off makes a double send show)."""
+        return [key for key, count in self.accepted.items() if count > 1]
+
+
+def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> bool:
+    """SIGTERM one child and wait (SIGKILL after ``timeout_s``); True if it had to be killed."""
+    killed = False
     if child.alive():
         child.process.terminate()
         try:
@@ -112,8 +177,10 @@ def stop_child(stack: Stack, child: Child, timeout_s: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             child.process.kill()
             child.process.wait(timeout=10)
+            killed = True
     if child in stack.children:
         stack.children.remove(child)
+    return killed
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:

@@ -32,11 +32,11 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from events import DeliverySpec, Publisher, Settings
+from bench.common import ReceiverTally, fanout_specs, stuck_keys, with_webhook_lookup
+from events import Publisher, Settings
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
-from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import settings_env
 from ledger.topics import create_topics
@@ -103,15 +103,7 @@ async def publish(settings: Settings, urls: dict[str, Any], n: int, seen: Observ
     async with Publisher(settings, producer_name="bench-agent") as publisher:
         made = 0
         for r in range(runs):
-            specs = [
-                DeliverySpec(
-                    channel="webhook", recipient=f"{urls['base']}/hooks/ops", payload={"r": r}
-                ),
-                DeliverySpec(
-                    channel="webhook", recipient=f"{urls['base']}/hooks/audit", payload={"r": r}
-                ),
-                DeliverySpec(channel="provider", recipient=urls["provider"], payload={"r": r}),
-            ][: n - made]
+            specs = fanout_specs(urls, r, n - made)
             requests = await publisher.run_succeeded(f"bench-{r}", "h", specs)
             now = time.time()
             for request in requests:
@@ -206,21 +198,13 @@ async def run(
 
 def report(seen: Observation, sim: dict[str, Any], n: int) -> None:
     events = sim["events"]
-    posts = sum(1 for r in sim["requests"] if r["method"] == "POST")
-    twice = sum(1 for e in events.values() if e["accepted"] > 1)
+    tally = ReceiverTally.of(sim)
+    posts, twice = tally.posts, len(tally.twice())
     states = seen.states
     by_status: dict[str, int] = {}
     for state in states.values():
         by_status[state.status.value] = by_status.get(state.status.value, 0) + 1
-    lost = [
-        k
-        for k in seen.published_at
-        if k not in states
-        or (
-            states[k].status not in TERMINAL
-            and not (states[k].status is Status.UNKNOWN and states[k].last_reason)
-        )
-    ]
+    lost = stuck_keys(seen.published_at, states)
     lying = [
         k
         for k, s in states.items()
@@ -279,13 +263,7 @@ def main() -> None:
     broker.start()
     simulator, urls = start_simulator(tmp, args)
     try:
-        settings = base.model_copy(
-            update={
-                "webhook_endpoints": {
-                    f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"])
-                }
-            }
-        )
+        settings = with_webhook_lookup(base, urls)
         began = datetime.now().astimezone()
         seen = asyncio.run(run(args, settings, tmp, urls))
         sim = httpx.get(f"{urls['control']}/state", timeout=60).json()

@@ -25,13 +25,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import e2e, memory, publisher, rebuild, timers
+from bench import chaos, e2e, memory, publisher, rebuild, timers
 from bench.common import bench_broker, dump, fresh_settings, machine, median, start_receiver
 from events import Settings
 from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
-SECTIONS = ("publisher", "rebuild", "e2e", "memory", "timers")
+SECTIONS = ("publisher", "rebuild", "e2e", "memory", "timers", "chaos")
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,14 @@ class Sizes:
     latency_s: float
     open_deliveries: tuple[int, ...]
     timer_sizes: tuple[int, ...]
+    chaos: tuple[str, ...]  # bench.chaos options
 
 
-FULL = Sizes(3, 1000, 200_000, 4000, 20.0, (10_000, 1_000_000), (10_000, 1_000_000))
-QUICK = Sizes(2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000))
+FULL = Sizes(
+    3, 1000, 200_000, 4000, 20.0, (10_000, 1_000_000), (10_000, 1_000_000),
+    ("--deliveries", "20000", "--workers", "3", "--seed", "1", "--nemesis-interval", "10"),
+)  # fmt: skip
+QUICK = Sizes(2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",))
 
 
 def ratio(value: float, baseline: float) -> str:
@@ -167,6 +171,9 @@ async def run_section(
     if "timers" in wanted:
         say("[bold]timer tick[/] micro-benchmark (DueIndex + DeliveryProcessor.tick)")
         results["timers"] = await timers.measure(tmp, sizes.timer_sizes, sizes.rounds, progress)
+    if "chaos" in wanted:
+        say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
+        results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
 
 
 def render(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -279,6 +286,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]
     out += ["", "Details:", ""] + [f"- {n}" for n in notes]
+    if "chaos" in results:
+        out += ["", *chaos.markdown(results["chaos"])]
     return "\n".join(out) + "\n"
 
 
