@@ -8,6 +8,7 @@ import sys
 
 from events.settings import Settings
 from projections.backends import open_store
+from projections.schema import SCHEMA_VERSION
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import incident_log, publish, requested
 from tests.projections.test_projector import ledger_env
@@ -109,7 +110,10 @@ async def test_commands_refuse_an_old_schema_with_one_line(settings: Settings) -
         assert done.returncode == 1
         first = done.stderr.splitlines()[0]
         assert first.startswith("error: projection schema at")
-        assert "is version 0, this ledger needs version 2: rebuild it from the log" in first
+        assert (
+            f"is version 0, this ledger needs version {SCHEMA_VERSION}: rebuild it from the log"
+            in first
+        )
         assert "Traceback" not in done.stderr
 
     default = ledger(settings, "status")  # the data dir's default SQLite file: none yet
