@@ -54,7 +54,11 @@ async def project(
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
         await reader.start(store.load_offsets())
-        limit = await reader.end_offsets() if until == "end" else until
+        ends = await reader.end_offsets()
+        limit = ends if until == "end" else until
+        if limit is not None:
+            # Offsets the log does not reach would be waited for forever.
+            reader.check_within(limit, ends)
         total = None
         if limit is not None:
             total = sum(

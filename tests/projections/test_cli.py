@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from events.settings import Settings
 from projections.backends import open_store
@@ -119,3 +120,29 @@ async def test_commands_refuse_an_old_schema_with_one_line(settings: Settings) -
     default = ledger(settings, "status")  # the data dir's default SQLite file: none yet
     assert default.returncode == 1
     assert "error: no projection at sqlite://" in default.stderr
+
+
+async def test_offsets_beyond_the_log_end_stop_with_one_line_and_a_hint(
+    settings: Settings,
+) -> None:
+    """Topics recreated under a projection: its stored offsets lie beyond the log's end.
+    project and verify say so at once instead of dropping records or waiting forever."""
+    await publish(settings, incident_log()[:4])
+    dsn = f"sqlite://{settings.data_dir / 'ahead.sqlite3'}"
+    assert ledger(settings, "rebuild", "--into", dsn).returncode == 0
+    store = open_store(dsn)
+    store.begin()
+    store.rows("UPDATE projection_offsets SET next_offset = next_offset + 1000")
+    store.commit()
+    store.close()
+    for args in (("project", "--dsn", dsn), ("verify", "--dsn", dsn)):
+        began = time.monotonic()
+        done = ledger(settings, *args)
+        assert time.monotonic() - began < 60
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.startswith(("error", "hint"))]
+        assert lines[0].startswith("error: the projection has read "), done.stderr
+        assert "but the log ends at" in lines[0]
+        assert "topics were recreated" in lines[0]
+        assert lines[1] == "hint: rebuild it from the log: ledger rebuild --into DSN --replace"
+        assert "Traceback" not in done.stderr
