@@ -189,7 +189,7 @@ def register(app: typer.Typer) -> None:
     def status_command(
         dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
     ) -> None:
-        """Overdue, unknown, unexplained, conflicting deliveries; attempts by channel."""
+        """Overdue (pending or sent), unknown, unexplained, conflicting deliveries; attempts."""
 
         def body() -> None:
             settings = _settings()
@@ -261,6 +261,8 @@ def _print_status(report: dict[str, Any]) -> None:
     sections: list[tuple[str, str, list[str]]] = [
         ("overdue_pending", "pending deliveries past their SLO",
          ["run_id", "channel", "recipient", "attempts", "slo_deadline"]),
+        ("overdue_sent", "sent deliveries past their SLO, not confirmed",
+         ["run_id", "channel", "recipient", "provider_message_id", "slo_deadline"]),
         ("unknown", "unknown deliveries awaiting reconciliation",
          ["run_id", "channel", "recipient", "last_error_class", "unknown_since"]),
         ("confirmed_without_result", "confirmed deliveries with no execution result",

@@ -322,3 +322,19 @@ def fleet(runs: int, prefix: str = "fleet") -> list[AnyExecutionEvent | AnyDeliv
             *timeout_then_retry(second, t + 2),
         ]
     return events
+
+
+def found_later(req: DeliveryRequested, t: float) -> DeliveryReconciled:
+    """A lookup for attempt 1 finds the request at the provider: UNKNOWN becomes SENT."""
+    return DeliveryReconciled(
+        idempotency_key=req.idempotency_key,
+        run_id=req.run_id,
+        producer=P,
+        attempt=1,
+        fencing_token=1,
+        outcome="found",
+        provider_message_id=f"msg-{req.idempotency_key[:6]}-found",
+        provider_status="queued",
+        evidence="lookup by key: queued",
+        occurred_at=at(t),
+    )
