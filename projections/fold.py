@@ -142,7 +142,7 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
 def _state(batch: Batch, key: str, row: Row) -> DeliveryState:
     state = batch.states.get(key)
     if state is None:
-        state = batch.states[key] = load_state(row["state"])
+        state = batch.states[key] = load_state(row["state"], row)
     return state
 
 

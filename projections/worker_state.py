@@ -3,14 +3,16 @@
 The projection keeps each delivery's ``events.delivery_state.DeliveryState`` and derives
 the row's status from it, so the worker and the projection fold the log by literally one
 set of rules. Stored: every field that differs from its default, by name (so a field
-added to the state with a default reads old rows), times as ISO-8601. The payload is not
-kept: the ledger tables never held payloads, and no transition reads it.
+added to the state with a default reads old rows), times as ISO-8601; not the fields the
+row already holds (key, run, channel, ...), which are taken from the row. The payload is
+not kept: the ledger tables never held payloads, and no transition reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +24,17 @@ _DEFAULTS: dict[str, Any] = {
 }
 _DEFAULTS["seen"] = ()
 _TIMES = frozenset(f.name for f in _FIELDS if "datetime" in str(f.type))
-_DROPPED = frozenset({"payload"})
+# Held by the row's own columns of the same name, set once by the request.
+_FROM_ROW = (
+    "idempotency_key",
+    "run_id",
+    "event_type",
+    "channel",
+    "recipient",
+    "payload_hash",
+    "slo_seconds",
+)
+_DROPPED = frozenset({"payload", *_FROM_ROW})
 
 
 def dump_state(state: DeliveryState) -> str:
@@ -37,9 +49,11 @@ def dump_state(state: DeliveryState) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def load_state(text: str) -> DeliveryState:
-    """A state written by ``dump_state`` (its payload is None)."""
+def load_state(text: str, row: Mapping[str, Any]) -> DeliveryState:
+    """The state ``dump_state`` wrote into ``row`` (its payload is None)."""
     raw: dict[str, Any] = json.loads(text)
+    for name in _FROM_ROW:
+        raw[name] = row[name]
     for name in _TIMES.intersection(raw):
         if raw[name] is not None:
             raw[name] = datetime.fromisoformat(raw[name])
