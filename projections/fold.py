@@ -29,9 +29,12 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
+from events.delivery_state import DeliveryState, Status
+from events.delivery_state import apply as fold_delivery
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from projections.schema import timestamp
+from projections.worker_state import dump_state, load_state
 
 Row = dict[str, Any]
 AttemptKey = tuple[str, int]
@@ -58,7 +61,18 @@ class Batch:
     dirty_runs: set[str] = field(default_factory=set)
     dirty_deliveries: set[str] = field(default_factory=set)
     dirty_attempts: set[AttemptKey] = field(default_factory=set)
+    # The worker's fold state of each delivery touched, parsed once per batch.
+    states: dict[str, DeliveryState] = field(default_factory=dict)
     applied: int = 0
+
+    def changed_deliveries(self) -> list[Row]:
+        """The changed delivery rows, in key order, each with its state serialised."""
+        rows = []
+        for key in sorted(self.dirty_deliveries):
+            row = self.deliveries[key]
+            row["state"] = dump_state(self.states[key])
+            rows.append(row)
+        return rows
 
     def skip(self, where: Position, reason: str) -> None:
         """Record a record we could not apply, and why."""
@@ -118,30 +132,43 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
 
 
 # Delivery -------------------------------------------------------------------------
+#
+# A delivery's row is derived from the worker's own fold state (events/delivery_state.py),
+# kept in the row's ``state`` column: the worker and the projection fold the log by one
+# set of rules, late and stale outcomes included. The attempts table stays a history: it
+# records what every attempt reported, current or superseded.
 
-# CONFIRMED is authoritative and final; FAILED is final except against a confirmation.
-_FINAL = {"CONFIRMED": frozenset[str](), "FAILED": frozenset({"CONFIRMED"})}
 
-
-def _set_status(row: Row, status: str) -> None:
-    allowed = _FINAL.get(row["status"])
-    if allowed is None or status in allowed:
-        row["status"] = status
+def _state(batch: Batch, key: str, row: Row) -> DeliveryState:
+    state = batch.states.get(key)
+    if state is None:
+        state = batch.states[key] = load_state(row["state"], row)
+    return state
 
 
 def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> None:
     key = event.idempotency_key
     at = timestamp(event.occurred_at)
-    if isinstance(event, DeliveryRequested):
-        _requested(batch, event, at)
-        return
     row = batch.deliveries.get(key)
     if row is None:
-        batch.skip(where, f"{event.type} for key {key} that was never requested")
+        if isinstance(event, DeliveryRequested):
+            _requested(batch, event, at)
+        else:
+            batch.skip(where, f"{event.type} for key {key} that was never requested")
         return
+    before = _state(batch, key, row)
+    if str(event.event_id) in before.seen:
+        return  # a redelivered record: the worker's fold ignores it, and so do we
+    after = fold_delivery(before, event)
+    assert after is not None
+    batch.states[key] = after
     row["updated_at"] = at
     batch.dirty_deliveries.add(key)
-    if isinstance(event, DuplicateDeliveryRequest):
+    if isinstance(event, DeliveryRequested):
+        # The same logical delivery requested again: the first request stands; the
+        # state machine reports it as DuplicateDeliveryRequest.
+        row["requests"] += 1
+    elif isinstance(event, DuplicateDeliveryRequest):
         batch.duplicates.append(
             {
                 "event_id": str(event.event_id),
@@ -155,29 +182,42 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
             }
         )
     elif isinstance(event, DeliveryFailed):
-        _set_status(row, "FAILED")
-        row["attempts"] = max(row["attempts"], event.attempts)
-        row["last_error_class"] = event.error_class
-        row["failed_at"] = row["failed_at"] or at
-        row["next_attempt_at"] = None
         last = batch.attempts.get((key, event.attempts))
-        if last is not None and last["outcome"] != "CONFIRMED":
+        if (
+            last is not None
+            and after.status is Status.FAILED
+            and before.status is not Status.FAILED
+        ):
             last.update(outcome="FAILED", error_class=event.error_class, reason=event.reason)
             last.update(failed_at=at, finished_at=last["finished_at"] or at, updated_at=at)
             batch.dirty_attempts.add((key, event.attempts))
     else:
         _attempt_event(batch, row, event, at)
+    _derive(row, before, after, at)
+
+
+def _derive(row: Row, before: DeliveryState, after: DeliveryState, at: str) -> None:
+    """The row's columns that follow from the worker's state."""
+    retry_at = after.retry_at if after.status is Status.RETRY_SCHEDULED else None
+    row["status"] = after.status.public
+    row["attempts"] = after.attempt
+    row["fencing_token"] = after.fencing_token
+    row["provider_message_id"] = after.provider_message_id
+    row["last_error_class"] = after.last_error_class
+    row["reconciliation"] = after.reconciled
+    row["next_attempt_at"] = None if retry_at is None else timestamp(retry_at)
+    if after.status is not before.status:
+        if after.status is Status.CONFIRMED:
+            row["confirmed_at"] = at
+        elif after.status is Status.FAILED:
+            row["failed_at"] = at
 
 
 def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
     key = event.idempotency_key
-    row = batch.deliveries.get(key)
-    if row is not None:
-        # The same logical delivery requested again: the first request stands; the
-        # state machine reports it as DuplicateDeliveryRequest.
-        row["requests"] += 1
-        batch.dirty_deliveries.add(key)
-        return
+    state = fold_delivery(None, event)
+    assert state is not None
+    batch.states[key] = state
     deadline = timestamp(event.occurred_at + timedelta(seconds=event.slo_seconds))
     batch.deliveries[key] = {
         "idempotency_key": key,
@@ -188,7 +228,7 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "payload_hash": event.payload_hash,
         "slo_seconds": event.slo_seconds,
         "slo_deadline": deadline,
-        "status": "PENDING",
+        "status": state.status.public,
         "attempts": 0,
         "fencing_token": 0,
         "provider_message_id": None,
@@ -200,6 +240,7 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "failed_at": None,
         "created_at": at,
         "updated_at": at,
+        "state": "",  # written from batch.states when the batch is stored
     }
     batch.dirty_deliveries.add(key)
 
@@ -258,66 +299,39 @@ def _attempt_outcome(attempt: Row, outcome: str) -> None:
 
 
 def _attempt_event(batch: Batch, row: Row, event: AttemptEvent, at: str) -> None:
+    """Record what the attempt reported on its own row, current or superseded."""
     attempt = _attempt_row(batch, row, event.attempt, at)
-    token = getattr(event, "fencing_token", None)
-    # Events under an older fencing token are history of a superseded attempt: they are
-    # recorded on that attempt but do not move the delivery's state.
-    current = token is None or token >= row["fencing_token"]
     if isinstance(event, DeliveryClaimed):
-        attempt.update(worker_id=event.worker_id, fencing_token=token, claimed_at=at)
+        attempt.update(worker_id=event.worker_id, fencing_token=event.fencing_token, claimed_at=at)
         attempt["lease_expires_at"] = timestamp(event.lease_expires_at)
-        row["attempts"] = max(row["attempts"], event.attempt)
-        row["fencing_token"] = max(row["fencing_token"], event.fencing_token)
-        if current:
-            row["next_attempt_at"] = None
     elif isinstance(event, DeliverySent):
         _attempt_outcome(attempt, "SENT")
-        attempt.update(sent_at=at, http_status=event.http_status, fencing_token=token)
+        attempt.update(sent_at=at, http_status=event.http_status, fencing_token=event.fencing_token)
         attempt["worker_id"] = attempt["worker_id"] or event.worker_id
-        _provider_id(attempt, row if current else None, event.provider_message_id)
-        if current:
-            _set_status(row, "SENT")
+        _provider_id(attempt, event.provider_message_id)
     elif isinstance(event, DeliveryConfirmed):
         _attempt_outcome(attempt, "CONFIRMED")
         attempt["confirmed_at"] = attempt["confirmed_at"] or at
         attempt["finished_at"] = attempt["finished_at"] or at
-        _provider_id(attempt, row, event.provider_message_id)
-        # Authoritative evidence counts even from a superseded attempt: it left, once.
-        _set_status(row, "CONFIRMED")
-        row["confirmed_at"] = row["confirmed_at"] or at
-        row["next_attempt_at"] = None
+        _provider_id(attempt, event.provider_message_id)
     elif isinstance(event, DeliveryNotSent):
         _attempt_outcome(attempt, "NOT_SENT")
         attempt.update(error_class=event.error_class, reason=event.reason)
         attempt["finished_at"] = attempt["finished_at"] or at
-        if current:
-            _set_status(row, "PENDING")
-            row["last_error_class"] = event.error_class
     elif isinstance(event, DeliveryUnknown):
         _attempt_outcome(attempt, "UNKNOWN")
         attempt.update(error_class=event.error_class, reason=event.reason, unknown_at=at)
         attempt["finished_at"] = attempt["finished_at"] or at
-        if current:
-            _set_status(row, "UNKNOWN")
-            row["last_error_class"] = event.error_class
     elif isinstance(event, DeliveryReconciled):
         attempt.update(reconciliation=event.outcome, reconciled_at=at)
-        _provider_id(attempt, row if current else None, event.provider_message_id)
-        if current:
-            row["reconciliation"] = event.outcome
+        _provider_id(attempt, event.provider_message_id)
     elif isinstance(event, DeliveryRetryScheduled):
         _attempt_outcome(attempt, "RETRY")
         attempt.update(error_class=event.error_class, retry_scheduled_at=at)
         attempt["retry_at"] = timestamp(event.retry_at)
         attempt["finished_at"] = attempt["finished_at"] or at
-        _set_status(row, "PENDING")
-        row["last_error_class"] = event.error_class
-        row["next_attempt_at"] = timestamp(event.retry_at)
 
 
-def _provider_id(attempt: Row, delivery: Row | None, provider_message_id: str | None) -> None:
-    if provider_message_id is None:
-        return
-    attempt["provider_message_id"] = provider_message_id
-    if delivery is not None:
-        delivery["provider_message_id"] = provider_message_id
+def _provider_id(attempt: Row, provider_message_id: str | None) -> None:
+    if provider_message_id is not None:
+        attempt["provider_message_id"] = provider_message_id

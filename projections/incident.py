@@ -65,6 +65,8 @@ def run_view(store: Store, run_id: str) -> RunView:
         "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
         (run_id,),
     )
+    for row in deliveries:
+        del row["state"]  # the fold's bookkeeping, not part of the incident view
     if not runs and not deliveries:
         raise ProjectionError(
             f"run {run_id} is not in the projection",

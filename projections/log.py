@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, OffsetOutOfRangeError
 
 from events.settings import Settings
 from projections.records import LogRecord, decode_at
@@ -35,7 +35,8 @@ class LogReader:
             bootstrap_servers=self._settings.bootstrap_servers,
             isolation_level="read_committed",
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            # Never jump silently: an offset the log no longer has is an error (below).
+            auto_offset_reset="none",
             group_id=None,
             max_partition_fetch_bytes=4 * 1024 * 1024,
             fetch_max_bytes=64 * 1024 * 1024,
@@ -64,6 +65,21 @@ class LogReader:
             start = offsets.get((tp.topic, tp.partition), 0)
             self.start_offsets[(tp.topic, tp.partition)] = start
             consumer.seek(tp, start)
+        # Stored offsets of a partition that no longer exists are beyond its end (0) too.
+        ours = {p: o for p, o in offsets.items() if p[0] in {tp.topic for tp in self.partitions}}
+        self.check_within({**ours, **self.start_offsets}, await self.end_offsets())
+
+    def check_within(self, offsets: Offsets, ends: Offsets) -> None:
+        """Raise a one-line ``ProjectionError`` if an offset lies beyond its partition's end.
+
+        A projection's stored offsets (or the offsets a verify rebuilds to) can only be
+        past the end when the topics were deleted and recreated: reading on would skip
+        the new records silently, or wait forever for offsets that never come.
+        """
+        for (topic, partition), offset in sorted(offsets.items()):
+            end = ends.get((topic, partition), 0)
+            if offset > end:
+                raise beyond_end(topic, partition, offset, end)
 
     async def end_offsets(self) -> Offsets:
         """The last stable offset of every partition, now."""
@@ -78,7 +94,11 @@ class LogReader:
     async def read(self, timeout_ms: int, until: Offsets | None = None) -> list[LogRecord]:
         """The next records (possibly none), decoded; none at or past ``until``."""
         consumer = self._live()
-        fetched = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._batch_size)
+        try:
+            fetched = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._batch_size)
+        except OffsetOutOfRangeError as exc:
+            # Recreated while we were reading: the same one line as at start.
+            raise await self._out_of_range(exc) from None
         records: list[LogRecord] = []
         for tp in sorted(fetched, key=lambda t: (t.topic, t.partition)):
             limit = None if until is None else until.get((tp.topic, tp.partition), 0)
@@ -112,7 +132,23 @@ class LogReader:
     ) -> None:
         await self.stop()
 
+    async def _out_of_range(self, exc: OffsetOutOfRangeError) -> ProjectionError:
+        where = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+        ends = await self.end_offsets()
+        for tp, offset in where.items():
+            return beyond_end(tp.topic, tp.partition, offset, ends.get((tp.topic, tp.partition), 0))
+        return beyond_end("a ledger topic", -1, -1, -1)
+
     def _live(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             raise RuntimeError("LogReader.start() was not called")
         return self._consumer
+
+
+def beyond_end(topic: str, partition: int, offset: int, end: int) -> ProjectionError:
+    """The error for a projection that has read further than the log now reaches."""
+    return ProjectionError(
+        f"the projection has read {topic}[{partition}] up to offset {offset}, but the log "
+        f"ends at {end}: the topics were recreated (or truncated) since it was built",
+        "rebuild it from the log: ledger rebuild --into DSN --replace",
+    )

@@ -250,6 +250,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
 def _counter_metric(name: str) -> str:
     return {
         "overdue_pending": "overdue_pending_deliveries",
+        "overdue_sent": "overdue_sent_deliveries",
         "unknown": "unknown_deliveries",
         "confirmed_without_result": "confirmed_without_result_deliveries",
         "duplicate_conflicts": "duplicate_key_conflicts",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +17,7 @@ from events.settings import Settings
 from projections.backends import open_store
 from projections.fold import Batch
 from projections.log import LogReader
+from projections.records import LogRecord
 from projections.store import Offsets, Store
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,8 @@ DEFAULT_BATCH_SIZE = 5000
 
 # Called after every committed batch with (records read so far, records to read or None).
 ProgressCallback = Callable[[int, int | None], None]
+# Called with every batch of records read, in log order, before it is written.
+RecordObserver = Callable[[Sequence[LogRecord]], None]
 
 
 @dataclass
@@ -45,16 +48,22 @@ async def project(
     until: Offsets | Literal["end"] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
+    observe: RecordObserver | None = None,
 ) -> ProjectionStats:
     """Fold the log into ``store`` from its stored offsets.
 
     Runs until ``stop`` is set, or, with ``until``, until every partition is read up
-    to those offsets (``"end"``: the last stable offsets when it starts).
+    to those offsets (``"end"``: the last stable offsets when it starts). ``observe``
+    sees every record read, so a second fold can ride along on the same read.
     """
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
         await reader.start(store.load_offsets())
-        limit = await reader.end_offsets() if until == "end" else until
+        ends = await reader.end_offsets()
+        limit = ends if until == "end" else until
+        if limit is not None:
+            # Offsets the log does not reach would be waited for forever.
+            reader.check_within(limit, ends)
         total = None
         if limit is not None:
             total = sum(
@@ -72,6 +81,8 @@ async def project(
                     _count(stats, await writing, progress, total)
                     writing = None
                 if records:
+                    if observe is not None:
+                        observe(records)
                     stats.records += len(records)
                     writing = asyncio.ensure_future(
                         asyncio.to_thread(store.apply_records, records, settings.faults)
@@ -100,6 +111,7 @@ async def rebuild(
     until: Offsets | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
+    observe: RecordObserver | None = None,
 ) -> ProjectionStats:
     """Replay both topics from offset 0 into an empty database (to the end, or ``until``)."""
     store = open_store(dsn)
@@ -111,6 +123,7 @@ async def rebuild(
             until="end" if until is None else until,
             batch_size=batch_size,
             progress=progress,
+            observe=observe,
         )
     finally:
         store.close()

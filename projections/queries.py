@@ -25,6 +25,16 @@ def overdue_pending(store: Store, now: datetime) -> list[Row]:
     )
 
 
+def overdue_sent(store: Store, now: datetime) -> list[Row]:
+    """SENT deliveries past their SLO deadline: accepted, but not confirmed in time."""
+    return store.rows(
+        "SELECT idempotency_key, run_id, channel, recipient, attempts, provider_message_id, "
+        "reconciliation, updated_at, slo_deadline FROM deliveries "
+        "WHERE status = 'SENT' AND slo_deadline < ? ORDER BY slo_deadline, idempotency_key",
+        (timestamp(now),),
+    )
+
+
 def unknown_awaiting_reconciliation(store: Store) -> list[Row]:
     """UNKNOWN deliveries: nobody knows whether they left; a provider lookup must decide."""
     return store.rows(
@@ -70,6 +80,7 @@ class StatusReport:
 
     now: str
     overdue_pending: list[Row]
+    overdue_sent: list[Row]
     unknown: list[Row]
     confirmed_without_result: list[Row]
     duplicate_conflicts: list[Row]
@@ -84,6 +95,7 @@ class StatusReport:
         """True when any question has a worrying answer."""
         return bool(
             self.overdue_pending
+            or self.overdue_sent
             or self.unknown
             or self.confirmed_without_result
             or self.duplicate_conflicts
@@ -95,6 +107,7 @@ def status_report(store: Store, now: datetime) -> StatusReport:
     return StatusReport(
         now=timestamp(now),
         overdue_pending=overdue_pending(store, now),
+        overdue_sent=overdue_sent(store, now),
         unknown=unknown_awaiting_reconciliation(store),
         confirmed_without_result=confirmed_without_result(store),
         duplicate_conflicts=duplicate_conflicts(store),

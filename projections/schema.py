@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ DELIVERIES = Table(
         ("failed_at", "TEXT"),
         ("created_at", "TEXT NOT NULL"),
         ("updated_at", "TEXT NOT NULL"),
+        # Version 3: the worker's fold state (projections/worker_state.py), which the
+        # columns above are derived from: one set of transition rules for both.
+        ("state", "TEXT NOT NULL"),
     ),
     ("idempotency_key",),
 )

@@ -246,7 +246,7 @@ class Store(ABC):
 
     def _write(self, batch: Batch, offsets: Offsets) -> None:
         self._upsert(AGENT_RUNS, [batch.runs[k] for k in sorted(batch.dirty_runs)])
-        self._upsert(DELIVERIES, [batch.deliveries[k] for k in sorted(batch.dirty_deliveries)])
+        self._upsert(DELIVERIES, batch.changed_deliveries())
         self._upsert(DELIVERY_ATTEMPTS, [batch.attempts[k] for k in sorted(batch.dirty_attempts)])
         self._upsert(DUPLICATE_KEYS, batch.duplicates, update=False)
         self._upsert(SKIPPED_RECORDS, batch.skipped, update=False)

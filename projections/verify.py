@@ -1,17 +1,19 @@
-"""``ledger verify``: a projection rebuilt from the log must equal the live one, row by row."""
+"""``ledger verify``: a projection rebuilt from the log must equal the live one, row by row,
+and every delivery row must say what the worker's rules say about the same log."""
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from events.settings import Settings
 from projections.backends import open_store
 from projections.projector import ProgressCallback, rebuild
-from projections.schema import PROJECTION_OFFSETS, TABLES
+from projections.schema import DELIVERIES, PROJECTION_OFFSETS, TABLES
 from projections.store import Dump, Offsets
+from projections.worker_refold import RuleDifference, WorkerFold, compare_rules, refold
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,13 @@ class VerifyReport:
 
     rows: int
     differences: list[Difference]
+    # Deliveries whose live row differs from the worker's fold of the same log.
+    rule_differences: list[RuleDifference] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when the projections are identical."""
-        return not self.differences
+        """True when the projections are identical and agree with the worker's rules."""
+        return not self.differences and not self.rule_differences
 
 
 def compare(live: Dump, rebuilt: Dump) -> VerifyReport:
@@ -79,11 +83,13 @@ async def verify(
     *,
     progress: ProgressCallback | None = None,
 ) -> VerifyReport:
-    """Compare the live projection with a rebuilt one.
+    """Compare the live projection with a rebuilt one, and with the worker's rules.
 
     Without ``rebuilt_dsn``, rebuild into a temporary SQLite file up to exactly the
     offsets the live projection has consumed (read in the same snapshot as its rows),
-    so a live projector that is still running or lagging compares like for like.
+    so a live projector that is still running or lagging compares like for like. The
+    log is re-folded by the worker's rules up to the same offsets (on the rebuild's
+    read, or on a read of its own when comparing with ``rebuilt_dsn``).
     """
     live = open_store(live_dsn)
     try:
@@ -95,14 +101,22 @@ async def verify(
         other = open_store(rebuilt_dsn)
         try:
             other.prepare("read")
-            return compare(live_dump, other.dump())
+            report = compare(live_dump, other.dump())
         finally:
             other.close()
+        fold = await refold(settings, offsets_of(live_dump))
+        return _with_rules(report, live_dump, fold)
+    fold = WorkerFold()
     with tempfile.TemporaryDirectory(prefix="ledger-verify-") as tmp:
         dsn = f"sqlite://{Path(tmp) / 'rebuilt.sqlite3'}"
-        await rebuild(settings, dsn, until=offsets_of(live_dump), progress=progress)
+        await rebuild(settings, dsn, until=offsets_of(live_dump), progress=progress, observe=fold)
         rebuilt = open_store(dsn)
         try:
-            return compare(live_dump, rebuilt.dump())
+            report = compare(live_dump, rebuilt.dump())
         finally:
             rebuilt.close()
+    return _with_rules(report, live_dump, fold)
+
+
+def _with_rules(report: VerifyReport, live: Dump, fold: WorkerFold) -> VerifyReport:
+    return replace(report, rule_differences=compare_rules(live[DELIVERIES.name], fold))

@@ -156,19 +156,32 @@ def register(app: typer.Typer) -> None:
             typer.Option("--against", help="A rebuilt projection (default: rebuild one now)."),
         ] = None,
     ) -> None:
-        """Compare a projection rebuilt from the log with the live one, row by row."""
+        """Compare a projection rebuilt from the log with the live one, row by row, and
+        every delivery with the worker's rules applied to the same log."""
 
         def body() -> None:
             settings = _settings()
             live = dsn or default_dsn(settings)
             with _progress_bar("rebuilding for comparison") as progress:
                 report = asyncio.run(verify(settings, live, against, progress=progress))
-            for difference in report.differences:
-                out.print(difference.line(), highlight=False, soft_wrap=True)
-            if not report.ok:
+            lines = [d.line() for d in report.differences]
+            for line in lines + [d.line() for d in report.rule_differences]:
+                out.print(line, highlight=False, soft_wrap=True)
+            if report.differences:
                 out.print(f"{len(report.differences)} differences between live and rebuilt")
+            if report.rule_differences:
+                out.print(
+                    f"{len(report.rule_differences)} deliveries differ from the worker's rules",
+                    highlight=False,
+                )
+            if not report.ok:
                 raise typer.Exit(1)
-            out.print(f"identical: rebuilt equals live ({report.rows} rows)")
+            out.print(
+                f"identical: rebuilt equals live ({report.rows} rows), and every delivery "
+                "agrees with the worker's rules",
+                highlight=False,
+                soft_wrap=True,
+            )
 
         _guarded(body)
 
@@ -176,7 +189,7 @@ def register(app: typer.Typer) -> None:
     def status_command(
         dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
     ) -> None:
-        """Overdue, unknown, unexplained, conflicting deliveries; attempts by channel."""
+        """Overdue (pending or sent), unknown, unexplained, conflicting deliveries; attempts."""
 
         def body() -> None:
             settings = _settings()
@@ -248,6 +261,8 @@ def _print_status(report: dict[str, Any]) -> None:
     sections: list[tuple[str, str, list[str]]] = [
         ("overdue_pending", "pending deliveries past their SLO",
          ["run_id", "channel", "recipient", "attempts", "slo_deadline"]),
+        ("overdue_sent", "sent deliveries past their SLO, not confirmed",
+         ["run_id", "channel", "recipient", "provider_message_id", "slo_deadline"]),
         ("unknown", "unknown deliveries awaiting reconciliation",
          ["run_id", "channel", "recipient", "last_error_class", "unknown_since"]),
         ("confirmed_without_result", "confirmed deliveries with no execution result",

@@ -15,9 +15,10 @@ from projections.fold import Row
 from projections.schema import timestamp
 from projections.store import Store
 
-# The five questions, in page order: (name, title, default threshold at which it is red).
+# The questions, in page order: (name, title, default threshold at which it is red).
 COUNTERS: tuple[tuple[str, str, int], ...] = (
     ("overdue_pending", "pending past SLO", 1),
+    ("overdue_sent", "sent past SLO, not confirmed", 1),
     ("unknown", "unknown, awaiting reconciliation", 1),
     ("confirmed_without_result", "confirmed, no execution result", 1),
     ("duplicate_conflicts", "duplicate-key conflicts", 1),
@@ -52,6 +53,7 @@ class Overview:
     by_hour: list[Row]
     unknown: list[Row]
     overdue_pending: list[Row]
+    overdue_sent: list[Row]
     limit: int
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -72,21 +74,22 @@ def thresholds(configured: dict[str, int]) -> dict[str, int]:
     return {name: configured.get(name, default) for name, _, default in COUNTERS}
 
 
-def overdue_count(store: Store, now: datetime) -> int:
-    """PENDING deliveries past their SLO deadline at ``now``."""
+def overdue_count(store: Store, now: datetime, status: str = "PENDING") -> int:
+    """Deliveries in ``status`` (PENDING or SENT) past their SLO deadline at ``now``."""
     return int(
         store.rows(
-            "SELECT COUNT(*) AS n FROM deliveries WHERE status = 'PENDING' AND slo_deadline < ?",
-            (timestamp(now),),
+            "SELECT COUNT(*) AS n FROM deliveries WHERE status = ? AND slo_deadline < ?",
+            (status, timestamp(now)),
         )[0]["n"]
     )
 
 
 def counter_values(store: Store, now: datetime) -> dict[str, int]:
-    """The five counters as numbers (the same queries as ``projections.queries``, counted)."""
+    """The counters as numbers (the same queries as ``projections.queries``, counted)."""
     one = store.rows
     return {
         "overdue_pending": overdue_count(store, now),
+        "overdue_sent": overdue_count(store, now, "SENT"),
         "unknown": one("SELECT COUNT(*) AS n FROM deliveries WHERE status = 'UNKNOWN'")[0]["n"],
         "confirmed_without_result": one(
             "SELECT COUNT(*) AS n FROM deliveries d LEFT JOIN agent_runs r ON r.run_id = d.run_id "
@@ -186,6 +189,17 @@ def unknown_rows(store: Store, limit: int) -> list[Row]:
     )
 
 
+def overdue_sent_rows(store: Store, now: datetime, limit: int) -> list[Row]:
+    """SENT deliveries past their SLO deadline, most overdue first, at most ``limit``."""
+    return store.rows(
+        "SELECT idempotency_key, run_id, channel, recipient, attempts, provider_message_id, "
+        "reconciliation, updated_at, slo_deadline FROM deliveries "
+        "WHERE status = 'SENT' AND slo_deadline < ? "
+        "ORDER BY slo_deadline, idempotency_key LIMIT ?",
+        (timestamp(now), limit),
+    )
+
+
 def overdue_rows(store: Store, now: datetime, limit: int) -> list[Row]:
     """PENDING deliveries past their SLO deadline, most overdue first, at most ``limit``."""
     return store.rows(
@@ -238,8 +252,9 @@ def overview(
     store.begin_read()
     try:
         values = dict(memo.get(store, ("counters",), lambda: counter_values(store, now)))
-        # Only the overdue count depends on now; the other four are the projection's.
+        # Only the overdue counts depend on now; the others are the projection's.
         values["overdue_pending"] = overdue_count(store, now)
+        values["overdue_sent"] = overdue_count(store, now, "SENT")
         result = Overview(
             now=timestamp(now),
             counters=[
@@ -252,6 +267,7 @@ def overview(
             by_hour=memo.get(store, ("by_hour", hour), lambda: by_hour(store, now)),
             unknown=memo.get(store, ("unknown", limit), lambda: unknown_rows(store, limit)),
             overdue_pending=overdue_rows(store, now, limit),
+            overdue_sent=overdue_sent_rows(store, now, limit),
             limit=limit,
         )
     finally:

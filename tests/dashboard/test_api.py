@@ -16,7 +16,7 @@ from events.settings import Settings
 from ledger.stack import settings_env
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack, start_stack
-from tests.projections.scenarios import T0, requested
+from tests.projections.scenarios import T0, found_later, requested
 
 
 async def test_overview_matches_the_projection_library(stack: Stack) -> None:
@@ -30,6 +30,7 @@ async def test_overview_matches_the_projection_library(stack: Stack) -> None:
     counters = {c["name"]: c["value"] for c in data["counters"]}
     assert counters == {
         "overdue_pending": len(report.overdue_pending),
+        "overdue_sent": len(report.overdue_sent),
         "unknown": len(report.unknown),
         "confirmed_without_result": len(report.confirmed_without_result),
         "duplicate_conflicts": len(report.duplicate_conflicts),
@@ -39,6 +40,7 @@ async def test_overview_matches_the_projection_library(stack: Stack) -> None:
     }
     assert counters == {
         "overdue_pending": 1,
+        "overdue_sent": 0,
         "unknown": 1,
         "confirmed_without_result": 1,
         "duplicate_conflicts": 1,
@@ -159,3 +161,16 @@ async def test_the_command_serves_until_sigterm(stack: Stack) -> None:
     assert process.returncode == 0, err
     assert "dashboard stopped" in out
     assert os.environ.get("LEDGER_DASHBOARD_TOKEN") is None
+
+
+async def test_overview_lists_sent_deliveries_past_their_slo(stack: Stack) -> None:
+    a3 = requested("run-a", 3, 1)  # UNKNOWN; its SLO ended at T0+61s, long before NOW
+    await stack.append([found_later(a3, 300)])
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        data = (await http.get("/api/overview")).json()
+    counters = {c["name"]: c for c in data["counters"]}
+    assert (counters["overdue_sent"]["value"], counters["overdue_sent"]["level"]) == (1, "alert")
+    assert counters["overdue_sent"]["title"] == "sent past SLO, not confirmed"
+    assert [
+        (r["run_id"], r["idempotency_key"], r["provider_message_id"]) for r in data["overdue_sent"]
+    ] == [("run-a", a3.idempotency_key, f"msg-{a3.idempotency_key[:6]}-found")]

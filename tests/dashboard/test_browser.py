@@ -9,10 +9,11 @@ from pathlib import Path
 from playwright.async_api import Browser, Page, expect
 
 from tests.dashboard.conftest import Stack
-from tests.projections.scenarios import requested, unknown
+from tests.projections.scenarios import found_later, requested, unknown
 
 COUNTS = {
     "overdue_pending": ("1", "alert"),
+    "overdue_sent": ("0", "ok"),
     "unknown": ("1", "alert"),
     "confirmed_without_result": ("1", "alert"),
     "duplicate_conflicts": ("1", "alert"),
@@ -64,6 +65,16 @@ async def test_the_page_shows_the_counts_and_refreshes_in_place(
     await expect(page.locator("#counter-overdue_pending")).to_have_attribute("data-level", "ok")
     await expect(unknown_rows).to_have_count(2)
     await expect(page.locator("#table-overdue")).to_contain_text("no pending delivery")
+    await expect(page.locator("#table-overdue-sent")).to_contain_text("no sent delivery")
+    # run-a's UNKNOWN delivery is found at the provider: SENT, long past its SLO.
+    await stack.append([found_later(requested("run-a", 3, 1), 300)])
+    await expect(page.locator("#counter-overdue_sent .value")).to_have_text("1")
+    await expect(page.locator("#counter-overdue_sent")).to_have_attribute("data-level", "alert")
+    await expect(page.locator("#counter-unknown .value")).to_have_text("1")
+    sent = page.locator("#table-overdue-sent tbody tr")
+    await expect(sent).to_have_count(1)
+    await expect(sent.locator("a.run-link")).to_have_text("run-a")
+    await expect(page.locator("#overdue-sent-title")).to_contain_text("(1)")
     assert await page.evaluate("window.__notReloaded === true")
     await page.close()
 

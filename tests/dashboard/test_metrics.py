@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack
-from tests.projections.scenarios import at, requested
+from tests.projections.scenarios import at, found_later, requested
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -49,6 +49,7 @@ async def test_metrics_match_the_projection_and_the_log(stack: Stack) -> None:
     finally:
         store.close()
     assert m[("ledger_overdue_pending_deliveries", ())] == len(report.overdue_pending) == 1
+    assert m[("ledger_overdue_sent_deliveries", ())] == len(report.overdue_sent) == 0
     assert m[("ledger_unknown_deliveries", ())] == len(report.unknown) == 1
     assert m[("ledger_confirmed_without_result_deliveries", ())] == 1
     assert m[("ledger_duplicate_key_conflicts", ())] == len(report.duplicate_conflicts) == 1
@@ -103,3 +104,13 @@ async def test_open_leases_and_retries_follow_new_events(stack: Stack) -> None:
     assert m[("ledger_deliveries_awaiting_retry", ())] == 1
     assert m[("ledger_sends", (("channel", "webhook"), ("outcome", "RETRY")))] == 1
     assert m[("ledger_failed_attempts", ())] == 5
+
+
+async def test_sent_past_its_slo_is_a_metric(stack: Stack) -> None:
+    a3 = requested("run-a", 3, 1)  # UNKNOWN; its SLO ended at T0+61s, long before NOW
+    await stack.append([found_later(a3, 300)])
+    m = await scrape(stack)
+    assert m[("ledger_overdue_sent_deliveries", ())] == 1
+    assert m[("ledger_dashboard_threshold", (("counter", "overdue_sent"),))] == 1
+    assert m[("ledger_deliveries", (("status", "SENT"),))] == 1
+    assert m[("ledger_unknown_deliveries", ())] == 0

@@ -93,7 +93,7 @@ def happy(
 
 
 def timeout_then_retry(req: DeliveryRequested, t: float) -> list[AnyDeliveryEvent]:
-    """Attempt 1 times out (UNKNOWN), lookup says not found, retry, attempt 2 confirmed."""
+    """Attempt 1 times out (UNKNOWN), two lookups say not found, retry, attempt 2 confirmed."""
     common = {"idempotency_key": req.idempotency_key, "run_id": req.run_id, "producer": P}
     return [
         DeliveryClaimed(
@@ -120,13 +120,21 @@ def timeout_then_retry(req: DeliveryRequested, t: float) -> list[AnyDeliveryEven
             evidence="lookup by key: 404",
             occurred_at=at(t + 6),
         ),
+        DeliveryReconciled(
+            **common,
+            attempt=1,
+            fencing_token=1,
+            outcome="not_found",
+            evidence="lookup by key: 404 again",
+            occurred_at=at(t + 6.2),
+        ),
         DeliveryRetryScheduled(
             **common,
             attempt=1,
             next_attempt=2,
             retry_at=at(t + 10),
             error_class="timeout",
-            safety="provider lookup: not found",
+            safety="provider lookup: not found twice",
             occurred_at=at(t + 6.5),
         ),
         *happy(req, t + 10, attempt=2, token=2),
@@ -314,3 +322,19 @@ def fleet(runs: int, prefix: str = "fleet") -> list[AnyExecutionEvent | AnyDeliv
             *timeout_then_retry(second, t + 2),
         ]
     return events
+
+
+def found_later(req: DeliveryRequested, t: float) -> DeliveryReconciled:
+    """A lookup for attempt 1 finds the request at the provider: UNKNOWN becomes SENT."""
+    return DeliveryReconciled(
+        idempotency_key=req.idempotency_key,
+        run_id=req.run_id,
+        producer=P,
+        attempt=1,
+        fencing_token=1,
+        outcome="found",
+        provider_message_id=f"msg-{req.idempotency_key[:6]}-found",
+        provider_status="queued",
+        evidence="lookup by key: queued",
+        occurred_at=at(t),
+    )

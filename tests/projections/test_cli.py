@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from events.settings import Settings
 from projections.backends import open_store
+from projections.schema import SCHEMA_VERSION
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import incident_log, publish, requested
 from tests.projections.test_projector import ledger_env
@@ -37,6 +39,7 @@ async def test_rebuild_then_verify_finds_a_tampered_row(
     ok = ledger(settings, "verify", "--dsn", live)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "identical: rebuilt equals live" in ok.stdout
+    assert "every delivery agrees with the worker's rules" in ok.stdout
 
     a1 = requested("run-a", 1, 1)
     store = open_store(live)
@@ -52,6 +55,11 @@ async def test_rebuild_then_verify_finds_a_tampered_row(
         in bad.stdout
     )
     assert "1 differences between live and rebuilt" in bad.stdout
+    assert (
+        f"delivery {a1.idempotency_key} (run run-a): worker's rules differ: "
+        "status: projected='FAILED' worker='CONFIRMED'" in bad.stdout
+    )
+    assert "1 deliveries differ from the worker's rules" in bad.stdout
 
     again = ledger(settings, "rebuild", "--into", live)
     assert again.returncode == 1
@@ -109,9 +117,64 @@ async def test_commands_refuse_an_old_schema_with_one_line(settings: Settings) -
         assert done.returncode == 1
         first = done.stderr.splitlines()[0]
         assert first.startswith("error: projection schema at")
-        assert "is version 0, this ledger needs version 2: rebuild it from the log" in first
+        assert (
+            f"is version 0, this ledger needs version {SCHEMA_VERSION}: rebuild it from the log"
+            in first
+        )
         assert "Traceback" not in done.stderr
 
     default = ledger(settings, "status")  # the data dir's default SQLite file: none yet
     assert default.returncode == 1
     assert "error: no projection at sqlite://" in default.stderr
+
+
+async def test_offsets_beyond_the_log_end_stop_with_one_line_and_a_hint(
+    settings: Settings,
+) -> None:
+    """Topics recreated under a projection: its stored offsets lie beyond the log's end.
+    project and verify say so at once instead of dropping records or waiting forever."""
+    await publish(settings, incident_log()[:4])
+    dsn = f"sqlite://{settings.data_dir / 'ahead.sqlite3'}"
+    assert ledger(settings, "rebuild", "--into", dsn).returncode == 0
+    store = open_store(dsn)
+    store.begin()
+    store.rows("UPDATE projection_offsets SET next_offset = next_offset + 1000")
+    store.commit()
+    store.close()
+    for args in (("project", "--dsn", dsn), ("verify", "--dsn", dsn)):
+        began = time.monotonic()
+        done = ledger(settings, *args)
+        assert time.monotonic() - began < 60
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.startswith(("error", "hint"))]
+        assert lines[0].startswith("error: the projection has read "), done.stderr
+        assert "but the log ends at" in lines[0]
+        assert "topics were recreated" in lines[0]
+        assert lines[1] == "hint: rebuild it from the log: ledger rebuild --into DSN --replace"
+        assert "Traceback" not in done.stderr
+
+
+async def test_verify_sees_a_projection_that_folds_by_other_rules(settings: Settings) -> None:
+    """A rebuild of itself cannot show that a projection's rules differ from the worker's:
+    both copies share them. verify also re-folds the log by the worker's rules."""
+    await publish(settings, incident_log())
+    live = f"sqlite://{settings.data_dir / 'live.sqlite3'}"
+    again = f"sqlite://{settings.data_dir / 'again.sqlite3'}"
+    a3 = requested("run-a", 3, 1)  # UNKNOWN after a reset: a rule that called it FAILED
+    for dsn in (live, again):
+        assert ledger(settings, "rebuild", "--into", dsn).returncode == 0
+        store = open_store(dsn)
+        store.begin()
+        store.rows("UPDATE deliveries SET status = 'FAILED' WHERE idempotency_key = ?",
+                   (a3.idempotency_key,))  # fmt: skip
+        store.commit()
+        store.close()
+    done = ledger(settings, "verify", "--dsn", live, "--against", again)
+    assert done.returncode == 1
+    assert "differences between live and rebuilt" not in done.stdout
+    lines = [line for line in done.stdout.splitlines() if line.startswith("delivery ")]
+    assert lines == [
+        f"delivery {a3.idempotency_key} (run run-a): worker's rules differ: "
+        "status: projected='FAILED' worker='UNKNOWN'"
+    ]
+    assert "1 deliveries differ from the worker's rules" in done.stdout

@@ -18,6 +18,8 @@ from projections.records import LogRecord, decode_at
 from projections.store import Dump
 from tests.projections.scenarios import (
     DeliveryClaimed,
+    DeliveryReconciled,
+    DeliveryRetryScheduled,
     DeliverySent,
     DeliveryUnknown,
     P,
@@ -83,21 +85,29 @@ def test_stale_fencing_token_is_history_and_confirmation_is_final() -> None:
         req,
         DeliveryClaimed(**common, attempt=1, worker_id="old", fencing_token=1,
                         lease_expires_at=at(30), occurred_at=at(1)),
-        # The lease expired; a new claim supersedes the old worker.
+        # The lease expired (UNKNOWN), two lookups found nothing, a retry was scheduled,
+        # and a new claim supersedes the old worker.
+        DeliveryUnknown(**common, attempt=1, fencing_token=1, error_class="lease_expired",
+                        reason="lease expired", occurred_at=at(30)),
+        *(DeliveryReconciled(**common, attempt=1, fencing_token=1, outcome="not_found",
+                             evidence="404", occurred_at=at(t)) for t in (31, 32)),
+        DeliveryRetryScheduled(**common, attempt=1, next_attempt=2, retry_at=at(33),
+                               error_class="lease_expired", safety="not found twice",
+                               occurred_at=at(32)),
         DeliveryClaimed(**common, attempt=2, worker_id="new", fencing_token=2,
-                        lease_expires_at=at(60), occurred_at=at(31)),
+                        lease_expires_at=at(60), occurred_at=at(33)),
         # The old worker reports late: recorded on its attempt, the delivery does not move.
         DeliveryUnknown(**common, attempt=1, fencing_token=1, error_class="timeout",
-                        reason="late", occurred_at=at(32)),
+                        reason="late", occurred_at=at(34)),
         *happy(req, 40, attempt=2, token=2)[1:],
         DeliverySent(**common, attempt=1, fencing_token=1, worker_id="old", occurred_at=at(50)),
     ]  # fmt: skip
     batch = Batch()
     for n, event in enumerate(events):
         apply(batch, Position("deliveries", 0, n), event)
-        if n == 3:
+        if n == 7:
             stale = batch.deliveries[req.idempotency_key]
-            assert (stale["status"], stale["last_error_class"]) == ("PENDING", None)
+            assert (stale["status"], stale["last_error_class"]) == ("PENDING", "lease_expired")
     row = batch.deliveries[req.idempotency_key]
     assert (row["status"], row["attempts"], row["fencing_token"]) == ("CONFIRMED", 2, 2)
     assert row["provider_message_id"] == f"msg-{req.idempotency_key[:6]}-2"

@@ -11,7 +11,7 @@ from projections.projector import rebuild
 from projections.queries import status_report
 from projections.store import ProjectionError, Store
 from tests.fixtures.postgres import DsnFactory
-from tests.projections.scenarios import at, incident_log, publish, requested
+from tests.projections.scenarios import at, found_later, incident_log, publish, requested
 
 
 async def built(settings: Settings, dsn_factory: DsnFactory) -> Store:
@@ -32,6 +32,7 @@ async def test_status_answers_every_dashboard_question(
         before = status_report(store, at(129))
         assert before.overdue_pending == []
         after = status_report(store, at(131))
+        assert after.overdue_sent == []  # nothing in the scenario is SENT
         b1 = requested("run-b", 1, 100, slo=30)
         assert [(r["idempotency_key"], r["slo_deadline"]) for r in after.overdue_pending] == [
             (b1.idempotency_key, "2026-01-05T09:02:10.000000Z")
@@ -60,6 +61,29 @@ async def test_status_answers_every_dashboard_question(
         store.close()
 
 
+async def test_sent_past_its_slo_is_overdue_too(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    a3 = requested("run-a", 3, 1)  # UNKNOWN; requested at T0+1s with a 60 s SLO
+    await publish(settings, [*incident_log(), found_later(a3, 40)])  # found: SENT at T0+40s
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        assert status_report(store, at(60)).overdue_sent == []
+        late = status_report(store, at(62))
+        pmid = f"msg-{a3.idempotency_key[:6]}-found"
+        assert [
+            (r["idempotency_key"], r["slo_deadline"], r["provider_message_id"])
+            for r in late.overdue_sent
+        ] == [(a3.idempotency_key, "2026-01-05T09:01:01.000000Z", pmid)]
+        assert late.unknown == []
+        assert late.needs_attention
+    finally:
+        store.close()
+
+
 async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
     settings: Settings, dsn_factory: DsnFactory
 ) -> None:
@@ -82,7 +106,7 @@ async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
             f"delivery requested, idempotency key {key} (SLO 60s)",
             "attempt 1 claimed by w1 (fencing token 1)",
             "attempt 1 unknown: timeout",
-            "attempt 1 reconciled: not_found",
+            "attempt 1 reconciled: not_found",  # the attempt row keeps its last lookup
             "attempt 1 failed (timeout): retry scheduled for 2026-01-05T09:00:12.000000Z",
             "attempt 2 claimed by w1 (fencing token 2)",
             f"attempt 2 sent: HTTP 202, provider message id {pmid}",

@@ -202,6 +202,8 @@ function drawTables(data) {
     `Unknown deliveries awaiting reconciliation (${fmt(total("unknown"))})`;
   document.getElementById("overdue-title").textContent =
     `Pending deliveries past their SLO (${fmt(total("overdue_pending"))})`;
+  document.getElementById("overdue-sent-title").textContent =
+    `Sent deliveries past their SLO, not confirmed (${fmt(total("overdue_sent"))})`;
   document.getElementById("table-unknown").replaceChildren(table(data.unknown, [
     runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
     keyCell, { title: "attempts", key: "attempts" }, { title: "error class", key: "last_error_class" },
@@ -211,6 +213,12 @@ function drawTables(data) {
     runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
     keyCell, { title: "attempts", key: "attempts" }, { title: "SLO deadline", key: "slo_deadline", cls: "mono" },
   ], "no pending delivery is past its SLO"));
+  document.getElementById("table-overdue-sent").replaceChildren(table(data.overdue_sent, [
+    runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
+    keyCell, { title: "provider message id", key: "provider_message_id", cls: "mono" },
+    { title: "lookup", key: "reconciliation" },
+    { title: "SLO deadline", key: "slo_deadline", cls: "mono" },
+  ], "no sent delivery is past its SLO"));
 }
 
 function drawCounters(counters) {

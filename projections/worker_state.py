@@ -1,0 +1,64 @@
+"""The worker's fold state of one delivery, as a projection row stores it (compact JSON).
+
+The projection keeps each delivery's ``events.delivery_state.DeliveryState`` and derives
+the row's status from it, so the worker and the projection fold the log by literally one
+set of rules. Stored: every field that differs from its default, by name (so a field
+added to the state with a default reads old rows), times as ISO-8601; not the fields the
+row already holds (key, run, channel, ...), which are taken from the row. The payload is
+not kept: the ledger tables never held payloads, and no transition reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from events.delivery_state import DeliveryState, Status
+
+_FIELDS = dataclasses.fields(DeliveryState)
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in _FIELDS if f.default is not dataclasses.MISSING
+}
+_DEFAULTS["seen"] = ()
+_TIMES = frozenset(f.name for f in _FIELDS if "datetime" in str(f.type))
+# Held by the row's own columns of the same name, set once by the request.
+_FROM_ROW = (
+    "idempotency_key",
+    "run_id",
+    "event_type",
+    "channel",
+    "recipient",
+    "payload_hash",
+    "slo_seconds",
+)
+_DROPPED = frozenset({"payload", *_FROM_ROW})
+
+
+def dump_state(state: DeliveryState) -> str:
+    """The state as compact JSON, default-valued fields and the payload left out."""
+    out: dict[str, Any] = {}
+    for name, value in state.__dict__.items():
+        if name in _DROPPED or (name in _DEFAULTS and value == _DEFAULTS[name]):
+            continue
+        if name in _TIMES and value is not None:
+            value = value.isoformat()
+        out[name] = value
+    return json.dumps(out, separators=(",", ":"))
+
+
+def load_state(text: str, row: Mapping[str, Any]) -> DeliveryState:
+    """The state ``dump_state`` wrote into ``row`` (its payload is None)."""
+    raw: dict[str, Any] = json.loads(text)
+    for name in _FROM_ROW:
+        raw[name] = row[name]
+    for name in _TIMES.intersection(raw):
+        if raw[name] is not None:
+            raw[name] = datetime.fromisoformat(raw[name])
+    if "status" in raw:
+        raw["status"] = Status(raw["status"])
+    if "seen" in raw:
+        raw["seen"] = tuple(raw["seen"])
+    return DeliveryState(payload=None, **raw)
