@@ -208,14 +208,14 @@ class Sender:
             self._work.pop(finished, None)
             if work.kind == "send":
                 self._open_sends.discard((work.key, work.token))
-            if finished.cancelled() or finished.exception() is None:
-                return
-            # Loud, counted, and safe: the claim's lease expires and the lookup decides.
-            self.failures += 1
-            if work.kind == "lookup":
-                # Forget the marker, so a later tick may ask again.
+            failed = not finished.cancelled() and finished.exception() is not None
+            if work.kind == "lookup" and (finished.cancelled() or failed):
+                # Nothing was recorded: forget the marker, so a later tick may ask again.
                 self._started.pop(marker, None)
-            log.error("sender task for %s failed", marker, exc_info=finished.exception())
+            if failed:
+                # Loud, counted, and safe: the claim's lease expires and the lookup decides.
+                self.failures += 1
+                log.error("sender task for %s failed", marker, exc_info=finished.exception())
 
         task.add_done_callback(done)
 

@@ -135,3 +135,20 @@ async def test_no_lookup_while_this_process_has_the_attempt_open(
     assert sender.submit_lookup(state, 0)
     await sender.drain(5)
     assert channel.looked_up == [state.idempotency_key]
+
+
+async def test_a_lookup_taken_back_by_a_revocation_may_be_asked_again(
+    memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    channel = FakeChannel()
+    sender = sender_for(channel, memory_store, clock, appended, concurrency=1)
+    blocker = claimed(memory_store, clock, 1)
+    channel.hold = asyncio.Event()
+    sender.submit_send(blocker, 1)  # holds the only slot
+    state = claimed(memory_store, clock, 2)
+    assert sender.submit_lookup(state, 0)  # queued behind it
+    assert await sender.stop_partitions({0}, "partition revoked") == 1
+    assert sender.submit_lookup(state, 0), "the cancelled lookup left its marker behind"
+    channel.hold.set()
+    await sender.drain(5)
+    assert channel.looked_up == [state.idempotency_key]
