@@ -169,6 +169,7 @@ class DeliveryProcessor:
         now = self._clock()
         due = self._due.due(partitions, now, TICK_BATCH)
         proposals: list[Event] = []
+        proposed: dict[str, tuple[str, int, int, str]] = {}
         for partition, key in due:
             state = self._store.get(key)
             if state is None or state.status.terminal:
@@ -176,7 +177,7 @@ class DeliveryProcessor:
                 continue
             events, action = on_timer(state, now, self.ctx)
             if events and self._proposed.get(key) != _proposal(state, events):
-                self._proposed[key] = _proposal(state, events)
+                proposed[key] = _proposal(state, events)
                 proposals.extend(events)
             if action == "lookup":
                 self._sender.submit_lookup(state, partition)
@@ -186,6 +187,8 @@ class DeliveryProcessor:
             if self._metrics is not None:
                 self._metrics.timer_events.inc(len(proposals))
             await self._append_outcomes(proposals)
+            # Remembered only once appended: a failed append is proposed again next tick.
+            self._proposed.update(proposed)
         return len(due)
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:

@@ -1,0 +1,77 @@
+"""The processor's tick, broker-free: each timer decision proposed once, again if it was lost."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from events.base import Event
+from events.delivery import DeliveryClaimed
+from events.delivery_state import apply
+from streams.processor import DeliveryProcessor, MemoryStore, Record
+from streams.sender import Sender
+from streams.timers import DueIndex
+from tests.fixtures.core import Appended, Clock, FakeChannel, core_context, requested
+
+CTX = core_context()
+
+
+def processor_for(
+    store: MemoryStore, clock: Clock, append: object, due: DueIndex
+) -> DeliveryProcessor:
+    sender = Sender(
+        channels={"webhook": FakeChannel()},
+        ctx=CTX,
+        append=append,  # type: ignore[arg-type]
+        clock=clock,
+        concurrency=4,
+        current=store.get,
+        owns=lambda _p: True,
+        deadline_s=10.0,
+        skew_margin_s=2.0,
+    )
+
+    async def no_dead_letters(record: Record, reason: str) -> None:
+        raise AssertionError(reason)
+
+    return DeliveryProcessor(
+        ctx=CTX,
+        store=store,
+        append_claims=append,  # type: ignore[arg-type]
+        append_outcomes=append,  # type: ignore[arg-type]
+        dead_letter=no_dead_letters,
+        sender=sender,
+        due=due,
+        clock=clock,
+    )
+
+
+async def test_the_tick_proposes_each_claim_once_and_again_after_a_failed_append(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    store = MemoryStore()
+    due = DueIndex(tmp_path / "due")
+    broken = {"now": True}
+
+    async def append(events: Sequence[Event]) -> None:
+        if broken["now"]:
+            raise ConnectionError("broker down")
+        await appended(events)
+
+    processor = processor_for(store, clock, append, due)
+    state = apply(None, requested(0))
+    assert state is not None
+    store.put(state.idempotency_key, state)
+    due.schedule(0, state.idempotency_key, state.requested_at)
+    clock.advance(CTX.claim_grace_s + 1)
+    with pytest.raises(ConnectionError):
+        await processor.tick({0})
+    broken["now"] = False
+    for _ in range(3):  # the guard timer brings it back; only one claim goes out
+        clock.advance(6)
+        await processor.tick({0})
+    claims = appended.of(DeliveryClaimed)
+    assert len(claims) == 1
+    due.close()
