@@ -317,6 +317,14 @@ def measure(
             for k in keys
             if k in states and states[k].status is Status.UNKNOWN and not visibly_unknown(states[k])
         ),
+        # Why the UNKNOWNs are UNKNOWN (error class / last lookup answer), for the operator.
+        "unknown_why": dict(
+            Counter(
+                f"{states[k].last_error_class}/{states[k].reconciled}/lookups={states[k].lookups}"
+                for k in keys
+                if k in states and states[k].status is Status.UNKNOWN
+            )
+        ),
         "by_status": dict(by_status),
         "failed_but_accepted": len(failed_but_accepted),
         "went_unknown": run["went_unknown"],
