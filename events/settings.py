@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     lookup_backoff_max_s: float = Field(default=60.0, gt=0)
     # Lookups of one UNKNOWN attempt before it is left to an operator (stays UNKNOWN).
     max_lookups: int = Field(default=12, ge=2)
+    # Claims a worker keeps open at once (proposed and not read back, plus sends and
+    # lookups running). 0: as many as its sends can finish within a lease, at worst
+    # send_concurrency * (lease - deadline - margin) / deadline.
+    max_open_claims: int = Field(default=0, ge=0)
     # Lookups of a SENT delivery before it becomes UNKNOWN ("polling gave up").
     max_sent_polls: int = Field(default=20, ge=1)
 
@@ -149,3 +153,13 @@ def check_lease(settings: Settings) -> None:
             f"http_timeout_s={settings.http_timeout_s:g} must not exceed send_deadline_s="
             f"{settings.send_deadline_s:g} (the hard total deadline bounds every phase)"
         )
+
+
+def open_claims_limit(settings: Settings) -> int:
+    """``max_open_claims``, or what the sends can finish within one lease (at least the
+    send concurrency)."""
+    if settings.max_open_claims:
+        return settings.max_open_claims
+    usable = settings.lease_seconds - settings.send_deadline_s - settings.clock_skew_margin_s
+    per_slot = max(1, int(usable / settings.send_deadline_s))
+    return settings.send_concurrency * per_slot

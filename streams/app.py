@@ -27,7 +27,7 @@ from events.base import Event
 from events.codec import encode
 from events.deadletter import DeadLetter
 from events.delivery_state import DeliveryState
-from events.settings import Settings
+from events.settings import Settings, open_claims_limit
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
 from streams.context import worker_context
@@ -147,6 +147,7 @@ class Worker:
             sender=self.sender,
             due=self.due,
             clock=utc_now,
+            max_open_claims=open_claims_limit(settings),
             faults=settings.faults,
             metrics=self.metrics,
         )

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # After a timer acts, look again this much later if its event has not been read back.
 TIMER_GUARD_S = 5.0
+# A claim held back for want of capacity is looked at again this soon.
+NO_ROOM_RETRY_S = 1.0
 BEFORE_CLAIM = "worker.before_claim"
 AGENT_RAISES = "worker.agent_raises"
 TICK_BATCH = 1000
@@ -89,10 +91,16 @@ class DeliveryProcessor:
         sender: Sender,
         due: DueIndex,
         clock: Callable[[], datetime],
+        max_open_claims: int = 1_000_000,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.ctx = ctx
+        # Admission control: claims this worker proposed and has not read back, plus the
+        # sends and lookups it runs, stay under this. A claim read back after its lease
+        # could only be refused; a backlog of them would expire faster than it is sent.
+        self._max_open_claims = max_open_claims
+        self._claims_out: set[str] = set()
         self._metrics = metrics
         self.faults = faults
         self._store = store
@@ -125,6 +133,8 @@ class DeliveryProcessor:
             return
         if after != before:
             self._store.put(key, after)
+            self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
+            self._claims_out.discard(key)
         if self._metrics is not None:
             self._metrics.events.labels(event.type).inc()
         now = self._clock()
@@ -133,12 +143,13 @@ class DeliveryProcessor:
             crash_if_enabled(BEFORE_CLAIM, self.faults)
             if AGENT_RAISES in self.faults:
                 raise RuntimeError(f"fault injection: {AGENT_RAISES}")
-            if decided:
+            if decided and (self._room() > 0 or not isinstance(decided[0], DeliveryClaimed)):
                 await self._append_claims(decided)
+                if isinstance(decided[0], DeliveryClaimed):
+                    self._claims_out.add(key)
+            # else: no room now; it stays PENDING and a timer claims it when there is.
         elif self._is_my_live_claim(before, after, event):
             self._sender.submit_send(after, record.partition)
-        if after != before:
-            self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
         self._due.schedule(record.partition, key, due_at(after, self.ctx))
 
     def _is_my_live_claim(
@@ -170,12 +181,19 @@ class DeliveryProcessor:
         due = self._due.due(partitions, now, TICK_BATCH)
         proposals: list[Event] = []
         proposed: dict[str, tuple[str, int, int, str]] = {}
+        claims: set[str] = set()
         for partition, key in due:
             state = self._store.get(key)
             if state is None or state.status.terminal:
                 self._due.schedule(partition, key, None)
                 continue
             events, action = on_timer(state, now, self.ctx)
+            claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
+            if claiming and self._proposed.get(key) != _proposal(state, events):
+                if self._room() - len(claims) <= 0:
+                    self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
+                    continue
+                claims.add(key)
             if events and self._proposed.get(key) != _proposal(state, events):
                 proposed[key] = _proposal(state, events)
                 proposals.extend(events)
@@ -189,7 +207,12 @@ class DeliveryProcessor:
             await self._append_outcomes(proposals)
             # Remembered only once appended: a failed append is proposed again next tick.
             self._proposed.update(proposed)
+            self._claims_out.update(claims)
         return len(due)
+
+    def _room(self) -> int:
+        """How many more claims this worker may propose now."""
+        return self._max_open_claims - len(self._claims_out) - self._sender.in_flight
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
         """Rebuild the timers of a newly assigned partition from its table states."""
@@ -205,6 +228,7 @@ class DeliveryProcessor:
         """Drop the timers of a revoked partition (and what this worker proposed there)."""
         self._due.drop_partition(partition)
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
+        self._claims_out.clear()
 
 
 def _proposal(state: DeliveryState, events: Sequence[Event]) -> tuple[str, int, int, str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from events.base import Event
+from events.codec import encode
 from events.delivery import DeliveryClaimed
 from events.delivery_state import apply
 from streams.processor import DeliveryProcessor, MemoryStore, Record
@@ -74,4 +76,28 @@ async def test_the_tick_proposes_each_claim_once_and_again_after_a_failed_append
         await processor.tick({0})
     claims = appended.of(DeliveryClaimed)
     assert len(claims) == 1
+    due.close()
+
+
+async def test_claims_wait_for_room_instead_of_expiring_in_a_backlog(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    store = MemoryStore()
+    due = DueIndex(tmp_path / "due")
+    processor = processor_for(store, clock, appended, due)
+    processor._max_open_claims = 2
+    for n in range(5):
+        request = requested(n)
+        await processor.handle(Record("t", 0, n, request.idempotency_key.encode(), encode(request)))
+    assert len(appended.of(DeliveryClaimed)) == 2  # the rest stay PENDING
+    clock.advance(CTX.claim_grace_s + 1)
+    await processor.tick({0})
+    assert len(appended.of(DeliveryClaimed)) == 2, "no room until the first claims move on"
+    first = appended.of(DeliveryClaimed)[0]
+    await processor.handle(Record("t", 0, 9, first.idempotency_key.encode(), encode(first)))
+    for _ in range(20):  # its send runs and finishes (the fake receiver answers at once)
+        await asyncio.sleep(0)
+    clock.advance(2)
+    await processor.tick({0})
+    assert len(appended.of(DeliveryClaimed)) == 3
     due.close()
