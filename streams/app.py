@@ -275,10 +275,16 @@ class Worker:
         await self.check_continuity()
 
     async def check_continuity(self) -> None:
-        """Verify noted jumps, rewind the stream to skipped records, save what is verified."""
+        """Verify noted jumps and stalled tails, rewind the stream to skipped records, save
+        what is verified."""
         if time.monotonic() < self._next_verify:
             return
         self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
+        if not self.app.in_recovery:
+            try:
+                await self.continuity.check_tails(set(self.owned))
+            except KafkaError as exc:  # checked again next time; never stops the worker
+                log.warning("could not check the partitions' ends: %s", exc)
         if self.continuity.pending:
             found = await self.continuity.verify()
             if found:

@@ -11,6 +11,12 @@ stream to the first of them (the table can only be written from the stream), at 
 not when a later record happens to arrive; the fold dedupes what is read twice. A gap is
 forgotten only once each of its records has been handled.
 
+A stream can also stop short of the partition's end without any jump to note (a new owner
+that is never handed the records past its committed offset: seen in the demo after a
+SIGKILL, two requests left PENDING for good). So the tail is checked too: when committed
+records lie past the last processed offset and the stream has not moved on that partition
+for TAIL_PATIENCE_S, the rest of the partition is verified like a jump.
+
 What was verified survives the worker: the guard commits, per partition, the offset
 below which every record was handled to a consumer group of its own
 (``<worker group>.continuity``). A new owner of a partition starts its check there, not
@@ -36,6 +42,9 @@ COORDINATOR_RETRIES = 20
 # A rewound record not seen again within this long is asked for again, up to MAX_REWINDS.
 REWIND_PATIENCE_S = 10.0
 MAX_REWINDS = 5
+# A partition with committed records past the last processed offset and no progress for
+# this long has its tail verified (and the stream rewound if records are there).
+TAIL_PATIENCE_S = 5.0
 
 
 class ContinuityGuard:
@@ -51,6 +60,9 @@ class ContinuityGuard:
         # Skipped records asked for again: offset -> (when to ask again, rewinds so far).
         self._awaiting: dict[int, dict[int, tuple[float, int]]] = {}
         self._rewinds: dict[int, int] = {}
+        # When the stream last moved on a partition (monotonic), and tails being verified.
+        self._moved_at: dict[int, float] = {}
+        self._tails: dict[int, int] = {}
         self._reader: AIOKafkaConsumer | None = None
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
@@ -68,6 +80,8 @@ class ContinuityGuard:
         self._gaps.clear()
         self._awaiting.clear()
         self._rewinds.clear()
+        self._moved_at.clear()
+        self._tails.clear()
         if not wanted:
             return
         committed = await self._committed(self._group, wanted)
@@ -75,6 +89,7 @@ class ContinuityGuard:
         for tp in wanted:
             start = _offset(committed.get(tp))
             self._last[tp.partition] = start - 1
+            self._moved_at[tp.partition] = time.monotonic()
             mark = _offset(marks.get(tp)) if tp in marks else None
             if mark is not None and mark < start:
                 self._gaps.setdefault(tp.partition, []).append((mark, start))
@@ -120,15 +135,15 @@ class ContinuityGuard:
             self.recovered += 1
         last = self._last.get(partition)
         self._last[partition] = max(offset, last if last is not None else offset)
+        self._moved_at[partition] = time.monotonic()
         if last is not None and offset > last + 1:
             self._gaps.setdefault(partition, []).append((last + 1, offset))
 
     @property
     def pending(self) -> int:
         """Jumps not verified yet, and skipped records not handled yet."""
-        return sum(len(g) for g in self._gaps.values()) + sum(
-            len(a) for a in self._awaiting.values()
-        )
+        gaps = sum(len(g) for g in self._gaps.values()) + len(self._tails)
+        return gaps + sum(len(a) for a in self._awaiting.values())
 
     def verified(self, partition: int) -> int | None:
         """The offset below which every committed record of ``partition`` was handled."""
@@ -172,18 +187,58 @@ class ContinuityGuard:
     def _want(self, partition: int, offset: int) -> None:
         self._rewinds[partition] = min(offset, self._rewinds.get(partition, offset))
 
+    async def check_tails(self, partitions: Iterable[int], now: float | None = None) -> int:
+        """Note as a gap the committed tail of each partition the stream has stopped short
+        of for TAIL_PATIENCE_S; returns how many tails were noted (``verify`` checks them).
+
+        One ListOffsets request for the stalled partitions; under read_committed it
+        answers the last stable offset, so an open transaction is not waited for.
+        """
+        now = time.monotonic() if now is None else now
+        stalled = [
+            p
+            for p in partitions
+            if p in self._last
+            and p not in self._tails
+            and not self._awaiting.get(p)
+            and now - self._moved_at.get(p, now) >= TAIL_PATIENCE_S
+        ]
+        if not stalled:
+            return 0
+        reader = await self._started_reader()
+        ends = await reader.end_offsets([TopicPartition(self._topic, p) for p in stalled])
+        noted = 0
+        for tp, end in ends.items():
+            partition = tp.partition
+            self._moved_at[partition] = now  # look again after another patience period
+            last = self._last[partition]
+            if end > last + 1:
+                self._tails[partition] = end
+                noted += 1
+        return noted
+
     async def verify(self) -> int:
         """Check every noted jump (one fetch per partition); returns skipped records found."""
         gaps, self._gaps = self._gaps, {}
+        tails, self._tails = self._tails, {}
         found = 0
-        for partition, ranges in gaps.items():
-            start = min(a for a, _ in ranges)
-            end = max(b for _, b in ranges)
+        for partition in sorted(set(gaps) | set(tails)):
+            ranges = gaps.get(partition, [])
+            tail = tails.get(partition)
+            if tail is not None and tail <= self._last[partition] + 1:
+                tail = None  # the stream has reached the end by itself meanwhile
+            bounds = [*ranges, *([(self._last[partition] + 1, tail)] if tail else [])]
+            if not bounds:
+                continue
+            start = min(a for a, _ in bounds)
+            end = max(b for _, b in bounds)
             try:
                 offsets = await self._fetch(partition, start, end)
             except (KafkaError, TimeoutError) as exc:
                 # A gap is forgotten only once its records were read: keep it for next time.
                 self._gaps.setdefault(partition, []).extend(ranges)
+                if tail is not None:
+                    self._tails[partition] = tail
                 log.warning(
                     "could not re-read %s[%d] %d..%d yet: %s",
                     self._topic,
@@ -193,9 +248,17 @@ class ContinuityGuard:
                     exc,
                 )
                 continue
-            missed = sorted(o for a, b in ranges for o in offsets if a <= o < b)
-            if not missed:
+            skipped = {o for a, b in ranges for o in offsets if a <= o < b}
+            if tail is not None:
+                # The stream may have moved on while we read: what it reached is handled.
+                last = self._last[partition]
+                skipped.update(o for o in offsets if last < o < tail)
+                if not skipped:
+                    # Only markers or aborted records up to the end: nothing was skipped.
+                    self._last[partition] = max(last, tail - 1)
+            if not skipped:
                 continue
+            missed = sorted(skipped)
             found += len(missed)
             awaited = self._awaiting.setdefault(partition, {})
             for offset in missed:

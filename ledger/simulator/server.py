@@ -9,6 +9,7 @@ from typing import Self
 
 from aiohttp import web
 
+from events.ports import listen_port
 from ledger.simulator.control import control_routes
 from ledger.simulator.receiver import Receiver, SimulatorConfig
 
@@ -85,7 +86,7 @@ class Simulator:
         # delay fault.
         self._main = web.AppRunner(main, access_log=None, shutdown_timeout=0.5)
         await self._main.setup()
-        self._site = web.TCPSite(self._main, self.host, self.config.port)
+        self._site = web.TCPSite(self._main, self.host, listen_port(self.config.port, self.host))
         await self._site.start()
         self.port = int(self._main.addresses[0][1])
         if self.config.control_port is not None:
@@ -93,7 +94,9 @@ class Simulator:
             control.add_routes(control_routes(self.receiver, self))
             self._control = web.AppRunner(control, access_log=None, shutdown_timeout=0.5)
             await self._control.setup()
-            await web.TCPSite(self._control, self.host, self.config.control_port).start()
+            await web.TCPSite(
+                self._control, self.host, listen_port(self.config.control_port, self.host)
+            ).start()
             self.control_port = int(self._control.addresses[0][1])
 
     async def stop(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from events.ports import listen_port
 from events.settings import Settings
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import AggregateCache, overview
@@ -200,7 +201,11 @@ async def serve(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.dashboard_host, settings.dashboard_port)
+        site = web.TCPSite(
+            runner,
+            settings.dashboard_host,
+            listen_port(settings.dashboard_port, settings.dashboard_host),
+        )
         await site.start()
         if ready is not None:
             ready(url_of(runner, settings))

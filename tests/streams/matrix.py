@@ -31,7 +31,18 @@ async def until(
         states = await view()
         return all(k in states and states[k].status in statuses for k in keys)
 
-    await wait_for(done, TIMEOUT, what)
+    try:
+        await wait_for(done, TIMEOUT, what)
+    except AssertionError as exc:
+        states = await view()
+        behind = {
+            k[:12]: (s.status.value, s.attempt, s.last_error_class, s.reconciled, s.lookups)
+            if (s := states.get(k))
+            else None
+            for k in keys
+            if k not in states or states[k].status not in statuses
+        }
+        raise AssertionError(f"{exc}; {len(behind)} not there: {behind}") from None
     return await view()
 
 

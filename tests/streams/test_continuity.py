@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from events import DeliverySpec, Publisher
 from events.delivery_state import Status
 from events.settings import Settings
-from streams.continuity import REWIND_PATIENCE_S, ContinuityGuard
+from streams.continuity import REWIND_PATIENCE_S, TAIL_PATIENCE_S, ContinuityGuard
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
@@ -101,6 +101,59 @@ async def test_offset_jumps_are_checked_against_committed_records(settings: Sett
         assert again.take_rewinds() == {0: offsets[1]}
     finally:
         await again.stop()
+
+
+async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
+    settings: Settings,
+) -> None:
+    """No jump to note: the stream is never handed the records past its start (the demo's
+    two requests left PENDING after a SIGKILL). The stalled tail is verified all the same."""
+    topic = settings.topic_deliveries
+    group = f"test-tail-{uuid.uuid4().hex[:8]}"
+    txn = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, transactional_id=f"t-{group}"
+    )
+    await txn.start()
+    try:
+        async with txn.transaction():  # two records, then a commit marker
+            first = (await txn.send_and_wait(topic, b"t0", partition=1)).offset
+            await txn.send_and_wait(topic, b"t1", partition=1)
+        async with txn.transaction():
+            await txn.send_and_wait(topic, b"t2", partition=2)
+    finally:
+        await txn.stop()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tp2 = TopicPartition(topic, 2)
+        consumer.assign([tp2])
+        end2 = (await consumer.end_offsets([tp2]))[tp2]
+        # Partition 2 was handled to its end but for its trailing commit marker.
+        await consumer.commit({tp2: end2 - 1})
+    finally:
+        await consumer.stop()
+    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    try:
+        await guard.on_assigned([1, 2])
+        # Patience first: a stream that is just slow is not second-guessed.
+        assert await guard.check_tails([1, 2]) == 0
+        later = time.monotonic() + TAIL_PATIENCE_S + 1
+        assert await guard.check_tails([1, 2], now=later) == 2
+        assert guard.pending == 2
+        assert await guard.verify() == 2  # t0, t1 in partition 1; only a marker in 2
+        assert guard.take_rewinds() == {1: first}
+        assert guard.verified(1) == first
+        # The marker-only tail is settled: it is not checked again and again.
+        assert guard.last_processed(2) == end2 - 1
+        assert await guard.check_tails([2], now=later + TAIL_PATIENCE_S + 1) == 0
+        guard.note(1, first)
+        guard.note(1, first + 1)
+        assert guard.pending == 0
+        assert guard.recovered == 2
+    finally:
+        await guard.stop()
 
 
 async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from events import DeliverySpec, Publisher
 from events.delivery_state import Status
+from events.ports import free_port
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:

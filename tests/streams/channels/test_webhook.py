@@ -13,6 +13,7 @@ import pytest
 
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
+from events.ports import free_port
 from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
@@ -152,7 +153,7 @@ async def test_connect_timeout_is_not_sent(client: httpx.AsyncClient) -> None:
     # A listener that never accepts, with its backlog full: Linux drops further SYNs, so the
     # connect hangs until our connect timeout and nothing is written.
     listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+    listener.bind(("127.0.0.1", free_port()))
     listener.listen(0)
     port = listener.getsockname()[1]
     fillers = []
