@@ -209,8 +209,8 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
     if isinstance(e, DeliveryNotSent):
         # Only the claim's holder sends under its token, so its word that nothing left
         # settles the attempt, even after its lease expired into UNKNOWN.
-        if s.status not in (Status.CLAIMED, Status.UNKNOWN):
-            return None
+        if s.status not in (Status.CLAIMED, Status.UNKNOWN) or e.worker_id != s.claim_worker:
+            return None  # another process's word says nothing about what the holder sent
         return _evolve(
             s,
             status=Status.PENDING,

@@ -138,6 +138,9 @@ class Worker:
             metrics=self.metrics,
         )
         self.due = DueIndex(self.datadir / "due-index")
+        self.continuity = ContinuityGuard(
+            settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
+        )
         self.processor = DeliveryProcessor(
             ctx=ctx,
             store=self.store,
@@ -148,11 +151,9 @@ class Worker:
             due=self.due,
             clock=utc_now,
             max_open_claims=open_claims_limit(settings),
+            continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,
-        )
-        self.continuity = ContinuityGuard(
-            settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
         )
         self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
@@ -266,32 +267,36 @@ class Worker:
 
     async def on_tick(self) -> None:
         """Due timers, lag, the watchdog and the continuity check."""
+        # Continuity first: timers act only on partitions whose state follows the log.
+        await self.check_continuity()
         if self.owned and not self.app.in_recovery:
             began = time.perf_counter()
             await self.processor.tick(set(self.owned))
             self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         self.lag.refresh()
         self.watchdog.check(self.app.in_recovery)
-        await self.check_continuity()
 
     async def check_continuity(self) -> None:
         """Verify noted jumps and stalled tails, rewind the stream to skipped records, save
         what is verified."""
-        if time.monotonic() < self._next_verify:
-            return
-        self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
-        if not self.app.in_recovery:
+        periodic = time.monotonic() >= self._next_verify
+        if periodic and not self.app.in_recovery:
+            self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
             try:
                 await self.continuity.check_tails(set(self.owned))
             except KafkaError as exc:  # checked again next time; never stops the worker
                 log.warning("could not check the partitions' ends: %s", exc)
-        if self.continuity.pending:
+        if self.app.in_recovery:
+            return  # recovery ends with its own seek; rewinds before it would be undone
+        if self.continuity.pending:  # every tick: the partition's timers wait for it
             found = await self.continuity.verify()
             if found:
                 self.metrics.skipped_recovered.inc(found)
         for partition, offset in self.continuity.take_rewinds().items():
             if partition in self.owned:
                 await self.app.consumer.seek(TP(self.settings.topic_deliveries, partition), offset)
+        if not periodic:
+            return
         try:
             await self.continuity.save_marks(set(self.owned))
         except KafkaError as exc:  # saved again next time; never stops the worker

@@ -45,6 +45,7 @@ MAX_REWINDS = 5
 # A partition with committed records past the last processed offset and no progress for
 # this long has its tail verified (and the stream rewound if records are there).
 TAIL_PATIENCE_S = 5.0
+CATCH_UP_PATIENCE_S = 1.0
 
 
 class ContinuityGuard:
@@ -63,6 +64,9 @@ class ContinuityGuard:
         # When the stream last moved on a partition (monotonic), and tails being verified.
         self._moved_at: dict[int, float] = {}
         self._tails: dict[int, int] = {}
+        # Newly assigned partitions: the committed end at assignment, until the stream has
+        # read up to it. Timers act on a partition only once it caught up (``continuous``).
+        self._catch_up: dict[int, int] = {}
         self._reader: AIOKafkaConsumer | None = None
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
@@ -72,16 +76,23 @@ class ContinuityGuard:
         """Start each owned partition's check at its last verified offset.
 
         That is the guard group's mark when it is behind the worker group's committed
-        offset (the previous owner died before verifying): the records in between are
-        checked and re-read.
+        offset (the previous owner died before verifying), or this process's own last
+        offset when another worker processed the partition in between: the records in
+        between are checked and re-read.
         """
         wanted = [TopicPartition(self._topic, p) for p in partitions]
+        # What this process had processed before the rebalance: a partition it owned before
+        # and owns again may have been another worker's in between (this one paused past
+        # its session); faust does not recover a partition it sees as kept, so the table
+        # lacks the other's records unless the stream reads them again.
+        before = dict(self._last)
         self._last.clear()
         self._gaps.clear()
         self._awaiting.clear()
         self._rewinds.clear()
         self._moved_at.clear()
         self._tails.clear()
+        self._catch_up.clear()
         if not wanted:
             return
         committed = await self._committed(self._group, wanted)
@@ -91,8 +102,29 @@ class ContinuityGuard:
             self._last[tp.partition] = start - 1
             self._moved_at[tp.partition] = time.monotonic()
             mark = _offset(marks.get(tp)) if tp in marks else None
+            own = before.get(tp.partition)
+            if own is not None and own + 1 < start:
+                mark = own + 1 if mark is None else min(mark, own + 1)
             if mark is not None and mark < start:
                 self._gaps.setdefault(tp.partition, []).append((mark, start))
+        reader = await self._started_reader()
+        for tp, end in (await reader.end_offsets(wanted)).items():
+            if end > self._last[tp.partition] + 1:
+                self._catch_up[tp.partition] = end
+
+    def continuous(self, partition: int) -> bool:
+        """True when the state of ``partition`` follows the log in order as far as anyone
+        can tell: caught up since assignment, no jump unverified, no skipped record
+        waiting. A decision from a state that lacks earlier records (a claim under a token
+        another worker already holds) would be a second send."""
+        end = self._catch_up.get(partition)
+        if end is not None:
+            if self._last.get(partition, -1) < end - 1:
+                return False
+            del self._catch_up[partition]
+        return not (
+            self._gaps.get(partition) or self._awaiting.get(partition) or partition in self._tails
+        )
 
     async def _committed(
         self, group: str, wanted: list[TopicPartition]
@@ -201,7 +233,7 @@ class ContinuityGuard:
             if p in self._last
             and p not in self._tails
             and not self._awaiting.get(p)
-            and now - self._moved_at.get(p, now) >= TAIL_PATIENCE_S
+            and now - self._moved_at.get(p, now) >= self._patience(p)
         ]
         if not stalled:
             return 0
@@ -216,6 +248,10 @@ class ContinuityGuard:
                 self._tails[partition] = end
                 noted += 1
         return noted
+
+    def _patience(self, partition: int) -> float:
+        # A partition still catching up holds its timers back: check its end sooner.
+        return CATCH_UP_PATIENCE_S if partition in self._catch_up else TAIL_PATIENCE_S
 
     async def verify(self) -> int:
         """Check every noted jump (one fetch per partition); returns skipped records found."""

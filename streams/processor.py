@@ -92,6 +92,7 @@ class DeliveryProcessor:
         due: DueIndex,
         clock: Callable[[], datetime],
         max_open_claims: int = 1_000_000,
+        continuous: Callable[[int], bool] = lambda _partition: True,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
     ) -> None:
@@ -100,6 +101,9 @@ class DeliveryProcessor:
         # sends and lookups it runs, stay under this. A claim read back after its lease
         # could only be refused; a backlog of them would expire faster than it is sent.
         self._max_open_claims = max_open_claims
+        # Timers act only on partitions whose state follows the log in order (no records
+        # known or suspected to be missing): the continuity guard's word.
+        self._continuous = continuous
         self._claims_out: set[str] = set()
         self._metrics = metrics
         self.faults = faults
@@ -175,10 +179,10 @@ class DeliveryProcessor:
         """Act on every due timer of the owned partitions; returns how many were due.
 
         Each decision is proposed once (until the state moves), and all of one tick's
-        proposals go out in one append.
+        proposals go out in one append. Partitions that are not ``continuous`` wait.
         """
         now = self._clock()
-        due = self._due.due(partitions, now, TICK_BATCH)
+        due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
         proposals: list[Event] = []
         proposed: dict[str, tuple[str, int, int, str]] = {}
         claims: set[str] = set()

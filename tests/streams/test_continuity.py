@@ -137,6 +137,9 @@ async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
     guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
     try:
         await guard.on_assigned([1, 2])
+        # Until the stream has read what was there at assignment, timers wait.
+        assert not guard.continuous(1)
+        assert not guard.continuous(2)
         # Patience first: a stream that is just slow is not second-guessed.
         assert await guard.check_tails([1, 2]) == 0
         later = time.monotonic() + TAIL_PATIENCE_S + 1
@@ -148,9 +151,16 @@ async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
         # The marker-only tail is settled: it is not checked again and again.
         assert guard.last_processed(2) == end2 - 1
         assert await guard.check_tails([2], now=later + TAIL_PATIENCE_S + 1) == 0
+        assert guard.continuous(2)
         guard.note(1, first)
+        assert not guard.continuous(1)
         guard.note(1, first + 1)
         assert guard.pending == 0
+        # Only its commit marker is left unread: the tail check settles that too.
+        assert not guard.continuous(1)
+        assert await guard.check_tails([1], now=time.monotonic() + TAIL_PATIENCE_S + 1) == 1
+        assert await guard.verify() == 0
+        assert guard.continuous(1)
         assert guard.recovered == 2
     finally:
         await guard.stop()
@@ -201,3 +211,42 @@ async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(
     await wait_for(confirmed, 60, "the skipped delivery CONFIRMED")
     assert receiver.accepted(key) == 1
     assert len(receiver.requests(key=key, method="POST")) == 1
+
+
+async def test_a_partition_kept_across_a_pause_is_read_again_from_where_this_worker_was(
+    settings: Settings,
+) -> None:
+    """A worker paused past its session keeps its partitions in its own view; another
+    worker processed and committed them meanwhile. faust does not recover a partition it
+    sees as kept, so the records in between must go through this worker's stream."""
+    topic = settings.topic_deliveries
+    group = f"test-kept-{uuid.uuid4().hex[:8]}"
+    plain = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await plain.start()
+    try:
+        offsets = [(await plain.send_and_wait(topic, b"k", partition=3)).offset for _ in range(4)]
+    finally:
+        await plain.stop()
+    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    try:
+        await guard.on_assigned([3])
+        guard.note(3, offsets[0])  # this worker handled the first record, then froze
+        committer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+        )
+        await committer.start()
+        try:  # the other worker handled the rest and committed
+            tp = TopicPartition(topic, 3)
+            committer.assign([tp])
+            await committer.commit({tp: offsets[3] + 1})
+        finally:
+            await committer.stop()
+        await guard.on_assigned([3])  # the same partition again, after the rebalance
+        assert not guard.continuous(3)
+        assert await guard.verify() == 3
+        assert guard.take_rewinds() == {3: offsets[1]}
+        for offset in offsets[1:]:
+            guard.note(3, offset)
+        assert guard.continuous(3)
+    finally:
+        await guard.stop()

@@ -130,3 +130,31 @@ def test_sent_gives_up_into_unknown_with_a_reason() -> None:
     assert after is not None
     assert after.status is Status.UNKNOWN
     assert due_at(after, CTX) is None  # stays visible for an operator
+
+
+def test_only_the_claim_holder_can_say_nothing_was_sent() -> None:
+    """Two claims under one token (a worker that claimed from a state missing the other's
+    claim): the loser's "not sent" must not reset the winner's attempt, or the next claim
+    would retry without a lookup after the winner's request may have arrived."""
+    first = apply(None, requested(7))
+    assert first is not None
+    winner = claim(first, T0, core_context(worker_id="w1"))
+    loser = claim(first, T0, core_context(worker_id="w2"))  # the same token, from w2
+    state = apply(apply(first, winner), loser)
+    assert state is not None
+    assert (state.claim_worker, state.fencing_token) == ("w1", 1)
+
+    def not_sent(by: str) -> DeliveryNotSent:
+        return DeliveryNotSent(
+            idempotency_key=first.idempotency_key,
+            run_id=first.run_id,
+            producer=f"test/{by}",
+            attempt=1,
+            fencing_token=1,
+            worker_id=by,
+            error_class="fenced",
+            reason="the claim under token 1 is no longer current",
+        )
+
+    assert apply(state, not_sent("w2")).status is Status.CLAIMED  # type: ignore[union-attr]
+    assert apply(state, not_sent("w1")).status is Status.PENDING  # type: ignore[union-attr]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,11 @@ CTX = core_context()
 
 
 def processor_for(
-    store: MemoryStore, clock: Clock, append: object, due: DueIndex
+    store: MemoryStore,
+    clock: Clock,
+    append: object,
+    due: DueIndex,
+    continuous: Callable[[int], bool] = lambda _p: True,
 ) -> DeliveryProcessor:
     sender = Sender(
         channels={"webhook": FakeChannel()},
@@ -47,6 +51,7 @@ def processor_for(
         sender=sender,
         due=due,
         clock=clock,
+        continuous=continuous,
     )
 
 
@@ -100,4 +105,26 @@ async def test_claims_wait_for_room_instead_of_expiring_in_a_backlog(
     clock.advance(2)
     await processor.tick({0})
     assert len(appended.of(DeliveryClaimed)) == 3
+    due.close()
+
+
+async def test_the_tick_waits_while_a_partition_may_be_missing_records(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    """A PENDING state read before the rest of its partition (a skip, a stalled stream) may
+    lack another worker's claim: claiming from it would reuse that claim's token."""
+    store = MemoryStore()
+    due = DueIndex(tmp_path / "due")
+    follows_log = {0: False}
+    processor = processor_for(store, clock, appended, due, continuous=follows_log.__getitem__)
+    state = apply(None, requested(0))
+    assert state is not None
+    store.put(state.idempotency_key, state)
+    due.schedule(0, state.idempotency_key, state.requested_at)
+    clock.advance(CTX.claim_grace_s + 1)
+    assert await processor.tick({0}) == 0
+    assert appended.of(DeliveryClaimed) == []
+    follows_log[0] = True  # caught up: now the timer acts
+    assert await processor.tick({0}) == 1
+    assert len(appended.of(DeliveryClaimed)) == 1
     due.close()
