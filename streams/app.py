@@ -293,8 +293,12 @@ class Worker:
             if found:
                 self.metrics.skipped_recovered.inc(found)
         for partition, offset in self.continuity.take_rewinds().items():
-            if partition in self.owned:
+            if partition not in self.owned:
+                continue
+            try:
                 await self.app.consumer.seek(TP(self.settings.topic_deliveries, partition), offset)
+            except KafkaError as exc:  # mid-rebalance; the record is asked for again later
+                log.warning("could not rewind partition %d to %d: %s", partition, offset, exc)
         if not periodic:
             return
         try:

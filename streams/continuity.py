@@ -107,8 +107,14 @@ class ContinuityGuard:
                 mark = own + 1 if mark is None else min(mark, own + 1)
             if mark is not None and mark < start:
                 self._gaps.setdefault(tp.partition, []).append((mark, start))
-        reader = await self._started_reader()
-        for tp, end in (await reader.end_offsets(wanted)).items():
+        try:
+            reader = await self._started_reader()
+            ends = await reader.end_offsets(wanted)
+        except (KafkaError, TimeoutError) as exc:
+            # Not known yet: each partition waits until the tail check has seen its end.
+            log.warning("could not read the partitions' ends on assignment: %s", exc)
+            ends = {tp: self._last[tp.partition] + 2 for tp in wanted}
+        for tp, end in ends.items():
             if end > self._last[tp.partition] + 1:
                 self._catch_up[tp.partition] = end
 
@@ -247,6 +253,8 @@ class ContinuityGuard:
             if end > last + 1:
                 self._tails[partition] = end
                 noted += 1
+            else:
+                self._catch_up.pop(partition, None)  # the stream is at the end
         return noted
 
     def _patience(self, partition: int) -> float:

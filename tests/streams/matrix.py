@@ -27,7 +27,7 @@ async def until(
 ) -> dict[str, DeliveryState]:
     async def done() -> bool:
         for worker in workers:
-            assert worker.alive(), f"worker {worker.name} died:\n{worker.output()[-3000:]}"
+            assert worker.alive(), f"worker {worker.name} died:\n{last_words(worker.output())}"
         states = await view()
         return all(k in states and states[k].status in statuses for k in keys)
 
@@ -44,6 +44,15 @@ async def until(
         }
         raise AssertionError(f"{exc}; {len(behind)} not there: {behind}") from None
     return await view()
+
+
+def last_words(output: str) -> str:
+    """The first error a dead worker logged (the cause), then the end of its log."""
+    lines = output.splitlines()
+    marks = ("Traceback", "CRITICAL")
+    first = next((i for i, line in enumerate(lines) if any(m in line for m in marks)), None)
+    cause = "\n".join(lines[first : first + 40]) if first is not None else ""
+    return f"{cause[:4000]}\n...\n{output[-2000:]}"
 
 
 def use(
