@@ -16,6 +16,21 @@ from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 
+async def commit_offsets(
+    settings: Settings, group: str, offsets: dict[TopicPartition, int]
+) -> None:
+    """Commit ``offsets`` for ``group``, as a worker (or the guard) of that group would."""
+    committer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
+    await committer.start()
+    try:
+        committer.assign(list(offsets))
+        await committer.commit(offsets)
+    finally:
+        await committer.stop()
+
+
 async def test_offset_jumps_are_checked_against_committed_records(settings: Settings) -> None:
     topic = settings.topic_deliveries
     group = f"test-continuity-{uuid.uuid4().hex[:8]}"
@@ -75,24 +90,9 @@ async def test_offset_jumps_are_checked_against_committed_records(settings: Sett
 
     # The worker group commits past r4, as a worker that skipped and then died would; the
     # guard's own mark is behind it: a new owner checks from the mark, not from the commit.
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.commit({TopicPartition(topic, 0): offsets[2] + 1})
-        marker = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
-            group_id=f"{group}.continuity",
-            enable_auto_commit=False,
-        )
-        await marker.start()
-        marker.assign([TopicPartition(topic, 0)])
-        await marker.commit({TopicPartition(topic, 0): offsets[1]})
-        await marker.stop()
-    finally:
-        await consumer.stop()
+    tp0 = TopicPartition(topic, 0)
+    await commit_offsets(settings, group, {tp0: offsets[2] + 1})
+    await commit_offsets(settings, f"{group}.continuity", {tp0: offsets[1]})
     again = ContinuityGuard(settings.bootstrap_servers, topic, group)
     try:
         await again.on_assigned([0])
@@ -119,21 +119,12 @@ async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
             first = (await txn.send_and_wait(topic, b"t0", partition=1)).offset
             await txn.send_and_wait(topic, b"t1", partition=1)
         async with txn.transaction():
-            await txn.send_and_wait(topic, b"t2", partition=2)
+            t2 = (await txn.send_and_wait(topic, b"t2", partition=2)).offset
     finally:
         await txn.stop()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tp2 = TopicPartition(topic, 2)
-        consumer.assign([tp2])
-        end2 = (await consumer.end_offsets([tp2]))[tp2]
-        # Partition 2 was handled to its end but for its trailing commit marker.
-        await consumer.commit({tp2: end2 - 1})
-    finally:
-        await consumer.stop()
+    # Partition 2 was handled to its end but for its trailing commit marker.
+    end2 = t2 + 2  # the record, then the marker
+    await commit_offsets(settings, group, {TopicPartition(topic, 2): end2 - 1})
     guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
     try:
         await guard.on_assigned([1, 2])
@@ -188,19 +179,8 @@ async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(
     end = request.offset + 1  # type: ignore[attr-defined]
     # A previous owner verified nothing past the request, then committed past it without
     # handing it to its agent (the faust skip), and died.
-    for group, offset in (
-        (settings.worker_group, end),
-        (f"{settings.worker_group}.continuity", end - 1),
-    ):
-        committer = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
-        )
-        await committer.start()
-        try:
-            committer.assign([tp])
-            await committer.commit({tp: offset})
-        finally:
-            await committer.stop()
+    await commit_offsets(settings, settings.worker_group, {tp: end})
+    await commit_offsets(settings, f"{settings.worker_group}.continuity", {tp: end - 1})
     worker = worker_factory.start("w1")
 
     async def confirmed() -> bool:
@@ -231,16 +211,8 @@ async def test_a_partition_kept_across_a_pause_is_read_again_from_where_this_wor
     try:
         await guard.on_assigned([3])
         guard.note(3, offsets[0])  # this worker handled the first record, then froze
-        committer = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
-        )
-        await committer.start()
-        try:  # the other worker handled the rest and committed
-            tp = TopicPartition(topic, 3)
-            committer.assign([tp])
-            await committer.commit({tp: offsets[3] + 1})
-        finally:
-            await committer.stop()
+        # The other worker handled the rest and committed.
+        await commit_offsets(settings, group, {TopicPartition(topic, 3): offsets[3] + 1})
         await guard.on_assigned([3])  # the same partition again, after the rebalance
         assert not guard.continuous(3)
         assert await guard.verify() == 3
