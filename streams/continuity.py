@@ -67,6 +67,9 @@ class ContinuityGuard:
         # Newly assigned partitions: the committed end at assignment, until the stream has
         # read up to it. Timers act on a partition only once it caught up (``continuous``).
         self._catch_up: dict[int, int] = {}
+        # Bumped by every assignment: a check that awaited the broker across a rebalance
+        # drops what it read, since the state it was reading for has been reset.
+        self._epoch = 0
         self._reader: AIOKafkaConsumer | None = None
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
@@ -86,6 +89,7 @@ class ContinuityGuard:
         # its session); faust does not recover a partition it sees as kept, so the table
         # lacks the other's records unless the stream reads them again.
         before = dict(self._last)
+        self._epoch += 1
         self._last.clear()
         self._gaps.clear()
         self._awaiting.clear()
@@ -123,6 +127,8 @@ class ContinuityGuard:
         can tell: caught up since assignment, no jump unverified, no skipped record
         waiting. A decision from a state that lacks earlier records (a claim under a token
         another worker already holds) would be a second send."""
+        if partition not in self._last:
+            return False  # assignment still being read
         end = self._catch_up.get(partition)
         if end is not None:
             if self._last.get(partition, -1) < end - 1:
@@ -243,8 +249,11 @@ class ContinuityGuard:
         ]
         if not stalled:
             return 0
+        epoch = self._epoch
         reader = await self._started_reader()
         ends = await reader.end_offsets([TopicPartition(self._topic, p) for p in stalled])
+        if epoch != self._epoch:
+            return 0  # reassigned meanwhile: the new assignment is checked from scratch
         noted = 0
         for tp, end in ends.items():
             partition = tp.partition
@@ -265,8 +274,13 @@ class ContinuityGuard:
         """Check every noted jump (one fetch per partition); returns skipped records found."""
         gaps, self._gaps = self._gaps, {}
         tails, self._tails = self._tails, {}
+        epoch = self._epoch
         found = 0
         for partition in sorted(set(gaps) | set(tails)):
+            if epoch != self._epoch:
+                return found  # reassigned while reading: on_assigned reset every check
+            if partition not in self._last:
+                continue  # no longer owned
             ranges = gaps.get(partition, [])
             tail = tails.get(partition)
             if tail is not None and tail <= self._last[partition] + 1:
@@ -278,7 +292,11 @@ class ContinuityGuard:
             end = max(b for _, b in bounds)
             try:
                 offsets = await self._fetch(partition, start, end)
+                if epoch != self._epoch:
+                    return found
             except (KafkaError, TimeoutError) as exc:
+                if epoch != self._epoch:
+                    return found
                 # A gap is forgotten only once its records were read: keep it for next time.
                 self._gaps.setdefault(partition, []).extend(ranges)
                 if tail is not None:

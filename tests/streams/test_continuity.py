@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -220,5 +221,53 @@ async def test_a_partition_kept_across_a_pause_is_read_again_from_where_this_wor
         for offset in offsets[1:]:
             guard.note(3, offset)
         assert guard.continuous(3)
+    finally:
+        await guard.stop()
+
+
+async def test_a_rebalance_while_a_jump_is_being_read_drops_that_read(
+    settings: Settings,
+) -> None:
+    """CI: a worker died with KeyError when its partitions were reassigned while ``verify``
+    awaited the broker for one of them; it then went on to a partition it had just lost."""
+    topic = settings.topic_deliveries
+    group = f"test-epoch-{uuid.uuid4().hex[:8]}"
+    plain = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await plain.start()
+    try:
+        ends = {}
+        for partition in (0, 1):
+            for n in range(3):
+                sent = await plain.send_and_wait(topic, b"x%d" % n, partition=partition)
+            ends[partition] = sent.offset
+    finally:
+        await plain.stop()
+    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    reading = asyncio.Event()
+    reassigned = asyncio.Event()
+    real_fetch = guard._fetch
+
+    async def fetch_across_a_rebalance(partition: int, start: int, end: int) -> set[int]:
+        found = await real_fetch(partition, start, end)
+        reading.set()
+        await reassigned.wait()
+        return found
+
+    guard._fetch = fetch_across_a_rebalance  # type: ignore[method-assign]
+    try:
+        await guard.on_assigned([0, 1])
+        guard.note(0, 0)  # partition 0 jumps from its first record to its last...
+        guard.note(0, ends[0])
+        later = time.monotonic() + TAIL_PATIENCE_S + 1  # ...partition 1 never moved
+        assert await guard.check_tails([1], now=later) == 1
+        assert guard.pending == 2
+        check = asyncio.create_task(guard.verify())
+        await asyncio.wait_for(reading.wait(), 20)
+        await guard.on_assigned([2])  # partitions 0 and 1 went to another worker
+        reassigned.set()
+        assert await asyncio.wait_for(check, 20) == 0  # what was read is dropped
+        assert guard.take_rewinds() == {}
+        assert not guard.continuous(0)  # not owned: no timer may act on it
+        assert guard.continuous(2)  # empty and owned
     finally:
         await guard.stop()
