@@ -11,11 +11,11 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from events.errors import LedgerError
 from events.publisher import DeliverySpec, Publisher, PublishRejected, parse_payload
 from events.settings import Settings
 from ledger.broker import LocalBroker
 from ledger.commands import register_all
-from ledger.errors import LedgerError
 from ledger.topics import create_topics
 
 app = typer.Typer(

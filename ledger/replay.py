@@ -10,9 +10,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
 from events.codec import EventDecodeError, decode
+from events.errors import LedgerError
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
-from ledger.errors import LedgerError
 
 # Called as records are read (kept or not): (records read so far, records to read).
 ReplayProgress = Callable[[int, int], None]

@@ -8,8 +8,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
+from events.errors import LedgerError
 from events.settings import Settings
-from ledger.errors import LedgerError
 
 FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 

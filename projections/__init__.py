@@ -11,18 +11,19 @@ SQL store and its exactly-once batch), ``sqlite`` / ``postgres`` (backends), ``l
 ``incident`` (one run's timeline).
 """
 
+from events.errors import LedgerError
 from projections.backends import default_dsn, open_store
 from projections.incident import RunView, run_view
 from projections.projector import ProjectionStats, project, rebuild
 from projections.queries import StatusReport, status_report
 from projections.schema import SCHEMA_VERSION
-from projections.store import PROJECTOR_MID_BATCH, ProjectionError, Store
+from projections.store import PROJECTOR_MID_BATCH, Store
 from projections.verify import VerifyReport, verify
 
 __all__ = [
     "PROJECTOR_MID_BATCH",
     "SCHEMA_VERSION",
-    "ProjectionError",
+    "LedgerError",
     "ProjectionStats",
     "RunView",
     "StatusReport",

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from events.errors import LedgerError
 from projections.fold import Row
-from projections.store import ProjectionError, Store
+from projections.store import Store
 
 AddEntry = Callable[[str | None, str, str], None]
 
@@ -59,7 +60,7 @@ class RunView:
 
 
 def run_view(store: Store, run_id: str) -> RunView:
-    """Everything the projection knows about ``run_id``; ``ProjectionError`` if nothing."""
+    """Everything the projection knows about ``run_id``; ``LedgerError`` if nothing."""
     runs = store.rows("SELECT * FROM agent_runs WHERE run_id = ?", (run_id,))
     deliveries = store.rows(
         "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
@@ -68,7 +69,7 @@ def run_view(store: Store, run_id: str) -> RunView:
     for row in deliveries:
         del row["state"]  # the fold's bookkeeping, not part of the incident view
     if not runs and not deliveries:
-        raise ProjectionError(
+        raise LedgerError(
             f"run {run_id} is not in the projection",
             "check the run id, or that 'ledger project' has caught up",
         )

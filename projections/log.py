@@ -13,9 +13,10 @@ from typing import Self
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, OffsetOutOfRangeError
 
+from events.errors import LedgerError
 from events.settings import Settings
 from projections.records import LogRecord, decode_at
-from projections.store import Offsets, ProjectionError
+from projections.store import Offsets
 
 
 class LogReader:
@@ -45,7 +46,7 @@ class LogReader:
             await consumer.start()
         except KafkaConnectionError:
             await consumer.stop()
-            raise ProjectionError(
+            raise LedgerError(
                 f"no Kafka broker answers at {self._settings.bootstrap_servers}",
                 "start one with 'ledger broker start'",
             ) from None
@@ -56,7 +57,7 @@ class LogReader:
                 await consumer._client.force_metadata_update()
                 numbers = consumer.partitions_for_topic(topic)
             if numbers is None:
-                raise ProjectionError(
+                raise LedgerError(
                     f"topic {topic} does not exist", "create it with 'ledger topics create'"
                 )
             self.partitions += [TopicPartition(topic, n) for n in sorted(numbers)]
@@ -70,7 +71,7 @@ class LogReader:
         self.check_within({**ours, **self.start_offsets}, await self.end_offsets())
 
     def check_within(self, offsets: Offsets, ends: Offsets) -> None:
-        """Raise a one-line ``ProjectionError`` if an offset lies beyond its partition's end.
+        """Raise a one-line ``LedgerError`` if an offset lies beyond its partition's end.
 
         A projection's stored offsets (or the offsets a verify rebuilds to) can only be
         past the end when the topics were deleted and recreated: reading on would skip
@@ -132,7 +133,7 @@ class LogReader:
     ) -> None:
         await self.stop()
 
-    async def _out_of_range(self, exc: OffsetOutOfRangeError) -> ProjectionError:
+    async def _out_of_range(self, exc: OffsetOutOfRangeError) -> LedgerError:
         where = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
         ends = await self.end_offsets()
         for tp, offset in where.items():
@@ -145,9 +146,9 @@ class LogReader:
         return self._consumer
 
 
-def beyond_end(topic: str, partition: int, offset: int, end: int) -> ProjectionError:
+def beyond_end(topic: str, partition: int, offset: int, end: int) -> LedgerError:
     """The error for a projection that has read further than the log now reaches."""
-    return ProjectionError(
+    return LedgerError(
         f"the projection has read {topic}[{partition}] up to offset {offset}, but the log "
         f"ends at {end}: the topics were recreated (or truncated) since it was built",
         "rebuild it from the log: ledger rebuild --into DSN --replace",

@@ -7,7 +7,8 @@ from typing import Any
 
 import psycopg
 
-from projections.store import ProjectionError, Store, redacted
+from events.errors import LedgerError
+from projections.store import Store, redacted
 
 # pg_advisory_xact_lock key: one projector writes a database at a time.
 _WRITER_LOCK = 0x1ED6E5
@@ -27,7 +28,7 @@ class PostgresStore(Store):
             self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ProjectionError(
+            raise LedgerError(
                 f"cannot connect to {redacted(dsn)}: {first}",
                 "check the DSN and that PostgreSQL is running",
             ) from None

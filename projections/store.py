@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from events.errors import LedgerError
 from events.faults import crash_if_enabled
 from projections.fold import Batch, Row, apply
 from projections.records import LogRecord
@@ -45,15 +46,6 @@ log = logging.getLogger(__name__)
 
 # Bound the number of parameters per statement (SQLite's limit is 32766).
 _CHUNK = 900
-
-
-class ProjectionError(Exception):
-    """A problem meant for a person: one line, and a hint saying what to do."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
 
 
 class Store(ABC):
@@ -105,7 +97,7 @@ class Store(ABC):
     # Schema and version -------------------------------------------------------------
 
     def prepare(self, mode: Mode, *, replace: bool = False) -> None:
-        """Make the schema ready for ``mode``, or raise ``ProjectionError`` saying why not.
+        """Make the schema ready for ``mode``, or raise ``LedgerError`` saying why not.
 
         ``project`` creates an empty schema or checks the stored version; ``rebuild``
         needs an empty database (or ``replace`` to drop the ledger tables first);
@@ -114,7 +106,7 @@ class Store(ABC):
         ours = {t.name for t in TABLES} & self.table_names()
         if mode == "rebuild" and ours:
             if not replace:
-                raise ProjectionError(
+                raise LedgerError(
                     f"{redacted(self.dsn)} already holds ledger tables",
                     "rebuild into an empty database, or pass --replace to drop them first",
                 )
@@ -122,25 +114,25 @@ class Store(ABC):
             ours = set()
         if not ours:
             if mode == "read":
-                raise ProjectionError(
+                raise LedgerError(
                     f"no projection at {redacted(self.dsn)}",
                     "build one with 'ledger project' or 'ledger rebuild --into DSN'",
                 )
             self._create()
             return
         if PROJECTION_META.name not in ours:
-            raise ProjectionError(
+            raise LedgerError(
                 f"{redacted(self.dsn)} has ledger tables but no projection_meta",
                 "rebuild into an empty database with 'ledger rebuild --into DSN'",
             )
         self.check_version()
 
     def check_version(self) -> None:
-        """Raise a one-line ``ProjectionError`` unless the stored schema is ours."""
+        """Raise a one-line ``LedgerError`` unless the stored schema is ours."""
         found = self.rows("SELECT value FROM projection_meta WHERE name = ?", ("schema_version",))
         stored = found[0]["value"] if found else "none"
         if stored != str(SCHEMA_VERSION):
-            raise ProjectionError(
+            raise LedgerError(
                 f"projection schema at {redacted(self.dsn)} is version {stored}, this ledger "
                 f"needs version {SCHEMA_VERSION}: rebuild it from the log",
                 "ledger rebuild --into DSN (add --replace to overwrite this database)",

@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ledger.errors import LedgerError
+from events.errors import LedgerError
 
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "1.7.36"

@@ -16,10 +16,10 @@ from pathlib import Path
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
+from events.errors import LedgerError
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
-from ledger.errors import LedgerError
 
 JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 READY_TIMEOUT_S = 90.0

@@ -18,12 +18,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from events.settings import Settings
-from ledger.errors import LedgerError
 from projections.backends import default_dsn, open_store
 from projections.incident import run_view
 from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
 from projections.queries import status_report
-from projections.store import ProjectionError, Store, redacted
+from projections.store import Store, redacted
 from projections.verify import verify
 
 T = TypeVar("T")
@@ -44,15 +43,9 @@ BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Records per
 
 
 def _guarded(body: Callable[[], T]) -> T:
-    from ledger.cli import guarded
+    from ledger.cli import guarded  # late: ledger.cli imports this module
 
-    def translated() -> T:
-        try:
-            return body()
-        except ProjectionError as exc:
-            raise LedgerError(exc.message, exc.hint) from None
-
-    return guarded(translated)
+    return guarded(body)
 
 
 def _settings() -> Settings:

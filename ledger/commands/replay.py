@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from events.errors import LedgerError
 from events.model import ALL_EVENT_TYPES
 from events.settings import Settings
-from ledger.errors import LedgerError
 from ledger.render import (
     CsvWriter,
     JsonLinesWriter,

@@ -94,7 +94,7 @@ def answers(view: RunView) -> dict[str, Any]:
 
 
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
-    """One run's view plus its answers (``ProjectionError`` if the run is unknown)."""
+    """One run's view plus its answers (``LedgerError`` if the run is unknown)."""
     store.begin_read()
     try:
         view = run_view(store, run_id)

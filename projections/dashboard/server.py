@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from events.errors import LedgerError
 from events.ports import listen_port
 from events.settings import Settings
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import AggregateCache, overview
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
-from projections.store import ProjectionError, Store
+from projections.store import Store
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -61,10 +62,10 @@ def is_loopback(host: str) -> bool:
 
 
 def check_binding(settings: Settings) -> None:
-    """Refuse (``ProjectionError``) to listen beyond loopback without a bearer token."""
+    """Refuse (``LedgerError``) to listen beyond loopback without a bearer token."""
     token = settings.dashboard_token
     if not is_loopback(settings.dashboard_host) and (token is None or not token.get_secret_value()):
-        raise ProjectionError(
+        raise LedgerError(
             f"refusing to serve the dashboard on {settings.dashboard_host} (not loopback) "
             "without a bearer token",
             "set LEDGER_DASHBOARD_TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD_HOST",
@@ -129,7 +130,7 @@ async def api_run(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     try:
         data = await _in_store(request, lambda s: run_page(s, run_id))
-    except ProjectionError as exc:
+    except LedgerError as exc:
         return _json({"error": exc.message, "hint": exc.hint}, 404)
     return _json(data)
 

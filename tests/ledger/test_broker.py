@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from events import DeliverySpec, Publisher
+from events.errors import LedgerError
 from events.settings import Settings
 from ledger.broker import LocalBroker
-from ledger.errors import LedgerError
 from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
 

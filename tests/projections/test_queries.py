@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from events.errors import LedgerError
 from events.settings import Settings
 from projections.backends import open_store
 from projections.incident import run_view
 from projections.projector import rebuild
 from projections.queries import status_report
-from projections.store import ProjectionError, Store
+from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import at, found_later, incident_log, publish, requested
 
@@ -117,7 +118,7 @@ async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
         assert view.timeline[0].what == "run started by reporter"
         no_result = run_view(store, "run-c")
         assert no_result.execution == "not finished (running)"
-        with pytest.raises(ProjectionError, match="run nope is not in the projection"):
+        with pytest.raises(LedgerError, match="run nope is not in the projection"):
             run_view(store, "nope")
     finally:
         store.close()

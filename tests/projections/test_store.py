@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from events.errors import LedgerError
 from events.settings import Settings
 from projections.backends import open_store
 from projections.projector import project, rebuild
 from projections.schema import SCHEMA_VERSION
-from projections.store import ProjectionError, Store
+from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import (
     DeliverySent,
@@ -152,7 +153,7 @@ async def test_a_projection_of_another_schema_version_is_refused(
     store.close()
     store = open_store(dsn)
     try:
-        with pytest.raises(ProjectionError) as caught:
+        with pytest.raises(LedgerError) as caught:
             store.prepare("project")
         message = caught.value.message
         assert f"is version 0, this ledger needs version {SCHEMA_VERSION}" in message
@@ -160,7 +161,7 @@ async def test_a_projection_of_another_schema_version_is_refused(
         assert "\n" not in message
     finally:
         store.close()
-    with pytest.raises(ProjectionError, match="already holds ledger tables"):
+    with pytest.raises(LedgerError, match="already holds ledger tables"):
         await rebuild(settings, dsn)
     await rebuild(settings, dsn, replace=True)
     store = opened(dsn)
