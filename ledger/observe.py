@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer
-
 from events.codec import EventDecodeError, decode
+from events.committed_log import CommittedLog
 from events.delivery import DeliveryReconciled, DeliveryUnknown
 from events.delivery_state import DeliveryState, Status, apply
 from events.settings import Settings
@@ -32,18 +31,17 @@ class LedgerObserver:
     went_unknown: set[str] = field(default_factory=set)
     reconciled: set[str] = field(default_factory=set)
     undecodable: int = 0
-    _consumer: AIOKafkaConsumer | None = None
+    _log: CommittedLog | None = None
 
     async def __aenter__(self) -> Self:
-        self._consumer = AIOKafkaConsumer(
-            self.settings.topic_deliveries,
-            bootstrap_servers=self.settings.bootstrap_servers,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            group_id=None,
-        )
-        await self._consumer.start()
+        self._log = CommittedLog(self.settings.bootstrap_servers)
+        await self._log.start()
+        try:
+            partitions = await self._log.partitions(self.settings.topic_deliveries)
+        except BaseException:
+            await self._log.stop()
+            raise
+        self._log.assign(partitions, dict.fromkeys(partitions, 0))
         return self
 
     async def __aexit__(
@@ -52,13 +50,13 @@ class LedgerObserver:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
+        if self._log is not None:
+            await self._log.stop()
 
     async def poll(self, timeout_ms: int = 500) -> int:
         """Fold whatever arrived; returns how many records were read."""
-        assert self._consumer is not None, "use 'async with LedgerObserver(...)'"
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
+        assert self._log is not None, "use 'async with LedgerObserver(...)'"
+        batches = await self._log.read(timeout_ms=timeout_ms, max_records=5000)
         read = 0
         for messages in batches.values():
             for message in messages:

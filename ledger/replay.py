@@ -6,11 +6,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
+from aiokafka import TopicPartition
 
 from events.codec import EventDecodeError, decode
-from events.errors import LedgerError
+from events.committed_log import CommittedLog
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
 
@@ -83,49 +82,32 @@ async def replay(
     """Every committed record now in ``topics`` within the filter's offsets, in order per
     partition, up to the end as it was when the replay started."""
     wanted = wanted or ReplayFilter()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        group_id=None,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-    )
-    try:
-        await consumer.start()
-    except KafkaConnectionError:
-        await consumer.stop()
-        raise LedgerError(
-            f"no Kafka broker answers at {settings.bootstrap_servers}",
-            "start one with 'ledger broker start'",
-        ) from None
-    try:
+    async with CommittedLog(settings.bootstrap_servers, large_fetches=True) as reader:
         partitions: list[TopicPartition] = []
         for topic in topics:
-            numbers = await _partitions_for(consumer, topic)
-            if wanted.partitions:
-                numbers &= wanted.partitions
-            partitions += [TopicPartition(topic, p) for p in sorted(numbers)]
+            partitions += [
+                tp
+                for tp in await reader.partitions(topic)
+                if not wanted.partitions or tp.partition in wanted.partitions
+            ]
         if not partitions:
             return
-        consumer.assign(partitions)
-        # The end of a read_committed consumer is the last stable offset.
-        ends = await consumer.end_offsets(partitions)
-        starts = await consumer.beginning_offsets(partitions)
+        # The end of a read_committed reader is the last stable offset.
+        ends = await reader.ends(partitions)
+        starts = await reader.beginnings(partitions)
         for tp in partitions:
-            start = max(starts[tp], wanted.from_offset or 0)
-            consumer.seek(tp, start)
-            starts[tp] = start
+            starts[tp] = max(starts[tp], wanted.from_offset or 0)
             if wanted.to_offset is not None:
                 ends[tp] = min(ends[tp], wanted.to_offset)
+        reader.assign(partitions, starts)
         total = sum(max(0, ends[tp] - starts[tp]) for tp in partitions)
         read = 0
         remaining = {tp for tp in partitions if ends[tp] > starts[tp]}
         for tp in partitions:
             if tp not in remaining:
-                consumer.pause(tp)
+                reader.pause(tp)
         while remaining:
-            batches = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            batches = await reader.read(timeout_ms=1000, max_records=5000)
             for tp, messages in batches.items():
                 for message in messages:
                     if message.offset >= ends[tp]:
@@ -134,27 +116,13 @@ async def replay(
                     record = _decoded(message)
                     if wanted.keeps(record):
                         yield record
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
-                    consumer.pause(tp)
             for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
+                if await reader.position(tp) >= ends[tp]:
                     remaining.discard(tp)
+                    reader.pause(tp)
             if progress is not None:
                 # Offsets, not records, bound the total (commit markers take offsets too).
                 progress(read, max(total, read) if remaining else read)
-    finally:
-        await consumer.stop()
-
-
-async def _partitions_for(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    numbers = consumer.partitions_for_topic(topic)
-    if numbers is None:
-        await consumer._client.force_metadata_update()
-        numbers = consumer.partitions_for_topic(topic)
-    if numbers is None:
-        raise LedgerError(f"topic {topic} does not exist", "create it with 'ledger topics create'")
-    return set(numbers)
 
 
 def _decoded(message: object) -> ReplayedRecord:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaConnectionError, OffsetOutOfRangeError
+from aiokafka import TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
 
+from events.committed_log import CommittedLog
 from events.errors import LedgerError
 from events.settings import Settings
 from projections.records import LogRecord, decode_at
@@ -26,46 +27,19 @@ class LogReader:
         """``batch_size`` caps the records one ``read`` returns."""
         self._settings = settings
         self._batch_size = batch_size
-        self._consumer: AIOKafkaConsumer | None = None
+        # Never jump silently: an offset the log no longer has is an error (below).
+        self._log = CommittedLog(settings.bootstrap_servers, reset="none", large_fetches=True)
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
 
     async def start(self, offsets: Offsets) -> None:
         """Connect, assign every partition of both topics, seek to ``offsets`` (else 0)."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._settings.bootstrap_servers,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            # Never jump silently: an offset the log no longer has is an error (below).
-            auto_offset_reset="none",
-            group_id=None,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            fetch_max_bytes=64 * 1024 * 1024,
-        )
-        try:
-            await consumer.start()
-        except KafkaConnectionError:
-            await consumer.stop()
-            raise LedgerError(
-                f"no Kafka broker answers at {self._settings.bootstrap_servers}",
-                "start one with 'ledger broker start'",
-            ) from None
-        self._consumer = consumer
+        await self._log.start()
         for topic in (self._settings.topic_runs, self._settings.topic_deliveries):
-            numbers = consumer.partitions_for_topic(topic)
-            if numbers is None:
-                await consumer._client.force_metadata_update()
-                numbers = consumer.partitions_for_topic(topic)
-            if numbers is None:
-                raise LedgerError(
-                    f"topic {topic} does not exist", "create it with 'ledger topics create'"
-                )
-            self.partitions += [TopicPartition(topic, n) for n in sorted(numbers)]
-        consumer.assign(self.partitions)
-        for tp in self.partitions:
-            start = offsets.get((tp.topic, tp.partition), 0)
-            self.start_offsets[(tp.topic, tp.partition)] = start
-            consumer.seek(tp, start)
+            self.partitions += await self._log.partitions(topic)
+        starts = {tp: offsets.get((tp.topic, tp.partition), 0) for tp in self.partitions}
+        self.start_offsets = {(tp.topic, tp.partition): o for tp, o in starts.items()}
+        self._log.assign(self.partitions, starts)
         # Stored offsets of a partition that no longer exists are beyond its end (0) too.
         ours = {p: o for p, o in offsets.items() if p[0] in {tp.topic for tp in self.partitions}}
         self.check_within({**ours, **self.start_offsets}, await self.end_offsets())
@@ -84,19 +58,17 @@ class LogReader:
 
     async def end_offsets(self) -> Offsets:
         """The last stable offset of every partition, now."""
-        ends = await self._live().end_offsets(self.partitions)
-        return {(tp.topic, tp.partition): int(ends[tp]) for tp in self.partitions}
+        ends = await self._log.ends(self.partitions)
+        return {(tp.topic, tp.partition): ends[tp] for tp in self.partitions}
 
     async def positions(self) -> Offsets:
         """The next offset this reader will return, per partition."""
-        consumer = self._live()
-        return {(tp.topic, tp.partition): await consumer.position(tp) for tp in self.partitions}
+        return {(tp.topic, tp.partition): await self._log.position(tp) for tp in self.partitions}
 
     async def read(self, timeout_ms: int, until: Offsets | None = None) -> list[LogRecord]:
         """The next records (possibly none), decoded; none at or past ``until``."""
-        consumer = self._live()
         try:
-            fetched = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._batch_size)
+            fetched = await self._log.read(timeout_ms=timeout_ms, max_records=self._batch_size)
         except OffsetOutOfRangeError as exc:
             # Recreated while we were reading: the same one line as at start.
             raise await self._out_of_range(exc) from None
@@ -106,7 +78,7 @@ class LogReader:
             for message in fetched[tp]:
                 if limit is not None and message.offset >= limit:
                     # Past the end we were asked for: stop fetching this partition.
-                    consumer.pause(tp)
+                    self._log.pause(tp)
                     break
                 records.append(decode_at(tp.topic, tp.partition, message.offset, message.value))
         return records
@@ -118,9 +90,7 @@ class LogReader:
 
     async def stop(self) -> None:
         """Disconnect."""
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        await self._log.stop()
 
     async def __aenter__(self) -> Self:
         return self
@@ -139,11 +109,6 @@ class LogReader:
         for tp, offset in where.items():
             return beyond_end(tp.topic, tp.partition, offset, ends.get((tp.topic, tp.partition), 0))
         return beyond_end("a ledger topic", -1, -1, -1)
-
-    def _live(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            raise RuntimeError("LogReader.start() was not called")
-        return self._consumer
 
 
 def beyond_end(topic: str, partition: int, offset: int, end: int) -> LedgerError:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     GaugeMetricFamily,
@@ -23,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from events.committed_log import CommittedLog
 from events.settings import Settings
 from projections.dashboard.overview import COUNTERS, AggregateCache, Overview, overview
 from projections.store import Store
@@ -101,56 +101,33 @@ def _log_side(store: Store) -> tuple[dict[str, int], list[tuple[str, str, int]],
 
 
 class LogWatcher:
-    """End offsets of the ledger topics over one long-lived consumer (cheap per scrape)."""
+    """End offsets of the ledger topics over one long-lived reader (cheap per scrape)."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._consumer: AIOKafkaConsumer | None = None
+        self._log = CommittedLog(settings.bootstrap_servers, request_timeout_ms=5000)
 
     async def numbers(self) -> LogNumbers:
         """Sum of end offsets per topic; ``up=False`` (and no numbers) if Kafka does not answer."""
         try:
-            consumer = await self._connected()
+            await self._log.start()
             ends: dict[str, int] = {}
             for topic in self._settings.topic_names():
-                parts = consumer.partitions_for_topic(topic)
-                if parts is None:
-                    await consumer._client.force_metadata_update()
-                    parts = consumer.partitions_for_topic(topic)
-                if not parts:
+                tps = await self._log.partitions(topic, missing_ok=True)
+                if not tps:
                     continue
-                tps = [TopicPartition(topic, p) for p in sorted(parts)]
-                found = await consumer.end_offsets(tps)
-                start = await consumer.beginning_offsets(tps)
-                ends[topic] = sum(int(found[tp]) - int(start[tp]) for tp in tps)
+                found = await self._log.ends(tps)
+                start = await self._log.beginnings(tps)
+                ends[topic] = sum(found[tp] - start[tp] for tp in tps)
         except Exception as exc:  # noqa: BLE001 - any Kafka trouble is "log not reachable"
             log.warning("metrics: Kafka end offsets unavailable: %s", exc)
             await self.stop()
             return LogNumbers()
         return LogNumbers(True, ends)
 
-    async def _connected(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._settings.bootstrap_servers,
-                isolation_level="read_committed",
-                enable_auto_commit=False,
-                group_id=None,
-                request_timeout_ms=5000,
-            )
-            try:
-                await consumer.start()
-            except BaseException:
-                await consumer.stop()
-                raise
-            self._consumer = consumer
-        return self._consumer
-
     async def stop(self) -> None:
         """Disconnect (a later ``numbers`` reconnects)."""
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            await consumer.stop()
+        await self._log.stop()
 
 
 def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterator[Metric]:

@@ -25,6 +25,7 @@ from mode import CrashingSupervisor
 
 from events.base import Event
 from events.codec import encode
+from events.committed_log import TRANSIENT
 from events.deadletter import DeadLetter
 from events.delivery_state import DeliveryState
 from events.settings import Settings, open_claims_limit
@@ -284,7 +285,7 @@ class Worker:
             self._next_verify = time.monotonic() + CONTINUITY_VERIFY_EVERY_S
             try:
                 await self.continuity.check_tails(set(self.owned))
-            except KafkaError as exc:  # checked again next time; never stops the worker
+            except TRANSIENT as exc:  # checked again next time; never stops the worker
                 log.warning("could not check the partitions' ends: %s", exc)
         if self.app.in_recovery:
             return  # recovery ends with its own seek; rewinds before it would be undone
@@ -303,7 +304,7 @@ class Worker:
             return
         try:
             await self.continuity.save_marks(set(self.owned))
-        except KafkaError as exc:  # saved again next time; never stops the worker
+        except TRANSIENT as exc:  # saved again next time; never stops the worker
             log.warning("could not save continuity marks: %s", exc)
 
     async def on_shutdown(self, _app: Any, **_: Any) -> None:

@@ -35,6 +35,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from events.committed_log import TRANSIENT, CommittedLog
+
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 15.0
@@ -70,7 +72,7 @@ class ContinuityGuard:
         # Bumped by every assignment: a check that awaited the broker across a rebalance
         # drops what it read, since the state it was reading for has been reset.
         self._epoch = 0
-        self._reader: AIOKafkaConsumer | None = None
+        self._log = CommittedLog(bootstrap_servers)
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
         self.given_up = 0
@@ -112,9 +114,8 @@ class ContinuityGuard:
             if mark is not None and mark < start:
                 self._gaps.setdefault(tp.partition, []).append((mark, start))
         try:
-            reader = await self._started_reader()
-            ends = await reader.end_offsets(wanted)
-        except (KafkaError, TimeoutError) as exc:
+            ends = await (await self._log.start()).ends(wanted)
+        except TRANSIENT as exc:
             # Not known yet: each partition waits until the tail check has seen its end.
             log.warning("could not read the partitions' ends on assignment: %s", exc)
             ends = {tp: self._last[tp.partition] + 2 for tp in wanted}
@@ -250,8 +251,9 @@ class ContinuityGuard:
         if not stalled:
             return 0
         epoch = self._epoch
-        reader = await self._started_reader()
-        ends = await reader.end_offsets([TopicPartition(self._topic, p) for p in stalled])
+        ends = await (await self._log.start()).ends(
+            [TopicPartition(self._topic, p) for p in stalled]
+        )
         if epoch != self._epoch:
             return 0  # reassigned meanwhile: the new assignment is checked from scratch
         noted = 0
@@ -294,7 +296,7 @@ class ContinuityGuard:
                 offsets = await self._fetch(partition, start, end)
                 if epoch != self._epoch:
                     return found
-            except (KafkaError, TimeoutError) as exc:
+            except TRANSIENT as exc:
                 if epoch != self._epoch:
                     return found
                 # A gap is forgotten only once its records were read: keep it for next time.
@@ -350,33 +352,9 @@ class ContinuityGuard:
 
     async def _fetch(self, partition: int, start: int, end: int) -> set[int]:
         """The offsets of committed records in [start, end)."""
-        reader = await self._started_reader()
+        await self._log.start()
         tp = TopicPartition(self._topic, partition)
-        reader.assign([tp])
-        reader.seek(tp, start)
-        offsets: set[int] = set()
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        position = start
-        while position < end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not re-read {self._topic}[{partition}] {start}..{end}")
-            batch = await reader.getmany(tp, timeout_ms=500, max_records=2000)
-            offsets.update(message.offset for message in batch.get(tp, []))
-            position = await reader.position(tp)
-        return offsets
-
-    async def _started_reader(self) -> AIOKafkaConsumer:
-        if self._reader is None:
-            reader = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-                auto_offset_reset="earliest",
-            )
-            await reader.start()
-            self._reader = reader
-        return self._reader
+        return await self._log.offsets_in(tp, start, end, READ_TIMEOUT_S)
 
     async def _started_marker(self) -> AIOKafkaConsumer:
         if self._marker is None:
@@ -391,10 +369,10 @@ class ContinuityGuard:
 
     async def stop(self) -> None:
         """Close the side reader and the mark committer."""
-        for consumer in (self._reader, self._marker):
-            if consumer is not None:
-                await consumer.stop()
-        self._reader = self._marker = None
+        await self._log.stop()
+        if self._marker is not None:
+            marker, self._marker = self._marker, None
+            await marker.stop()
 
 
 def _offset(meta: Any) -> int:
