@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from events.retry_policy import RetryPolicy, for_channel
 
 
 class WebhookEndpoint(BaseModel):
@@ -23,20 +25,6 @@ class WebhookEndpoint(BaseModel):
     # How long after an UNKNOWN its receiver may still be processing the request: no
     # lookup before it (None: settings.lookup_settle_s).
     settle_s: float | None = Field(default=None, ge=0)
-
-
-class RetryPolicySettings(BaseModel):
-    """One channel's retry policy (streams/retry.py documents the formula and defaults)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    base_delay_s: float = Field(default=1.0, ge=0)
-    multiplier: float = Field(default=2.0, ge=1)
-    max_delay_s: float = Field(default=300.0, ge=0)
-    jitter: float = Field(default=0.5, ge=0, le=1)
-    max_attempts: int = Field(default=8, ge=1)
-    max_age_s: float = Field(default=6 * 3600.0, gt=0)
-    max_retry_after_s: float = Field(default=3600.0, ge=0)
 
 
 class Settings(BaseSettings):
@@ -69,9 +57,9 @@ class Settings(BaseSettings):
     # {"http://host/hooks/": {"secret": "whsec_...", "lookup_url": "http://host/lookup"}}
     webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
 
-    # Per channel, replacing that channel's default policy, as JSON:
+    # Per channel, replacing fields of that channel's default policy, as JSON:
     # {"webhook": {"base_delay_s": 5, "max_attempts": 4}}
-    retry_policies: dict[str, RetryPolicySettings] = Field(default_factory=dict)
+    retry_policies: dict[str, RetryPolicy] = Field(default_factory=dict)
 
     # Outbound HTTP (httpx): timeouts and the pool shared by all sends of one worker.
     http_connect_timeout_s: float = Field(default=2.0, gt=0)
@@ -119,6 +107,17 @@ class Settings(BaseSettings):
 
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()
+
+    @field_validator("retry_policies", mode="before")
+    @classmethod
+    def _policies_from_channel_defaults(cls, value: object) -> object:
+        # A field not given keeps the channel's default, not the generic one.
+        if not isinstance(value, dict):
+            return value
+        return {
+            channel: for_channel(channel, given) if isinstance(given, dict) else given
+            for channel, given in value.items()
+        }
 
     @model_validator(mode="after")
     def _default_bootstrap(self) -> Settings:

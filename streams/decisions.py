@@ -31,7 +31,7 @@ from streams.channels.base import LookupResult, SendOutcome, SendResult
 
 
 class RetryRules(Protocol):
-    """What the decisions need from a channel's retry policy (streams/retry.py)."""
+    """What the decisions need from a channel's retry policy (events/retry_policy.py)."""
 
     def delay_s(self, key: str, attempt: int, retry_after_s: float | None = None) -> float:
         """Backoff before the attempt after ``attempt`` (deterministic jitter)."""

@@ -1,94 +1,12 @@
-"""Retry policy per channel: when the next attempt may be made, and when no more may.
-
-Backoff is exponential with jitter, and the jitter is deterministic: it is derived from
-``sha256(idempotency_key:attempt)``, because the state machine that schedules retries is a
-pure fold with no randomness and no clock (replay must give the same ``retry_at``).
-
-For attempt ``n`` (the attempt that just failed, from 1)::
-
-    backoff(n) = min(max_delay_s, base_delay_s * multiplier ** (n - 1))
-    delay(n)   = backoff(n) * (1 - jitter * u),  u = sha256(key:n) as a fraction in [0, 1)
-    delay(n)   = max(delay(n), min(Retry-After, max_retry_after_s))   if the receiver sent one
-
-so a delay lies in ``[backoff * (1 - jitter), backoff]`` and never undercuts Retry-After.
-After ``max_attempts`` attempts, or once ``max_age_s`` has passed since the delivery was
-requested, the policy is exhausted and the delivery is FAILED with its last error class.
-
-Defaults:
-
-======== ========== ========== ========= ====== ============ =========== =================
-channel  base_delay multiplier max_delay jitter max_attempts max_age     max_retry_after
-======== ========== ========== ========= ====== ============ =========== =================
-webhook  2 s        2          15 min    0.5    10           24 h        1 h
-provider 1 s        2          5 min     0.5    8            6 h         1 h
-======== ========== ========== ========= ====== ============ =========== =================
-"""
+"""The retry policies a worker uses: each channel's default (``events/retry_policy.py``),
+replaced field by field by ``LEDGER_RETRY_POLICIES``, then by a test's overrides."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 
+from events.retry_policy import DEFAULT_POLICIES, RetryPolicy
 from events.settings import Settings
-
-_MAX_EXPONENT = 64  # beyond this every realistic max_delay_s has long been reached
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with deterministic jitter, bounded by attempts and by age."""
-
-    base_delay_s: float = 1.0
-    multiplier: float = 2.0
-    max_delay_s: float = 300.0
-    jitter: float = 0.5  # fraction of the backoff that jitter may take away, in [0, 1]
-    max_attempts: int = 8
-    max_age_s: float = 6 * 3600.0
-    max_retry_after_s: float = 3600.0  # a receiver cannot park a delivery for longer
-
-    def __post_init__(self) -> None:
-        if not (self.base_delay_s >= 0 and self.multiplier >= 1 and self.max_delay_s >= 0):
-            raise ValueError("backoff needs base_delay_s >= 0, multiplier >= 1, max_delay_s >= 0")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("jitter must be in [0, 1]")
-        if self.max_attempts < 1 or self.max_age_s <= 0 or self.max_retry_after_s < 0:
-            raise ValueError("max_attempts >= 1, max_age_s > 0 and max_retry_after_s >= 0")
-
-    def backoff_s(self, attempt: int) -> float:
-        """The un-jittered backoff after attempt ``attempt`` (1-based)."""
-        exponent = min(max(attempt, 1) - 1, _MAX_EXPONENT)
-        return float(min(self.max_delay_s, self.base_delay_s * self.multiplier**exponent))
-
-    def delay_s(self, key: str, attempt: int, retry_after_s: float | None = None) -> float:
-        """Seconds to wait before the attempt after ``attempt``; same inputs, same answer."""
-        delay = self.backoff_s(attempt) * (1.0 - self.jitter * jitter_fraction(key, attempt))
-        if retry_after_s is not None and retry_after_s > 0:
-            delay = max(delay, min(retry_after_s, self.max_retry_after_s))
-        return delay
-
-    def exhausted(self, attempt: int, first_requested_at: datetime, now: datetime) -> bool:
-        """True when no attempt may follow attempt ``attempt`` (count or age limit reached)."""
-        age = (now - first_requested_at).total_seconds()
-        return attempt >= self.max_attempts or age >= self.max_age_s
-
-
-def jitter_fraction(key: str, attempt: int) -> float:
-    """A fraction in [0, 1) fixed by ``sha256(key:attempt)``: jitter without randomness."""
-    digest = hashlib.sha256(f"{key}:{attempt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
-DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
-    # Webhook receivers are often someone's small service: back off further, for longer.
-    "webhook": RetryPolicy(
-        base_delay_s=2.0, max_delay_s=900.0, max_attempts=10, max_age_s=24 * 3600.0
-    ),
-    "provider": RetryPolicy(
-        base_delay_s=1.0, max_delay_s=300.0, max_attempts=8, max_age_s=6 * 3600.0
-    ),
-}
 
 
 def rules_for(
@@ -99,11 +17,7 @@ def rules_for(
     The defaults above, replaced per channel by ``settings.retry_policies``
     (``LEDGER_RETRY_POLICIES``), then by ``overrides`` (tests).
     """
-    configured = {
-        channel: RetryPolicy(**policy.model_dump())
-        for channel, policy in settings.retry_policies.items()
-    }
-    policies = {**DEFAULT_POLICIES, **configured, **(overrides or {})}
+    policies = {**DEFAULT_POLICIES, **settings.retry_policies, **(overrides or {})}
 
     def policy(channel: str) -> RetryPolicy:
         try:

@@ -7,14 +7,12 @@ Run with ``--hypothesis-show-statistics`` to see which cases the histories reach
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from events import encode
 from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -32,8 +30,7 @@ from events.delivery_state import DeliveryState, Status
 from events.delivery_state import apply as worker_apply
 from events.model import AnyDeliveryEvent
 from events.outcomes import ErrorClass
-from projections.backends import open_store
-from projections.records import LogRecord, decode_at
+from tests.fixtures.folds import projection_fold
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 OUTCOMES = ["found", "processing", "not_found", "failed", "unsupported", "lookup_error"]
@@ -293,21 +290,6 @@ def worker_fold(log: list[AnyDeliveryEvent]) -> dict[str, DeliveryState]:
         if isinstance(e, DeliveryReconciled) and not stale and old is new is Status.UNKNOWN:
             event(f"lookup {e.outcome} kept UNKNOWN")
     return {k: s for k, s in states.items() if s is not None}
-
-
-def projection_fold(log: list[AnyDeliveryEvent], cuts: list[int]) -> dict[str, dict[str, Any]]:
-    """The projection's rows for the same log, folded in batches through SQLite."""
-    records: list[LogRecord] = [
-        decode_at("ledger.deliveries", 0, offset, encode(e)) for offset, e in enumerate(log)
-    ]
-    store = open_store(":memory:")
-    try:
-        store.prepare("project")
-        for start, end in itertools.pairwise([0, *sorted(set(cuts)), len(records)]):
-            store.apply_records(records[start:end], frozenset())
-        return {r["idempotency_key"]: r for r in store.rows("SELECT * FROM deliveries")}
-    finally:
-        store.close()
 
 
 @settings(max_examples=400, deadline=None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hypothesis import event, settings
+from hypothesis import event, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -25,6 +25,7 @@ from events.settings import Settings
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.decisions import after_lookup, after_send, on_timer
 from tests.fixtures.core import T0, core_context, requested
+from tests.fixtures.folds import projection_fold
 
 CTX = core_context(settle_s=15.0, settings=Settings(claim_grace_seconds=2.0))
 
@@ -55,6 +56,9 @@ class DeliveryMachine(RuleBasedStateMachine):
         request = requested(0)
         self.now = T0
         self.log: list[Event] = [request]
+        self.landed: list[Event] = [request]  # as read, redeliveries included
+        self.max_token = 0
+        self.left_unknown = 0
         first = apply(None, request)
         assert first is not None
         self.state: DeliveryState = first
@@ -152,6 +156,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         assert after is not None
         if not again:
             self.log.append(landed)
+        self.landed.append(landed)
         token = getattr(landed, "fencing_token", before.fencing_token)
         if token < before.fencing_token and not isinstance(landed, DeliveryConfirmed):
             assert after == replace_seen(before, after), "a stale attempt's outcome moved the state"
@@ -169,6 +174,14 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     def check_transition(self, before: DeliveryState, after: DeliveryState) -> None:
         assert after.fencing_token >= before.fencing_token, "fencing tokens only grow"
+        if after.status is Status.CLAIMED and after.fencing_token != before.fencing_token:
+            # A new claim: only when no attempt is live, under a token never used before.
+            assert before.status in (Status.PENDING, Status.RETRY_SCHEDULED), (
+                f"a second live claim (claimed out of {before.status})"
+            )
+            assert after.fencing_token > self.max_token, "a claim under a used token"
+            self.max_token = after.fencing_token
+            event("a new claim under a new token")
         if before.status is Status.CONFIRMED:
             assert after.status is Status.CONFIRMED, "CONFIRMED is final"
         if before.status is Status.FAILED:
@@ -181,13 +194,32 @@ class DeliveryMachine(RuleBasedStateMachine):
                 before.reconciled == "not_found" and before.not_found >= NOT_FOUND_REQUIRED
             ) or before.reconciled in ("unsupported", "failed")
             assert evidence, f"left UNKNOWN without evidence ({before.reconciled})"
-            event("UNKNOWN left with evidence")
+            self.left_unknown += 1
+            event(f"UNKNOWN -> {after.status} with evidence ({before.reconciled})")
 
     @invariant()
     def the_receiver_accepted_at_most_once(self) -> None:
         # A request the receiver is still processing will be accepted: it counts already.
         taken = self.accepted + len(self.processing_until)
         assert taken <= 1, "the receiver accepted the logical event twice"
+
+    def teardown(self) -> None:
+        """The projection's fold of the same records, as read (redeliveries included),
+        ends where the worker's fold ended."""
+        # Steer generation towards long fenced histories that leave UNKNOWN.
+        target(float(self.max_token), label="claims (fencing token)")
+        target(float(self.left_unknown), label="UNKNOWN left with evidence")
+        keyed = [e for e in self.landed if hasattr(e, "idempotency_key")]
+        rows = projection_fold(keyed, [len(keyed) // 2])  # type: ignore[arg-type]
+        (row,) = rows.values()
+        assert row["status"] == self.state.status.public, (
+            f"the projection says {row['status']}, the worker {self.state.status.public}"
+        )
+        assert (row["attempts"], row["fencing_token"]) == (
+            self.state.attempt,
+            self.state.fencing_token,
+        )
+        event(f"final {self.state.status.public}, worker and projection agree")
 
     @invariant()
     def confirmed_means_received(self) -> None:

@@ -6,13 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.settings import RetryPolicySettings, Settings
-from streams.retry import (
-    DEFAULT_POLICIES,
-    RetryPolicy,
-    jitter_fraction,
-    rules_for,
-)
+from events.retry_policy import DEFAULT_POLICIES, RetryPolicy, jitter_fraction
+from events.settings import Settings
+from streams.retry import rules_for
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -72,7 +68,13 @@ def test_rules_for_gives_channel_defaults_and_overrides() -> None:
         rules("sms")
 
 
-def test_policies_come_from_settings() -> None:
-    settings = Settings(retry_policies={"webhook": RetryPolicySettings(max_attempts=3)})
-    assert rules_for(settings)("webhook").max_attempts == 3
-    assert rules_for(settings)("provider") == DEFAULT_POLICIES["provider"]
+def test_policies_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"max_attempts": 3}}')
+    webhook = rules_for(Settings())("webhook")
+    # The field given replaces the channel's default; the others stay the channel's.
+    assert webhook.max_attempts == 3
+    assert webhook.base_delay_s == DEFAULT_POLICIES["webhook"].base_delay_s == 2.0
+    assert rules_for(Settings())("provider") == DEFAULT_POLICIES["provider"]
+    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
+    with pytest.raises(ValueError, match="jitter"):
+        Settings()

@@ -142,18 +142,6 @@ def test_claims_are_single_and_fenced(events: list[Event]) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(histories)
-def test_no_retry_out_of_unknown_without_evidence(events: list[Event]) -> None:
-    states = fold(events)
-    for before, after in itertools.pairwise(states):
-        if before.status is Status.UNKNOWN and after.status in (
-            Status.RETRY_SCHEDULED,
-            Status.FAILED,
-        ):
-            assert before.reconciled in ("not_found", "unsupported")
-
-
-@settings(max_examples=400, deadline=None)
-@given(histories)
 def test_terminal_states_stay_terminal(events: list[Event]) -> None:
     states = fold(events)
     for before, after in itertools.pairwise(states):
@@ -169,7 +157,6 @@ def test_terminal_states_stay_terminal(events: list[Event]) -> None:
 @given(histories, st.data())
 def test_replay_and_redelivery_give_the_same_state(events: list[Event], data: Any) -> None:
     final = fold(events)[-1]
-    assert fold(events)[-1] == final  # deterministic
     # At-least-once input: a consumer restarting from an older offset re-delivers a suffix.
     cut = data.draw(st.integers(min_value=0, max_value=len(events)))
     assert fold(events + events[cut:])[-1] == final
