@@ -44,6 +44,7 @@ from events import (
 )
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
+from events.outcomes import ErrorClass
 from events.topics import record_key
 from ledger.broker import LocalBroker
 from ledger.topics import create_topics
@@ -90,7 +91,7 @@ def run_events(n: int) -> list[ExecutionEvent | object]:
                     **c,
                     attempt=1,
                     fencing_token=1,
-                    error_class="timeout",
+                    error_class=ErrorClass.TIMEOUT_AFTER_WRITE,
                     reason="read timeout",
                     occurred_at=t,
                 ),
@@ -107,7 +108,7 @@ def run_events(n: int) -> list[ExecutionEvent | object]:
                     attempt=1,
                     next_attempt=2,
                     retry_at=t,
-                    error_class="timeout",
+                    error_class=ErrorClass.TIMEOUT_AFTER_WRITE,
                     safety="not found",
                     occurred_at=t,
                 ),

@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_val
 from events.base import Event, check_key, check_run_id
 from events.channels import check_recipient
 from events.keys import idempotency_key, payload_hash
-from events.outcomes import LookupOutcome
+from events.outcomes import ErrorClass, LookupOutcome
 
 
 class DeliveryEvent(Event):
@@ -107,7 +107,7 @@ class DeliveryNotSent(DeliveryEvent):
     attempt: int = Field(ge=1)
     fencing_token: int = Field(ge=1)
     worker_id: str = Field(min_length=1, max_length=200)
-    error_class: str = Field(min_length=1, max_length=100)
+    error_class: ErrorClass
     reason: str = Field(min_length=1, max_length=4000)
 
 
@@ -118,7 +118,7 @@ class DeliveryUnknown(DeliveryEvent):
     type: Literal["delivery.unknown"] = "delivery.unknown"
     attempt: int = Field(ge=1)
     fencing_token: int = Field(ge=1)
-    error_class: str = Field(min_length=1, max_length=100)
+    error_class: ErrorClass
     reason: str = Field(min_length=1, max_length=4000)
 
 
@@ -143,7 +143,7 @@ class DeliveryRetryScheduled(DeliveryEvent):
     attempt: int = Field(ge=1)
     next_attempt: int = Field(ge=2)
     retry_at: AwareDatetime
-    error_class: str = Field(min_length=1, max_length=100)
+    error_class: ErrorClass
     safety: str = Field(min_length=1, max_length=4000)
 
 
@@ -153,7 +153,7 @@ class DeliveryFailed(DeliveryEvent):
     TYPE: ClassVar[str] = "delivery.failed"
     type: Literal["delivery.failed"] = "delivery.failed"
     attempts: int = Field(ge=0)
-    error_class: str = Field(min_length=1, max_length=100)
+    error_class: ErrorClass
     reason: str = Field(min_length=1, max_length=4000)
 
 

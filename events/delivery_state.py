@@ -80,7 +80,7 @@ class DeliveryState:
     claim_worker: str | None = None
     lease_expires_at: datetime | None = None
     retry_at: datetime | None = None
-    last_error_class: str | None = None
+    last_error_class: ErrorClass | None = None
     last_reason: str | None = None
     provider_message_id: str | None = None
     provider_status: str | None = None

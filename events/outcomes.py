@@ -39,6 +39,8 @@ class ErrorClass(enum.StrEnum):
     SENT_UNCONFIRMED = "sent_unconfirmed"
     # A lookup was answered "received, still processing" too many times.
     STILL_PROCESSING = "still_processing"
+    # A channel's result without a class of its own (a channel should always give one).
+    UNCLASSIFIED = "unclassified"
 
 
 # 429/408/425: the receiver says it did not process the request (RFC 6585, 9110, 8470),

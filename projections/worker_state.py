@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from events.delivery_state import DeliveryState, Status
+from events.outcomes import ErrorClass
 
 _FIELDS = dataclasses.fields(DeliveryState)
 _DEFAULTS: dict[str, Any] = {
@@ -59,6 +60,8 @@ def load_state(text: str, row: Mapping[str, Any]) -> DeliveryState:
             raw[name] = datetime.fromisoformat(raw[name])
     if "status" in raw:
         raw["status"] = Status(raw["status"])
+    if raw.get("last_error_class") is not None:
+        raw["last_error_class"] = ErrorClass(raw["last_error_class"])
     if "seen" in raw:
         raw["seen"] = tuple(raw["seen"])
     return DeliveryState(payload=None, **raw)

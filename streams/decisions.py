@@ -109,7 +109,7 @@ def after_send(
     """The outcome events of one send attempt, classified."""
     common = _common(state, ctx, now)
     attempt = {"attempt": state.attempt, "fencing_token": token}
-    error = str(result.error_class) if result.error_class else "unclassified"
+    error = result.error_class or ErrorClass.UNCLASSIFIED
     match result.outcome:
         case SendOutcome.CONFIRMED:
             return [
@@ -194,7 +194,7 @@ def after_lookup(
             DeliveryFailed(
                 **common,
                 attempts=state.attempt,
-                error_class=str(ErrorClass.PROVIDER_FAILED),
+                error_class=ErrorClass.PROVIDER_FAILED,
                 reason=f"the provider reports the message {result.provider_status}: "
                 f"{result.evidence}",
             )
@@ -209,19 +209,25 @@ def after_lookup(
             f"lookup by idempotency key found nothing {state.not_found + 1} times, the first "
             f"{settle:g}s after the attempt ended: {result.evidence}"
         )
-        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+        events.append(retry_or_fail(state, _cause(state), safety, now, ctx))
     elif state.status is Status.UNKNOWN and result.outcome == "unsupported" and dedupes:
         safety = (
             "no lookup; a retry is safe because the endpoint declares that its receiver "
             "dedupes on the idempotency key (webhook-id): receiver_dedupes=true"
         )
-        events.append(retry_or_fail(state, state.last_error_class or "unknown", safety, now, ctx))
+        events.append(retry_or_fail(state, _cause(state), safety, now, ctx))
     return events
+
+
+def _cause(state: DeliveryState) -> ErrorClass:
+    # Every DeliveryUnknown records why the attempt is in doubt; a state without it can
+    # only come from outside the fold, and a write that may have happened is the truth.
+    return state.last_error_class or ErrorClass.TIMEOUT_AFTER_WRITE
 
 
 def retry_or_fail(
     state: DeliveryState,
-    error_class: str,
+    error_class: ErrorClass,
     safety: str,
     now: datetime,
     ctx: Context,

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from events.delivery_state import DeliveryState, Status
+from events.outcomes import ErrorClass
 
 _FIELDS = tuple(f.name for f in fields(DeliveryState))
 _DATETIMES = frozenset(f.name for f in fields(DeliveryState) if "datetime" in str(f.type))
@@ -35,5 +36,7 @@ def loads(data: bytes) -> DeliveryState:
         if value is not None:
             record[name] = datetime.fromisoformat(value)
     record["status"] = Status(record["status"])
+    if record.get("last_error_class") is not None:
+        record["last_error_class"] = ErrorClass(record["last_error_class"])
     record["seen"] = tuple(record["seen"])
     return DeliveryState(**record)

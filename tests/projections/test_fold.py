@@ -97,7 +97,7 @@ def test_stale_fencing_token_is_history_and_confirmation_is_final() -> None:
         DeliveryClaimed(**common, attempt=2, worker_id="new", fencing_token=2,
                         lease_expires_at=at(60), occurred_at=at(33)),
         # The old worker reports late: recorded on its attempt, the delivery does not move.
-        DeliveryUnknown(**common, attempt=1, fencing_token=1, error_class="timeout",
+        DeliveryUnknown(**common, attempt=1, fencing_token=1, error_class="timeout_after_write",
                         reason="late", occurred_at=at(34)),
         *happy(req, 40, attempt=2, token=2)[1:],
         DeliverySent(**common, attempt=1, fencing_token=1, worker_id="old", occurred_at=at(50)),
@@ -112,4 +112,8 @@ def test_stale_fencing_token_is_history_and_confirmation_is_final() -> None:
     assert (row["status"], row["attempts"], row["fencing_token"]) == ("CONFIRMED", 2, 2)
     assert row["provider_message_id"] == f"msg-{req.idempotency_key[:6]}-2"
     old = batch.attempts[(req.idempotency_key, 1)]
-    assert (old["outcome"], old["worker_id"], old["error_class"]) == ("SENT", "old", "timeout")
+    assert (old["outcome"], old["worker_id"], old["error_class"]) == (
+        "SENT",
+        "old",
+        "timeout_after_write",
+    )

@@ -38,6 +38,7 @@ def unknown(reconciled: str | None = None, not_found: int = 0) -> DeliveryState:
     return replace(
         claimed(),
         status=Status.UNKNOWN,
+        last_error_class=ErrorClass.TIMEOUT_AFTER_WRITE,
         check_at=T0,
         updated_at=T0,
         reconciled=reconciled,
