@@ -43,9 +43,10 @@ MUTANTS = [
         "a new claim only out of PENDING/RETRY_SCHEDULED (one live claim)",
         "events/delivery_state.py",
         "        if s.status not in (Status.PENDING, Status.RETRY_SCHEDULED):\n"
-        "            return None\n        if e.fencing_token <= s.fencing_token",
+        "            return None\n"
+        "        if e.fencing_token <= s.fencing_token or e.attempt != s.attempt + 1",
         "        if s.status not in (Status.PENDING, Status.RETRY_SCHEDULED, Status.CLAIMED):\n"
-        "            return None\n        if e.fencing_token < s.fencing_token",
+        "            return None\n        if e.fencing_token < s.fencing_token",  # any attempt
     ),
     Mutant(
         "a claim under a never-used token",

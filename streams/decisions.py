@@ -309,7 +309,7 @@ def on_timer(
         )
         return [
             DeliveryUnknown(
-                **common, **attempt, error_class=str(ErrorClass.LEASE_EXPIRED), reason=reason
+                **common, **attempt, error_class=ErrorClass.LEASE_EXPIRED, reason=reason
             )
         ], None
     if state.status is Status.SENT and state.lookups >= ctx.max_sent_polls:
@@ -319,7 +319,7 @@ def on_timer(
         )
         return [
             DeliveryUnknown(
-                **common, **attempt, error_class=str(ErrorClass.SENT_UNCONFIRMED), reason=reason
+                **common, **attempt, error_class=ErrorClass.SENT_UNCONFIRMED, reason=reason
             )
         ], None
     return [], "lookup"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from events.base import Event
-from events.delivery import DeliveryConfirmed
+from events.delivery import DeliveryClaimed, DeliveryConfirmed
 from events.delivery_state import DeliveryState, Status, apply
 from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass
 from events.settings import Settings
@@ -65,6 +65,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.max_token = 0
         self.transitions: set[tuple[Status, Status]] = set()
         self.stale = 0
+        self.after_terminal = 0  # events that landed on CONFIRMED/FAILED
+        self.not_found_while_processing = 0  # the answer a slow receiver gives too early
         first = apply(None, request)
         assert first is not None
         self.state: DeliveryState = first
@@ -85,7 +87,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.now += timedelta(seconds=seconds)
         self.finish_processing(everything_due=True)
         events, action = on_timer(self.state, self.now, CTX)
-        self.pending.extend(events)
+        self.propose(events)
         if action == "lookup":
             self.lookup(noise)
 
@@ -122,7 +124,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             slow = settle + CTX.lookup_confirm_spacing_s / 2
             self.processing_until.append(self.now + timedelta(seconds=slow))
         event(f"send: {result.outcome} (accepted: {accepted})")
-        self.pending.extend(after_send(self.state, self.state.fencing_token, result, self.now, CTX))
+        self.propose(after_send(self.state, self.state.fencing_token, result, self.now, CTX))
 
     def lookup(self, noise: str | None) -> None:
         """A lookup answers the truth as the receiver knows it now (a slow request that is
@@ -136,7 +138,23 @@ class DeliveryMachine(RuleBasedStateMachine):
         else:
             result = LookupResult("not_found", "404")
         event(f"lookup: {result.outcome} in {self.state.status}")
-        self.pending.extend(after_lookup(self.state, result, self.now, CTX))
+        if result.outcome == "not_found" and self.processing_until:
+            self.not_found_while_processing += 1
+        self.propose(after_lookup(self.state, result, self.now, CTX))
+
+    def propose(self, events: list[Event]) -> None:
+        """The decisions propose only what the fold accepts from the state they saw (in
+        order): a proposal the fold refuses would be proposed again and again, and the
+        delivery would never move (a liveness hole no safety check sees)."""
+        state = self.state
+        for proposed in events:
+            after = apply(state, proposed)
+            assert after is not None
+            assert after != replace_seen(state, after), (
+                f"proposed {type(proposed).__name__} does not apply in {state.status}"
+            )
+            state = after
+        self.pending.extend(events)
 
     @precondition(lambda self: bool(self.pending))
     @rule(data=st.data())
@@ -168,6 +186,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         token = getattr(landed, "fencing_token", before.fencing_token)
         if token < before.fencing_token and not isinstance(landed, DeliveryConfirmed):
             assert after == replace_seen(before, after), "a stale attempt's outcome moved the state"
+        if before.status.terminal and not again:
+            self.after_terminal += 1
+        if isinstance(landed, DeliveryClaimed) and after != replace_seen(before, after):
+            self.check_claim(before, after)
         if after.status is not before.status:
             event(f"{before.status} -> {after.status}")
             self.transitions.add((before.status, after.status))
@@ -182,16 +204,17 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     # -- what must hold -------------------------------------------------------------------
 
+    def check_claim(self, before: DeliveryState, after: DeliveryState) -> None:
+        """A claim the fold took: only when no attempt is live, under a never-used token."""
+        assert before.status in (Status.PENDING, Status.RETRY_SCHEDULED), (
+            f"a second live claim (claimed out of {before.status})"
+        )
+        assert after.fencing_token > self.max_token, "a claim under a used token"
+        self.max_token = after.fencing_token
+        event("a new claim under a new token")
+
     def check_transition(self, before: DeliveryState, after: DeliveryState) -> None:
         assert after.fencing_token >= before.fencing_token, "fencing tokens only grow"
-        if after.status is Status.CLAIMED and after.fencing_token != before.fencing_token:
-            # A new claim: only when no attempt is live, under a token never used before.
-            assert before.status in (Status.PENDING, Status.RETRY_SCHEDULED), (
-                f"a second live claim (claimed out of {before.status})"
-            )
-            assert after.fencing_token > self.max_token, "a claim under a used token"
-            self.max_token = after.fencing_token
-            event("a new claim under a new token")
         if before.status is Status.CONFIRMED:
             assert after.status is Status.CONFIRMED, "CONFIRMED is final"
         if before.status is Status.FAILED:
@@ -219,6 +242,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         target(float(self.max_token), label="claims (fencing token)")
         target(float(len(self.transitions)), label="distinct transitions")
         target(float(self.stale), label="stale outcomes ignored")
+        target(float(self.after_terminal), label="events landing after CONFIRMED/FAILED")
+        target(float(self.not_found_while_processing), label="not found while processing")
         keyed = [e for e in self.landed if hasattr(e, "idempotency_key")]
         rows = projection_fold(keyed, [len(keyed) // 2])  # type: ignore[arg-type]
         (row,) = rows.values()

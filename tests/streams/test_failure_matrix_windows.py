@@ -56,9 +56,10 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
 
     await wait_for(w1_sending, 60, "w1 sending")
     os.kill(w1.process.pid, signal.SIGSTOP)  # sends in flight and queued, frozen
-    # Past the lease (4 s) and the session timeout (10 s), long enough for the other worker
-    # to settle the frozen claims (lookup after the settle window, retry) before it wakes.
-    await asyncio.sleep(20)
+    # Past the lease (4 s) and the session timeout (10 s): the other worker takes the
+    # partitions and settles the frozen claims (lookup after the settle window, retry)
+    # before w1 wakes with its stale table and its queue.
+    await until(ledger_view, keys, {Status.CONFIRMED}, [w2], "w2 settled w1's claims")
     os.kill(w1.process.pid, signal.SIGCONT)
     await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
 

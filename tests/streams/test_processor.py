@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -10,12 +9,12 @@ import pytest
 
 from events.base import Event
 from events.codec import encode
-from events.delivery import DeliveryClaimed
+from events.delivery import DeliveryClaimed, DeliveryConfirmed
 from events.delivery_state import apply
 from streams.processor import DeliveryProcessor, MemoryStore, Record
 from streams.sender import Sender
 from streams.timers import DueIndex
-from tests.fixtures.core import Appended, Clock, FakeChannel, core_context, requested
+from tests.fixtures.core import Appended, Clock, FakeChannel, core_context, eventually, requested
 
 CTX = core_context()
 
@@ -100,8 +99,8 @@ async def test_claims_wait_for_room_instead_of_expiring_in_a_backlog(
     assert len(appended.of(DeliveryClaimed)) == 2, "no room until the first claims move on"
     first = appended.of(DeliveryClaimed)[0]
     await processor.handle(Record("t", 0, 9, first.idempotency_key.encode(), encode(first)))
-    for _ in range(20):  # its send runs and finishes (the fake receiver answers at once)
-        await asyncio.sleep(0)
+    # Its send runs and finishes (the fake receiver answers at once).
+    await eventually(lambda: appended.of(DeliveryConfirmed))
     clock.advance(2)
     await processor.tick({0})
     assert len(appended.of(DeliveryClaimed)) == 3

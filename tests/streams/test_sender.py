@@ -10,7 +10,15 @@ from events.delivery import DeliveryNotSent
 from events.delivery_state import DeliveryState, apply
 from streams.decisions import claim
 from streams.sender import Sender
-from tests.fixtures.core import Appended, Clock, FakeChannel, MemoryStore, core_context, requested
+from tests.fixtures.core import (
+    Appended,
+    Clock,
+    FakeChannel,
+    MemoryStore,
+    core_context,
+    eventually,
+    requested,
+)
 
 CTX = core_context()
 
@@ -101,14 +109,10 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     first, second = claimed(memory_store, clock, 1), claimed(memory_store, clock, 2)
     sender.submit_send(first, 0)
     sender.submit_send(second, 0)
-    for _ in range(20):  # the first reaches its write; the second waits for the slot
-        await asyncio.sleep(0)
-    assert channel.received == [(first.idempotency_key, 1)]
+    await eventually(lambda: channel.received)  # the first reaches its write...
+    assert channel.received == [(first.idempotency_key, 1)]  # ...the second waits for the slot
     stopping = asyncio.ensure_future(sender.stop_partitions({0}, "partition revoked"))
-    for _ in range(100):  # bounded: the cancelled send records itself
-        if appended.of(DeliveryNotSent):
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: appended.of(DeliveryNotSent))  # the cancelled send records itself
     assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
     assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason  # type: ignore[attr-defined]
     channel.hold.set()  # type: ignore[union-attr]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -163,7 +164,9 @@ async def test_connect_timeout_is_not_sent(client: httpx.AsyncClient) -> None:
             filler.setblocking(False)
             filler.connect_ex(("127.0.0.1", port))
             fillers.append(filler)
-        time.sleep(0.1)
+        # The backlog is full once the first filler's handshake completed (listen(0)
+        # queues one); the rest stay unanswered, and so will the channel's connect.
+        select.select([], fillers, [], 5.0)
         result = await WebhookChannel(client, FAST).send(outbound(f"http://127.0.0.1:{port}/h"))
     finally:
         for sock in [*fillers, listener]:
