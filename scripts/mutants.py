@@ -61,10 +61,10 @@ MUTANTS = [
         '    if s.reconciled in ("not_found", "processing", "lookup_error"):\n        return True',
     ),
     Mutant(
-        "CONFIRMED is final",
+        "CONFIRMED and FAILED stay final",
         "events/delivery_state.py",
         "    if s.status.terminal or isinstance(e, DeliveryRequested):",
-        "    if s.status is Status.FAILED or isinstance(e, DeliveryRequested):",
+        "    if isinstance(e, DeliveryRequested):",
     ),
     Mutant(
         "the worker's fold and the projection's agree",
@@ -94,7 +94,7 @@ def run(mutant: Mutant, workdir: Path) -> tuple[bool, str]:
     finally:
         target.write_text(text)
     lines = done.stdout.splitlines()
-    why = next((ln.strip() for ln in lines if ln.lstrip().startswith("E ")), "")
+    why = next((ln.strip() for ln in lines if "Error" in ln and ln.lstrip().startswith("E ")), "")
     return done.returncode != 0, why[:110]
 
 

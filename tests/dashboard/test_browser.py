@@ -41,11 +41,11 @@ async def test_the_page_shows_the_counts_and_refreshes_in_place(
     for status, n in {"PENDING": 1, "SENT": 0, "UNKNOWN": 1, "CONFIRMED": 3, "FAILED": 1}.items():
         await expect(page.locator(f'.status-label[data-status="{status}"] b')).to_have_text(str(n))
     await expect(page.locator("#chart-attempts svg rect")).to_have_count(6)
-    await expect(page.locator("#chart-attempts")).to_contain_text("connection_reset")
+    await expect(page.locator("#chart-attempts")).to_contain_text("reset_after_write")
     await expect(page.locator("#chart-latency")).to_contain_text("3 confirmed")
     unknown_rows = page.locator("#table-unknown tbody tr")
     await expect(unknown_rows).to_have_count(1)
-    await expect(unknown_rows.first).to_contain_text("connection_reset")
+    await expect(unknown_rows.first).to_contain_text("reset_after_write")
     overdue = page.locator("#table-overdue tbody tr")
     await expect(overdue).to_have_count(1)
     await expect(overdue.locator("a.run-link")).to_have_text("run-b")
