@@ -101,7 +101,7 @@ async def test_the_run_page_answers_the_three_questions(stack: Stack, browser: B
     await expect(page.locator("#answer-keys li.highlight code")).to_have_text(a[2].idempotency_key)
     timeline = page.locator("#timeline li")
     await expect(timeline.first).to_contain_text("run started by reporter")
-    await expect(timeline.filter(has_text="attempt 1 unknown: connection_reset")).to_have_count(1)
+    await expect(timeline.filter(has_text="attempt 1 unknown: reset_after_write")).to_have_count(1)
     await expect(timeline.filter(has_text="retry scheduled")).to_have_count(2)
 
     await page.goto(f"{stack.url}runs/run-c")

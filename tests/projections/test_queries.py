@@ -40,7 +40,7 @@ async def test_status_answers_every_dashboard_question(
         ]
         a3 = requested("run-a", 3, 1)
         assert [(r["idempotency_key"], r["last_error_class"]) for r in after.unknown] == [
-            (a3.idempotency_key, "connection_reset")
+            (a3.idempotency_key, "reset_after_write")
         ]
         c1 = requested("run-c", 1, 200)
         assert [
@@ -52,9 +52,10 @@ async def test_status_answers_every_dashboard_question(
             {"channel": "provider", "error_class": None, "outcome": "CONFIRMED", "attempts": 1},
             {"channel": "provider", "error_class": "http_4xx", "outcome": "FAILED", "attempts": 1},
             {"channel": "provider", "error_class": "http_5xx", "outcome": "RETRY", "attempts": 1},
-            {"channel": "provider", "error_class": "timeout", "outcome": "RETRY", "attempts": 1},
+            {"channel": "provider", "error_class": "timeout_after_write", "outcome": "RETRY",
+             "attempts": 1},
             {"channel": "webhook", "error_class": None, "outcome": "CONFIRMED", "attempts": 2},
-            {"channel": "webhook", "error_class": "connection_reset", "outcome": "UNKNOWN",
+            {"channel": "webhook", "error_class": "reset_after_write", "outcome": "UNKNOWN",
              "attempts": 1},
         ]  # fmt: skip
         assert after.needs_attention
