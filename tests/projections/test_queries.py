@@ -107,9 +107,10 @@ async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
         assert mine == [
             f"delivery requested, idempotency key {key} (SLO 60s)",
             "attempt 1 claimed by w1 (fencing token 1)",
-            "attempt 1 unknown: timeout",
+            "attempt 1 unknown: timeout_after_write",
             "attempt 1 reconciled: not_found",  # the attempt row keeps its last lookup
-            "attempt 1 failed (timeout): retry scheduled for 2026-01-05T09:00:12.000000Z",
+            "attempt 1 failed (timeout_after_write): retry scheduled for "
+            "2026-01-05T09:00:12.000000Z",
             "attempt 2 claimed by w1 (fencing token 2)",
             f"attempt 2 sent: HTTP 202, provider message id {pmid}",
             f"attempt 2 confirmed, provider message id {pmid}",

@@ -82,7 +82,7 @@ async def test_incident_log_folds_into_the_ledger_tables(
             {
                 "attempt": 1,
                 "outcome": "RETRY",
-                "error_class": "timeout",
+                "error_class": "timeout_after_write",
                 "reconciliation": "not_found",
             },
             {"attempt": 2, "outcome": "CONFIRMED", "error_class": None, "reconciliation": None},
