@@ -30,6 +30,8 @@ class Mutant:
     path: str
     old: str
     new: str
+    # Further (old, new) edits of the same file, for a rule written in two places.
+    more: tuple[tuple[str, str], ...] = ()
 
 
 MUTANTS = [
@@ -65,6 +67,14 @@ MUTANTS = [
         "events/delivery_state.py",
         "    if s.status.terminal or isinstance(e, DeliveryRequested):",
         "    if isinstance(e, DeliveryRequested):",
+        # Alone, the terminal check is redundant: every event's own guard names the states
+        # it leaves. So the mutant also loosens one of them (a lease expiry, a give-up).
+        (
+            (
+                "        if s.status not in (Status.CLAIMED, Status.SENT):",
+                "        if s.status not in (Status.CLAIMED, Status.SENT, Status.CONFIRMED):",
+            ),
+        ),
     ),
     Mutant(
         "the worker's fold and the projection's agree",
@@ -79,9 +89,14 @@ def run(mutant: Mutant, workdir: Path) -> tuple[bool, str]:
     """True if the machine caught ``mutant``, with the first assertion line it printed."""
     target = workdir / mutant.path
     text = target.read_text()
-    if mutant.old and text.count(mutant.old) != 1:
-        raise SystemExit(f"mutant for {mutant.guards!r}: the line is not in {mutant.path} once")
-    target.write_text(text.replace(mutant.old, mutant.new))
+    mutated = text
+    for old, new in ((mutant.old, mutant.new), *mutant.more):
+        if old and mutated.count(old) != 1:
+            raise SystemExit(
+                f"mutant for {mutant.guards!r}: {old.strip()!r} not once in {mutant.path}"
+            )
+        mutated = mutated.replace(old, new)
+    target.write_text(mutated)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", TEST],
@@ -94,7 +109,8 @@ def run(mutant: Mutant, workdir: Path) -> tuple[bool, str]:
     finally:
         target.write_text(text)
     lines = done.stdout.splitlines()
-    why = next((ln.strip() for ln in lines if "Error" in ln and ln.lstrip().startswith("E ")), "")
+    errors = [ln.strip() for ln in lines if ln.lstrip().startswith("E ")]
+    why = next((ln for ln in errors if "AssertionError" in ln), errors[0] if errors else "")
     return done.returncode != 0, why[:110]
 
 
