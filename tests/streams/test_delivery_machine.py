@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hypothesis import event, settings, target
+from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -278,3 +278,33 @@ DeliveryMachine.TestCase.settings = settings(
     max_examples=500, stateful_step_count=50, deadline=None
 )
 TestDeliveryMachine = DeliveryMachine.TestCase
+
+
+@settings(max_examples=1, deadline=None)
+@given(st.just(None))  # event() and target() need a hypothesis test around them
+def test_a_receiver_slower_than_the_settle_window_is_not_retried_into(nothing: None) -> None:
+    """The machine's hardest path, replayed step by step (hypothesis reaches it only now
+    and then): the request is still being processed when the first lookup says "not
+    found"; only the second "not found", one spacing later, may retry, and by then the
+    receiver has it."""
+    machine = DeliveryMachine()
+    machine.tick(seconds=CTX.claim_grace_s + 1, noise=None)  # the claim is due
+    machine.flush()
+    assert machine.state.status is Status.CLAIMED
+    later = next(e for e in SEND_EFFECTS if e[0] == "later")
+    machine.send(later)  # a timeout; the receiver finishes 17.5 s from now
+    machine.flush()
+    assert machine.state.status is Status.UNKNOWN
+    for _ in range(12):  # ticks of 3 s: lookups at the settle window, then spaced apart
+        machine.tick(seconds=3.0, noise=None)
+        machine.flush()
+        machine.the_receiver_accepted_at_most_once()
+        if machine.state.status is Status.RETRY_SCHEDULED:
+            machine.tick(seconds=40.0, noise=None)  # the retry is claimed...
+            machine.flush()
+            yes = next(e for e in SEND_EFFECTS if e[0] == "yes")
+            machine.send(yes)  # ...and sent
+            machine.the_receiver_accepted_at_most_once()
+    assert machine.not_found_while_processing == 1
+    assert machine.state.status in (Status.SENT, Status.CONFIRMED)
+    machine.teardown()
