@@ -85,7 +85,12 @@ async def settled_once(
 ) -> dict[str, DeliveryState]:
     """Every key CONFIRMED, each accepted exactly once from one request, never two open at
     once; the live projection shows the same."""
-    states = await until(view, keys, {Status.CONFIRMED}, workers, "all CONFIRMED")
+    try:
+        states = await until(view, keys, {Status.CONFIRMED}, workers, "all CONFIRMED")
+    except AssertionError as exc:
+        # A ledger that never settles may hide the worse outcome: say what the receiver got.
+        twice = {k[:12]: receiver.accepted(k) for k in keys if receiver.accepted(k) > 1}
+        raise AssertionError(f"{exc}; accepted more than once by the receiver: {twice}") from None
     for key in keys:
         assert receiver.accepted(key) == 1, (key, states[key])
         assert posts(receiver, key) == 1, (key, states[key])
