@@ -24,7 +24,12 @@ async def until(
     statuses: set[Status],
     workers: list[WorkerProcess],
     what: str,
+    receiver: BackgroundSimulator | None = None,
 ) -> dict[str, DeliveryState]:
+    """Wait until every key is in one of ``statuses``; a timeout names the keys that are
+    not, and (given the receiver) the keys it accepted more than once: a ledger that never
+    settles may hide the worse outcome."""
+
     async def done() -> bool:
         for worker in workers:
             assert worker.alive(), f"worker {worker.name} died:\n{last_words(worker.output())}"
@@ -42,7 +47,10 @@ async def until(
             for k in keys
             if k not in states or states[k].status not in statuses
         }
-        raise AssertionError(f"{exc}; {len(behind)} not there: {behind}") from None
+        twice = {k[:12]: n for k in keys if receiver and (n := receiver.accepted(k)) > 1}
+        raise AssertionError(
+            f"{exc}; {len(behind)} not there: {behind}; accepted more than once: {twice}"
+        ) from None
     return await view()
 
 
@@ -85,12 +93,7 @@ async def settled_once(
 ) -> dict[str, DeliveryState]:
     """Every key CONFIRMED, each accepted exactly once from one request, never two open at
     once; the live projection shows the same."""
-    try:
-        states = await until(view, keys, {Status.CONFIRMED}, workers, "all CONFIRMED")
-    except AssertionError as exc:
-        # A ledger that never settles may hide the worse outcome: say what the receiver got.
-        twice = {k[:12]: receiver.accepted(k) for k in keys if receiver.accepted(k) > 1}
-        raise AssertionError(f"{exc}; accepted more than once by the receiver: {twice}") from None
+    states = await until(view, keys, {Status.CONFIRMED}, workers, "all CONFIRMED", receiver)
     for key in keys:
         assert receiver.accepted(key) == 1, (key, states[key])
         assert posts(receiver, key) == 1, (key, states[key])

@@ -59,7 +59,7 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     # Past the lease (4 s) and the session timeout (10 s): the other worker takes the
     # partitions and settles the frozen claims (lookup after the settle window, retry)
     # before w1 wakes with its stale table and its queue.
-    await until(ledger_view, keys, {Status.CONFIRMED}, [w2], "w2 settled w1's claims")
+    await until(ledger_view, keys, {Status.CONFIRMED}, [w2], "w2 settled w1's claims", receiver)
     os.kill(w1.process.pid, signal.SIGCONT)
     await settled_once(ledger_view, receiver, live_projection, keys, [w1, w2])
 
