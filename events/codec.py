@@ -11,6 +11,14 @@ from events.base import Event
 from events.model import EVENT_ADAPTER, AnyDeliveryEvent, AnyExecutionEvent
 from events.upcasting import upcast
 
+# No event nests more than a few levels; a payload may nest more, but not without bound.
+# Deeper records are refused before validation (a 10 KB record nested 5,000 deep used to
+# raise RecursionError and stop the worker for good).
+MAX_DEPTH = 64
+# Above the largest event the publisher writes (a 256 KB payload, escaped, plus the
+# envelope); Kafka's own default limit is 1 MB.
+MAX_RECORD_BYTES = 1024 * 1024
+
 
 class EventDecodeError(ValueError):
     """Bytes that are not a valid event. ``reason`` says what was wrong, in one line."""
@@ -31,9 +39,26 @@ def to_record(event: Event) -> dict[str, Any]:
 
 
 def decode(data: bytes | None) -> AnyExecutionEvent | AnyDeliveryEvent:
-    """Decode, upcast and validate one record value, or raise ``EventDecodeError``."""
+    """Decode, upcast and validate one record value, or raise ``EventDecodeError``.
+
+    Whatever is wrong with the bytes, the only exception is ``EventDecodeError``, with one
+    line saying what: a record must never be able to stop the reader that reads it.
+    """
     if data is None:
         raise EventDecodeError("record has no value (tombstone)")
+    if len(data) > MAX_RECORD_BYTES:
+        raise EventDecodeError(f"record is {len(data)} bytes, over the limit of {MAX_RECORD_BYTES}")
+    try:
+        return _decode(data)
+    except EventDecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of bad bytes is a bad record
+        raise EventDecodeError(
+            f"could not decode: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+
+
+def _decode(data: bytes) -> AnyExecutionEvent | AnyDeliveryEvent:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -44,7 +69,30 @@ def decode(data: bytes | None) -> AnyExecutionEvent | AnyDeliveryEvent:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise EventDecodeError(f"value is not JSON: {exc}") from None
+    except RecursionError:
+        raise EventDecodeError(f"value nests deeper than {MAX_DEPTH} levels") from None
+    if (depth := _depth(record)) > MAX_DEPTH:
+        raise EventDecodeError(f"value nests {depth} levels deep, over the limit of {MAX_DEPTH}")
     return decode_record(record)
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (iteratively: no recursion limit)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            return level  # deep enough to refuse; no need to walk the rest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def decode_record(record: Any) -> AnyExecutionEvent | AnyDeliveryEvent:

@@ -155,6 +155,7 @@ class Worker:
             continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,
+            max_payload_bytes=settings.max_payload_bytes,
         )
         self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
@@ -234,7 +235,14 @@ class Worker:
             except BaseException:
                 # Crash loudly and WITHOUT committing this record: faust's supervisors
                 # would commit it first (it would be lost) or restart the agent quietly.
-                log.critical("delivery agent failed on %s; exiting", record, exc_info=True)
+                # The record's coordinates, never its bytes: payloads do not go to logs.
+                log.critical(
+                    "delivery agent failed on %s[%d]@%d; exiting",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    exc_info=True,
+                )
                 logging.shutdown()
                 os._exit(70)
             self.watchdog.progressed()

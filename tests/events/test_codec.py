@@ -170,6 +170,11 @@ def test_stored_v1_delivery_requested_is_upcast() -> None:
             "run_id: Field required",
         ),
         (None, "tombstone"),
+        # A 10 KB record nested 5,000 deep: RecursionError stopped the worker for good.
+        (b"[" * 5000 + b"]" * 5000, "nests deeper than 64 levels"),
+        (b'{"a":' * 2000 + b"1" + b"}" * 2000, "nests deeper than 64 levels"),
+        (b"[" * 70 + b"]" * 70, "nests 65 levels deep, over the limit of 64"),
+        (b" " * (1024 * 1024 + 1), "over the limit of 1048576"),
     ],
 )
 def test_bad_bytes_raise_one_error_type_with_reason(data: bytes | None, reason: str) -> None:

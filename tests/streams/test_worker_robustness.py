@@ -7,7 +7,10 @@ import asyncio
 from aiokafka import AIOKafkaProducer
 
 from events import DeadLetter, DeliverySpec, Publisher
+from events.codec import encode
+from events.delivery import new_delivery_requested
 from events.delivery_state import Status
+from events.keys import canonical_json
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
@@ -63,6 +66,73 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
     assert "invalid event" in second.reason
     assert "idempotency_key" in second.reason
     assert receiver.accepted(key) == 1
+
+
+async def test_a_deep_or_oversized_record_is_dead_lettered_not_a_crash(
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    read_topic: object,
+) -> None:
+    """Written by a raw producer, as anyone with write access to the topic can: a 10 KB
+    record nested 5,000 deep (the worker used to exit 70 on it at every restart) and a
+    well-formed request with a 700 KB payload (the SDK refuses it; the worker sent it)."""
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    huge = new_delivery_requested(
+        run_id="run-huge",
+        event_type="run.succeeded",
+        channel="webhook",
+        recipient=receiver.webhook_url("huge"),
+        payload={"blob": "x" * 700_000},
+        slo_seconds=60,
+        producer="raw",
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, max_request_size=2 * 1024 * 1024
+    )
+    await producer.start()
+    try:
+        deep = await producer.send_and_wait(
+            settings.topic_deliveries, b"[" * 5000 + b"]" * 5000, key=b"d1", partition=0
+        )
+        big = await producer.send_and_wait(
+            settings.topic_deliveries,
+            encode(huge),
+            key=huge.idempotency_key.encode(),
+            partition=0,
+        )
+    finally:
+        await producer.stop()
+    async with Publisher(settings) as publisher:
+        requests = await publisher.run_succeeded(
+            "run-after-deep",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("b"), payload={})],
+        )
+    key = requests[0].idempotency_key
+    worker = worker_factory.start("w1")
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        states = await ledger_view()
+        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
+
+    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
+    letters = {
+        (d.original_partition, d.original_offset): d
+        for d in (
+            DeadLetter.model_validate_json(m.value)
+            for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        )
+    }
+    assert "nests deeper than 64 levels" in letters[(0, deep.offset)].reason
+    size, limit = len(canonical_json(huge.payload)), settings.max_payload_bytes
+    assert f"payload is {size} bytes, over the limit of {limit}" in letters[(0, big.offset)].reason
+    assert receiver.requests(key=huge.idempotency_key) == []
+    assert receiver.accepted(key) == 1
+    assert "x" * 100 not in worker.output()  # no payload bytes in the log
 
 
 async def test_a_failing_agent_takes_the_worker_down_loudly(
