@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from events.deadletter import DeadLetter
 from ledger.replay import ReplayedRecord
 from projections.incident import RunView
 
@@ -31,6 +32,9 @@ SKIP = {
 def event_line(record: ReplayedRecord) -> str:
     """``time topic/partition@offset type run key details``."""
     where = f"{record.topic}/{record.partition}@{record.offset}"
+    if record.deadletter is not None:
+        stamp = record.occurred_at.strftime("%H:%M:%S.%f")[:-3]
+        return f"{stamp} {where} deadletter {_letter(record.deadletter)}"
     if record.event is None:
         stamp = datetime.fromtimestamp(record.timestamp_ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
         return f"{stamp} {where} UNDECODABLE {record.error}"
@@ -62,6 +66,7 @@ COLUMNS = (
     "event_id",
     "error",
     "event",
+    "deadletter",
 )
 
 
@@ -80,6 +85,7 @@ def record_row(record: ReplayedRecord) -> dict[str, Any]:
         "event_id": str(event.event_id) if event else None,
         "error": record.error,
         "event": event.model_dump_json() if event else None,
+        "deadletter": record.deadletter.model_dump_json() if record.deadletter else None,
     }
 
 
@@ -93,9 +99,17 @@ def record_json(record: ReplayedRecord) -> dict[str, Any]:
     }
     if record.event is not None:
         line["event"] = record.event.model_dump(mode="json")
+    elif record.deadletter is not None:
+        line["deadletter"] = record.deadletter.model_dump(mode="json")
     else:
         line["error"] = record.error
     return line
+
+
+def _letter(letter: DeadLetter) -> str:
+    """What a dead letter says, in one line (not its bytes)."""
+    origin = f"{letter.original_topic}/{letter.original_partition}@{letter.original_offset}"
+    return f"of {origin} by {letter.detected_by}: {letter.reason}"
 
 
 class RecordWriter(Protocol):
@@ -208,6 +222,9 @@ class TableWriter:
         where = f"{record.topic}/{record.partition}@{record.offset}"
         stamp = record.occurred_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         event = record.event
+        if record.deadletter is not None:
+            self._table.add_row(stamp, where, "deadletter", "-", "-", _letter(record.deadletter))
+            return
         if event is None:
             self._table.add_row(stamp, where, "UNDECODABLE", "-", "-", record.error or "")
             return

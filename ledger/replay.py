@@ -10,6 +10,7 @@ from aiokafka import TopicPartition
 
 from events.codec import EventDecodeError, decode
 from events.committed_log import CommittedLog
+from events.deadletter import DeadLetter
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
 
@@ -27,12 +28,16 @@ class ReplayedRecord:
     timestamp_ms: int
     event: AnyExecutionEvent | AnyDeliveryEvent | None
     error: str | None
+    # A record of ``ledger.deadletter``: what could not be used, where it was, and why.
+    deadletter: DeadLetter | None = None
 
     @property
     def occurred_at(self) -> datetime:
-        """The event's time, or the broker's record time for an undecodable record."""
+        """The event's time (or the dead letter's), else the broker's record time."""
         if self.event is not None:
             return self.event.occurred_at
+        if self.deadletter is not None:
+            return self.deadletter.occurred_at
         return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
 
 
@@ -127,11 +132,15 @@ async def replay(
 
 def _decoded(message: object) -> ReplayedRecord:
     value = getattr(message, "value", None)
+    deadletter = None
     try:
         event = decode(value)
         error = None
     except EventDecodeError as exc:
         event, error = None, exc.reason
+        deadletter = _deadletter(value)
+        if deadletter is not None:
+            error = None
     return ReplayedRecord(
         topic=getattr(message, "topic", ""),
         partition=getattr(message, "partition", -1),
@@ -139,4 +148,15 @@ def _decoded(message: object) -> ReplayedRecord:
         timestamp_ms=getattr(message, "timestamp", 0),
         event=event,
         error=error,
+        deadletter=deadletter,
     )
+
+
+def _deadletter(value: object) -> DeadLetter | None:
+    """``value`` read as a dead letter, or None when it is not one."""
+    if not isinstance(value, bytes) or b'"deadletter"' not in value:
+        return None
+    try:
+        return DeadLetter.model_validate_json(value)
+    except ValueError:
+        return None

@@ -67,9 +67,7 @@ def hostile(draw: Any) -> bytes:
     elif kind == "unicode edge":
         field = draw(st.sampled_from(sorted(k for k, v in record.items() if isinstance(v, str))))
         record[field] = draw(st.sampled_from(["\ud800", "\x00", "\u202e", "a" * 5000, "\ufeff"]))
-        return json.dumps(record, ensure_ascii=draw(st.booleans())).encode(
-            "utf-8", "surrogatepass"
-        )
+        return json.dumps(record, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
     elif kind == "oversized":
         record["payload"] = "x" * (1024 * 1024)
     return json.dumps(record).encode()

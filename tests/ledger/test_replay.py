@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from events.codec import decode
+from events.deadletter import DeadLetter
 from events.settings import Settings
 from tests.fixtures.broker import ReadTopic
 from tests.ledger.test_cli import ledger
@@ -143,3 +145,43 @@ async def test_table_and_progress(settings: Settings, monkeypatch: pytest.Monkey
     quiet = ledger(settings, "replay", "--run-id", "run-b")
     assert quiet.stderr == ""  # a short replay has no progress bar
     assert quiet.stdout.count("\n") == 3
+
+
+async def test_dead_letters_replay_decoded(settings: Settings, tmp_path: Path) -> None:
+    """``replay -t ledger.deadletter`` said UNDECODABLE for every dead letter; it shows
+    what was refused, where it came from, who refused it and why (never its bytes)."""
+    letter = DeadLetter.of(
+        reason="value nests deeper than 64 levels",
+        topic=settings.topic_deliveries,
+        partition=3,
+        offset=41,
+        key=b"k",
+        value=b"[" * 5000 + b"]" * 5000,
+        detected_by="w1@host",
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.topic_deadletter, letter.model_dump_json().encode(), key=b"k"
+        )
+    finally:
+        await producer.stop()
+    origin = f"of {settings.topic_deliveries}/3@41 by w1@host: value nests deeper than 64 levels"
+    line = ledger(settings, "replay", "-t", settings.topic_deadletter)
+    assert line.returncode == 0, line.stderr
+    assert f"deadletter {origin}" in line.stdout
+    assert "UNDECODABLE" not in line.stdout
+    assert "[[[[" not in line.stdout
+    jsonl = ledger(settings, "replay", "-t", settings.topic_deadletter, "--format", "jsonl")
+    [record] = [json.loads(x) for x in jsonl.stdout.splitlines()]
+    assert DeadLetter.model_validate(record["deadletter"]) == letter
+    csv_path = tmp_path / "letters.csv"
+    done = ledger(
+        settings, "replay", "-t", settings.topic_deadletter, "--format", "csv", "-o", str(csv_path)
+    )
+    assert done.returncode == 0, done.stderr
+    with csv_path.open(newline="", encoding="utf-8") as f:
+        [row] = list(csv.DictReader(f))
+    assert DeadLetter.model_validate_json(row["deadletter"]) == letter
+    assert row["error"] == ""
