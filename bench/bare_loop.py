@@ -45,7 +45,9 @@ async def run(args: argparse.Namespace) -> None:
     )
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, acks=1, linger_ms=5)
     # The worker's own client factory: same pool, timeouts and httpcore workaround.
-    client = create_http_client(Settings(send_concurrency=args.concurrency))
+    client = create_http_client(
+        Settings(send_concurrency=args.concurrency, allowed_networks=["127.0.0.0/8"])
+    )
     slots = asyncio.Semaphore(args.concurrency)
     tasks: set[asyncio.Task[None]] = set()
     stop = asyncio.Event()

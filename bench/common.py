@@ -66,6 +66,7 @@ def local_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[tuple[Settings,
         broker_port=port,
         controller_port=port + 1,
         data_dir=tmp / "data",
+        allowed_networks=["127.0.0.0/8"],  # the bench receivers listen on 127.0.0.1
     )
     broker = LocalBroker(settings)
     try:

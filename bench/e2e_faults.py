@@ -248,6 +248,7 @@ def main() -> None:
         broker_port=29292,
         controller_port=29293,
         data_dir=tmp / "data",
+        allowed_networks=["127.0.0.0/8"],  # the bench receiver listens on 127.0.0.1
         topic_runs=f"bench.runs.{tag}",
         topic_deliveries=f"bench.deliveries.{tag}",
         topic_deadletter=f"bench.dl.{tag}",

@@ -39,6 +39,8 @@ class ErrorClass(enum.StrEnum):
     SENT_UNCONFIRMED = "sent_unconfirmed"
     # A lookup was answered "received, still processing" too many times.
     STILL_PROCESSING = "still_processing"
+    # The recipient resolves to an address deliveries may not reach (SSRF guard): final.
+    BLOCKED_ADDRESS = "blocked_address"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 

@@ -8,6 +8,7 @@ from platformdirs import user_cache_dir, user_data_dir
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from events.addresses import parse_network
 from events.retry_policy import RetryPolicy, for_channel
 
 
@@ -61,6 +62,12 @@ class Settings(BaseSettings):
     # {"webhook": {"base_delay_s": 5, "max_attempts": 4}}
     retry_policies: dict[str, RetryPolicy] = Field(default_factory=dict)
 
+    # Addresses a delivery may make us contact beyond the globally routable ones (events/
+    # addresses.py), as JSON lists: networks (CIDR or single addresses) and host names.
+    # Empty by default: loopback, private, link-local and the like are refused.
+    allowed_networks: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] = Field(default_factory=list)
+
     # Outbound HTTP (httpx): timeouts and the pool shared by all sends of one worker.
     http_connect_timeout_s: float = Field(default=2.0, gt=0)
     http_timeout_s: float = Field(default=5.0, gt=0)
@@ -107,6 +114,13 @@ class Settings(BaseSettings):
 
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks_parse(cls, value: list[str]) -> list[str]:
+        for network in value:
+            parse_network(network)  # ValueError names the bad entry
+        return value
 
     @field_validator("retry_policies", mode="before")
     @classmethod

@@ -126,6 +126,8 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                 **settings.webhook_endpoints,
                 f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
             },
+            # The demo's receivers listen on 127.0.0.1: allowed explicitly (SSRF guard).
+            "allowed_networks": [*settings.allowed_networks, "127.0.0.0/8"],
             "http_timeout_s": 1.0,
             "send_deadline_s": 2.0,
             "clock_skew_margin_s": 1.0,

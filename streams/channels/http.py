@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import httpcore
 import httpx
 
+from events.addresses import AddressPolicy
 from events.settings import Settings
+from streams.channels.address_guard import GuardedBackend
 
 USER_AGENT = "delivery-ledger/0.1"
 
@@ -28,9 +31,10 @@ def create_http_client(settings: Settings) -> httpx.AsyncClient:
         # server is closing turns a clean send into "reset after write", i.e. an UNKNOWN.
         keepalive_expiry=2.0,
     )
+    policy = AddressPolicy(settings.allowed_networks, settings.allowed_hosts)
     return httpx.AsyncClient(
         timeout=timeout,
-        limits=limits,
+        transport=_GuardedTransport(limits, policy),
         # No proxies from the environment: "connection refused, nothing left" is only
         # true when we connect to the receiver itself, not to a proxy in between.
         trust_env=False,
@@ -38,3 +42,17 @@ def create_http_client(settings: Settings) -> httpx.AsyncClient:
         follow_redirects=False,
         headers={"user-agent": USER_AGENT},
     )
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a pool whose sockets go only to checked addresses."""
+
+    def __init__(self, limits: httpx.Limits, policy: AddressPolicy) -> None:
+        super().__init__(limits=limits, trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=GuardedBackend(policy),
+        )

@@ -22,6 +22,7 @@ import httpx
 from pydantic import JsonValue
 
 from events.outcomes import ErrorClass
+from streams.channels.address_guard import BlockedAddress
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
@@ -43,6 +44,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def _connect_error_class(exc: httpx.ConnectError) -> ErrorClass:
     for cause in _causes(exc):
+        if isinstance(cause, BlockedAddress):
+            return ErrorClass.BLOCKED_ADDRESS
         if isinstance(cause, socket.gaierror):
             return ErrorClass.DNS_FAILURE
         if isinstance(cause, ConnectionRefusedError):
@@ -62,7 +65,11 @@ def transport_failure(exc: httpx.RequestError, what: str) -> SendResult:
     if isinstance(exc, httpx.PoolTimeout):
         return SendResult(SendOutcome.NOT_SENT, detail, ErrorClass.POOL_TIMEOUT)
     if isinstance(exc, httpx.ConnectError):
-        return SendResult(SendOutcome.NOT_SENT, detail, _connect_error_class(exc))
+        error_class = _connect_error_class(exc)
+        if error_class is ErrorClass.BLOCKED_ADDRESS:
+            # Nothing was sent, and nothing ever will be: the address stays what it is.
+            return SendResult(SendOutcome.REJECTED, detail, error_class)
+        return SendResult(SendOutcome.NOT_SENT, detail, error_class)
     if isinstance(exc, httpx.UnsupportedProtocol):
         return SendResult(SendOutcome.REJECTED, detail, ErrorClass.INVALID_RECIPIENT)
     if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):

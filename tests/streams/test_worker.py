@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from events import DeliverySpec, Publisher
 from events.delivery_state import Status
+from events.outcomes import ErrorClass
 from events.ports import free_port
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
@@ -78,3 +79,33 @@ async def test_happy_path_every_delivery_confirmed_once(
     assert samples[("ledger_worker_send_seconds_count", (("channel", "provider"),))] == 1
     assert samples[("ledger_worker_owned_partitions", ())] == settings.partitions
     assert samples[("ledger_worker_dead_lettered_total", ())] == 0
+
+
+async def test_a_recipient_on_an_internal_address_fails_blocked_and_is_never_contacted(
+    worker_factory: WorkerFactory, receiver: BackgroundSimulator, ledger_view: LedgerView
+) -> None:
+    """The receiver listens on 127.0.0.1, which this worker does not allow: an agent's
+    recipient pointing there (a model's output, say) must not make the worker call it."""
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    keys = await publish(
+        settings,
+        "run-internal",
+        [
+            DeliverySpec(channel="webhook", recipient=receiver.webhook_url("admin"), payload={}),
+            DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={}),
+        ],
+    )
+    worker = worker_factory.start("w1", allowed_networks=[])
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        return await settled(ledger_view, keys, Status.FAILED)
+
+    await wait_for(done, 60, "both deliveries FAILED")
+    states = await ledger_view()
+    for key in keys:
+        assert states[key].last_error_class is ErrorClass.BLOCKED_ADDRESS
+        assert "127.0.0.1, a loopback address" in (states[key].last_reason or "")
+        assert states[key].attempt == 1  # no retry: the address stays what it is
+    assert receiver.requests() == []

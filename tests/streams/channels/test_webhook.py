@@ -22,7 +22,7 @@ from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
 from tests.streams.channels.support import outbound, read_request
 
-FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5)
+FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5, allowed_networks=["127.0.0.0/8"])
 
 
 @pytest.fixture

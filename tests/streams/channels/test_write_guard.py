@@ -22,7 +22,12 @@ from streams.channels.webhook import WebhookChannel
 from streams.channels.write_guard import WriteGuard
 from tests.streams.channels.support import outbound, read_request
 
-DEADLINE = Settings(http_timeout_s=1.0, http_connect_timeout_s=0.5, send_deadline_s=1.0)
+DEADLINE = Settings(
+    http_timeout_s=1.0,
+    http_connect_timeout_s=0.5,
+    send_deadline_s=1.0,
+    allowed_networks=["127.0.0.0/8"],
+)
 Raw = Callable[[Callable[[socket.socket], None]], str]
 
 
