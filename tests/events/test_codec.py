@@ -192,3 +192,48 @@ def test_tampered_key_or_hash_is_rejected() -> None:
     record["payload"] = {"text": "changed"}
     with pytest.raises(EventDecodeError, match="payload_hash does not match"):
         decode(json.dumps(record).encode())
+
+
+@pytest.mark.parametrize(
+    ("recipient", "says"),
+    [
+        ("https://admin:s3cr3t@hooks.example/x", "carries credentials (user:password@)"),
+        ("https://admin@hooks.example/x", "carries credentials (user:password@)"),
+        ("https://hooks.example/x?api_key=K123", "a credential in its query (api_key=...)"),
+        ("https://hooks.example/x?a=1&access_token=K123", "(access_token=...)"),
+        ("https://hooks.example/x?client_secret=K123", "(client_secret=...)"),
+        ("https://hooks.example/x?password=K123", "(password=...)"),
+    ],
+)
+def test_a_recipient_with_credentials_is_refused_without_repeating_them(
+    recipient: str, says: str
+) -> None:
+    """A recipient is kept in the log forever and shown everywhere: credentials belong in
+    the endpoint's settings, and the error must not echo them either."""
+    with pytest.raises(ValueError, match="endpoint's settings") as caught:
+        new_delivery_requested(
+            run_id="r",
+            event_type="run.succeeded",
+            channel="webhook",
+            recipient=recipient,
+            payload={},
+            slo_seconds=60,
+            producer="p",
+        )
+    message = str(caught.value)
+    assert says in message
+    assert "s3cr3t" not in message
+    assert "K123" not in message
+
+
+def test_ordinary_query_parameters_stay_allowed() -> None:
+    request = new_delivery_requested(
+        run_id="r",
+        event_type="run.succeeded",
+        channel="webhook",
+        recipient="https://hooks.example/x?team=ops&keyboard=1&monkey=2",
+        payload={},
+        slo_seconds=60,
+        producer="p",
+    )
+    assert request.recipient.endswith("monkey=2")
