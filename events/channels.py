@@ -26,8 +26,7 @@ _ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_WEBHOOK_END
 
 
 def check_recipient(channel: str, recipient: str) -> str:
-    """Both channels address an http(s) URL with a host, and no credentials: a recipient
-    is kept in the log forever and shown in the dashboard, replay and evidence."""
+    """Both channels address an http(s) URL with a host."""
     check_channel(channel)
     parts = urlsplit(recipient)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -39,14 +38,22 @@ def check_recipient(channel: str, recipient: str) -> str:
         raise ValueError(
             f"recipient URL is malformed or longer than 2000 characters: {shown(recipient)!r}"
         )
+    return recipient
+
+
+def credentials_in(recipient: str) -> str | None:
+    """Why ``recipient`` may not be requested: it carries credentials, which would be
+    kept in the log forever and shown in the dashboard, replay and evidence. None if not.
+
+    Checked where a request is made (the SDK, and the worker before it claims), not when
+    an event is read: events already in the log must stay readable."""
+    parts = urlsplit(recipient)
     if parts.username is not None or parts.password is not None:
-        raise ValueError(f"recipient URL carries credentials (user:password@): {_ENDPOINT_HINT}")
+        return f"recipient URL carries credentials (user:password@): {_ENDPOINT_HINT}"
     for name, _ in parse_qsl(parts.query, keep_blank_values=True):
         if _SECRET_PARAM.search(name.lower()):
-            raise ValueError(
-                f"recipient URL carries a credential in its query ({name}=...): {_ENDPOINT_HINT}"
-            )
-    return recipient
+            return f"recipient URL carries a credential in its query ({name}=...): {_ENDPOINT_HINT}"
+    return None
 
 
 def shown(url: str) -> str:

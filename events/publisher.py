@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from events.base import Event, check_run_id
-from events.channels import check_channel, check_recipient
+from events.channels import check_channel, check_recipient, credentials_in
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
@@ -40,7 +40,8 @@ class PublishRejected(ValueError):
 class DeliverySpec(BaseModel):
     """One delivery an agent asks for: a channel, a recipient and a JSON payload."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Inputs stay out of error texts: a recipient may carry a secret, a payload anything.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     channel: str
     recipient: str
@@ -59,6 +60,8 @@ class DeliverySpec(BaseModel):
         channel = info.data.get("channel")
         if channel is None:
             return value
+        if (why := credentials_in(value)) is not None:
+            raise ValueError(why)
         return check_recipient(channel, value)
 
     @classmethod

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from events.base import Event
+from events.channels import credentials_in
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
@@ -145,8 +146,10 @@ class DeliveryProcessor:
         if record.key is not None and record.key != event.idempotency_key.encode():
             await self._reject(record, "record key does not match the event's idempotency_key")
             return
-        if isinstance(event, DeliveryRequested) and (too_big := self._oversized(record, event)):
-            await self._reject(record, too_big)
+        if isinstance(event, DeliveryRequested) and (
+            refused := self._oversized(record, event) or credentials_in(event.recipient)
+        ):
+            await self._reject(record, refused)
             return
         key = event.idempotency_key
         before = self._store.get(key)
@@ -170,6 +173,8 @@ class DeliveryProcessor:
                 await self._append_claims(decided)
                 if isinstance(decided[0], DeliveryClaimed):
                     self._claims_out.add(key)
+                    # The tick must not propose the same claim again before it is read back.
+                    self._proposed[key] = _proposal(after, decided)
             # else: no room now; it stays PENDING and a timer claims it when there is.
         elif self._is_my_live_claim(before, after, event):
             self._sender.submit_send(after, record.partition)

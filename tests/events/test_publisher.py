@@ -218,3 +218,13 @@ async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -
     events = await read_topic(settings.topic_runs)
     assert sorted(e.type for e in events) == ["run.failed", "run.marked_unknown", "run.started"]  # type: ignore[attr-defined]
     assert await read_topic(settings.topic_deliveries) == []
+
+
+@pytest.mark.parametrize(
+    "recipient",
+    ["https://admin:s3cr3t@hooks.example/x", "https://hooks.example/x?api_key=s3cr3t"],
+)
+def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipient: str) -> None:
+    with pytest.raises(ValueError, match="put credentials in the endpoint's settings") as caught:
+        DeliverySpec(channel="webhook", recipient=recipient, payload={})
+    assert "s3cr3t" not in str(caught.value)
