@@ -11,8 +11,43 @@ from events.codec import encode
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
 from events.keys import canonical_json
+from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
-from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
+
+
+async def after_the_bad_records(
+    settings: Settings,
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+    read_topic: object,
+    run_id: str,
+) -> tuple[str, WorkerProcess, dict[tuple[int, int], DeadLetter]]:
+    """Publish one good delivery behind the bad records, start a worker, and wait until it
+    is CONFIRMED and two dead letters are out: the key, the worker and the dead letters by
+    their original (partition, offset)."""
+    async with Publisher(settings) as publisher:
+        requests = await publisher.run_succeeded(
+            run_id,
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url(run_id), payload={})],
+        )
+    key = requests[0].idempotency_key
+    worker = worker_factory.start("w1")
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        states = await ledger_view()
+        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
+
+    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
+    letters = [
+        DeadLetter.model_validate_json(m.value)
+        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+    ]
+    return key, worker, {(d.original_partition, d.original_offset): d for d in letters}
 
 
 async def test_bad_records_are_dead_lettered_and_processing_continues(
@@ -37,27 +72,9 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
         )
     finally:
         await producer.stop()
-    async with Publisher(settings) as publisher:
-        requests = await publisher.run_succeeded(
-            "run-after-bad",
-            "h",
-            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("a"), payload={})],
-        )
-    key = requests[0].idempotency_key
-    worker = worker_factory.start("w1")
-
-    async def done() -> bool:
-        assert worker.alive(), worker.output()[-3000:]
-        states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
-        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
-
-    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
-    letters = [
-        DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)
-    ]  # type: ignore[operator]
-    by_offset = {(d.original_partition, d.original_offset): d for d in letters}
+    key, _worker, by_offset = await after_the_bad_records(
+        settings, worker_factory, receiver, ledger_view, read_topic, "run-after-bad"
+    )
     first = by_offset[(0, garbage.offset)]
     assert first.original_topic == settings.topic_deliveries
     assert "not JSON" in first.reason
@@ -104,29 +121,9 @@ async def test_a_deep_or_oversized_record_is_dead_lettered_not_a_crash(
         )
     finally:
         await producer.stop()
-    async with Publisher(settings) as publisher:
-        requests = await publisher.run_succeeded(
-            "run-after-deep",
-            "h",
-            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("b"), payload={})],
-        )
-    key = requests[0].idempotency_key
-    worker = worker_factory.start("w1")
-
-    async def done() -> bool:
-        assert worker.alive(), worker.output()[-3000:]
-        states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
-        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
-
-    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
-    letters = {
-        (d.original_partition, d.original_offset): d
-        for d in (
-            DeadLetter.model_validate_json(m.value)
-            for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
-        )
-    }
+    key, worker, letters = await after_the_bad_records(
+        settings, worker_factory, receiver, ledger_view, read_topic, "run-after-deep"
+    )
     assert "nests deeper than 64 levels" in letters[(0, deep.offset)].reason
     size, limit = len(canonical_json(huge.payload)), settings.max_payload_bytes
     assert f"payload is {size} bytes, over the limit of {limit}" in letters[(0, big.offset)].reason
