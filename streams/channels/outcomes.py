@@ -24,10 +24,10 @@ from pydantic import JsonValue
 from events.outcomes import ErrorClass
 from streams.channels.address_guard import BlockedAddress
 from streams.channels.base import LookupResult, SendOutcome, SendResult
+from streams.channels.excerpt import excerpt
 from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is small; never buffer an unbounded one
-_EXCERPT = 200
 
 # httpcore's own message for EOF before any response byte (``RemoteProtocolError``).
 _DISCONNECTED = "disconnected without sending a response"
@@ -119,8 +119,8 @@ class Answer:
         return value if isinstance(value, dict) else None
 
     def excerpt(self) -> str:
-        """The start of the body, for evidence (never the whole thing)."""
-        text = self.body[:_EXCERPT].decode("utf-8", errors="replace").strip()
+        """A short, sanitized start of the body, for evidence (streams/channels/excerpt.py)."""
+        text = excerpt(self.body)
         return f"{text} (body read failed: {self.body_error})" if self.body_error else text
 
 
