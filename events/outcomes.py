@@ -41,6 +41,9 @@ class ErrorClass(enum.StrEnum):
     STILL_PROCESSING = "still_processing"
     # The recipient resolves to an address deliveries may not reach (SSRF guard): final.
     BLOCKED_ADDRESS = "blocked_address"
+    # A well-formed request the worker will not send (events/admission.py): a payload over
+    # the limit, credentials in the recipient. Written by a raw producer; never retried.
+    REFUSED_REQUEST = "refused_request"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 

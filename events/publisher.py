@@ -22,13 +22,13 @@ from typing import Any, Self
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from events.admission import payload_too_large
 from events.base import Event, check_run_id
 from events.channels import check_channel, check_recipient, credentials_in
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
-from events.keys import canonical_json
 from events.settings import Settings
 from events.topics import record_key
 
@@ -203,12 +203,8 @@ class Publisher:
         requests: list[DeliveryRequested] = []
         seen: dict[str, int] = {}
         for index, spec in enumerate(deliveries, start=1):
-            size = len(canonical_json(spec.payload))
-            if size > self._settings.max_payload_bytes:
-                raise PublishRejected(
-                    f"delivery {index}: payload is {size} bytes, over the limit of "
-                    f"{self._settings.max_payload_bytes} (LEDGER_MAX_PAYLOAD_BYTES)"
-                )
+            if too_large := payload_too_large(spec.payload, self._settings.max_payload_bytes):
+                raise PublishRejected(f"delivery {index}: {too_large}")
             request = new_delivery_requested(
                 run_id=run_id,
                 event_type=spec.event_type,

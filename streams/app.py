@@ -135,6 +135,7 @@ class Worker:
             owns=self.owned.__contains__,
             deadline_s=settings.send_deadline_s,
             skew_margin_s=settings.clock_skew_margin_s,
+            max_payload_bytes=settings.max_payload_bytes,
             faults=settings.faults,
             metrics=self.metrics,
         )
@@ -155,7 +156,6 @@ class Worker:
             continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,
-            max_payload_bytes=settings.max_payload_bytes,
         )
         self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)

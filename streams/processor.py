@@ -15,12 +15,10 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from events.base import Event
-from events.channels import credentials_in
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
-from events.keys import canonical_json
 from streams.decisions import Context, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
@@ -97,12 +95,8 @@ class DeliveryProcessor:
         continuous: Callable[[int], bool] = lambda _partition: True,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
-        max_payload_bytes: int = 256 * 1024,
     ) -> None:
         self.ctx = ctx
-        # The SDK's limit, enforced here too: anyone who can write to the topic can write
-        # a request the SDK would have refused.
-        self._max_payload_bytes = max_payload_bytes
         # Admission control: claims this worker proposed and has not read back, plus the
         # sends and lookups it runs, stay under this. A claim read back after its lease
         # could only be refused; a backlog of them would expire faster than it is sent.
@@ -122,17 +116,6 @@ class DeliveryProcessor:
         self._clock = clock
         self._proposed: dict[str, tuple[str, int, int, str]] = {}
 
-    def _oversized(self, record: Record, event: DeliveryRequested) -> str | None:
-        if len(record.value or b"") <= self._max_payload_bytes:
-            return None  # the whole record is smaller than the limit: so is its payload
-        size = len(canonical_json(event.payload))
-        if size <= self._max_payload_bytes:
-            return None
-        return (
-            f"payload is {size} bytes, over the limit of {self._max_payload_bytes} "
-            "(LEDGER_MAX_PAYLOAD_BYTES)"
-        )
-
     async def handle(self, record: Record) -> None:
         """Process one record in partition order."""
         try:
@@ -145,11 +128,6 @@ class DeliveryProcessor:
             return
         if record.key is not None and record.key != event.idempotency_key.encode():
             await self._reject(record, "record key does not match the event's idempotency_key")
-            return
-        if isinstance(event, DeliveryRequested) and (
-            refused := self._oversized(record, event) or credentials_in(event.recipient)
-        ):
-            await self._reject(record, refused)
             return
         key = event.idempotency_key
         before = self._store.get(key)

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from events.admission import refusal
 from events.base import Event
 from events.delivery_state import DeliveryState, Status
 from events.faults import crash_if_enabled
@@ -66,6 +67,7 @@ class Sender:
         owns: Callable[[int], bool],
         deadline_s: float,
         skew_margin_s: float,
+        max_payload_bytes: int = 256 * 1024,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
     ) -> None:
@@ -78,6 +80,9 @@ class Sender:
         self._owns = owns
         self._deadline_s = deadline_s
         self._margin_s = skew_margin_s
+        # The SDK's rules, applied again: anyone who can write to the topic can append a
+        # request the SDK would have refused (events/admission.py).
+        self._max_payload_bytes = max_payload_bytes
         self._faults = faults
         self._metrics = metrics
         # Bounded memory of what this process started: a claim re-read after a rebalance
@@ -237,7 +242,7 @@ class Sender:
             async with self._slots:
                 crash_if_enabled(BEFORE_SEND, self._faults)
                 began = time.perf_counter()
-                result = await self._channels[state.channel].send(self._outbound(state), work.guard)
+                result = await self._send_admitted(state, work)
         except asyncio.CancelledError:
             if work.stopped is None or work.guard.written:
                 raise
@@ -257,6 +262,12 @@ class Sender:
             log.info("send of %s (token %d) refused: %s", work.key, work.token, result.evidence)
         events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
         await self._append(events)
+
+    async def _send_admitted(self, state: DeliveryState, work: _Work) -> SendResult:
+        why = refusal(state.recipient, state.payload, self._max_payload_bytes)
+        if why is not None:
+            return SendResult(SendOutcome.REJECTED, f"not sent: {why}", ErrorClass.REFUSED_REQUEST)
+        return await self._channels[state.channel].send(self._outbound(state), work.guard)
 
     async def _lookup(self, state: DeliveryState) -> None:
         async with self._slots:

@@ -6,8 +6,11 @@ import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
-from events.delivery import DeliveryNotSent
-from events.delivery_state import DeliveryState, apply
+import pytest
+
+from events.delivery import DeliveryFailed, DeliveryNotSent, new_delivery_requested
+from events.delivery_state import DeliveryState, Status, apply
+from events.outcomes import ErrorClass
 from streams.decisions import claim
 from streams.sender import Sender
 from tests.fixtures.core import (
@@ -31,6 +34,7 @@ def sender_for(
     *,
     owned: set[int] | None = None,
     concurrency: int = 4,
+    max_payload_bytes: int = 256 * 1024,
 ) -> Sender:
     owned = {0} if owned is None else owned
     return Sender(
@@ -43,6 +47,7 @@ def sender_for(
         owns=owned.__contains__,
         deadline_s=10.0,
         skew_margin_s=2.0,
+        max_payload_bytes=max_payload_bytes,
     )
 
 
@@ -156,3 +161,53 @@ async def test_a_lookup_taken_back_by_a_revocation_may_be_asked_again(
     channel.hold.set()
     await sender.drain(5)
     assert channel.looked_up == [state.idempotency_key]
+
+
+@pytest.mark.parametrize(
+    ("recipient", "payload", "says"),
+    [
+        ("https://admin:s3cr3t@hooks.example/x", {}, "carries credentials (user:password@)"),
+        ("https://hooks.example/x?api_key=s3cr3t", {}, "a credential in its query (api_key=...)"),
+        ("https://hooks.example/x?a=1&access_token=s3cr3t", {}, "(access_token=...)"),
+        ("https://hooks.example/x?client_secret=s3cr3t", {}, "(client_secret=...)"),
+        ("https://hooks.example/x", {"blob": "x" * 300}, "over the limit of 256"),
+    ],
+)
+async def test_a_request_the_sdk_would_refuse_fails_unsent_with_the_reason(
+    fake_channel: FakeChannel,
+    memory_store: MemoryStore,
+    clock: Clock,
+    appended: Appended,
+    recipient: str,
+    payload: object,
+    says: str,
+) -> None:
+    """Written by a raw producer (the SDK refuses it): nothing leaves, and the delivery is
+    FAILED with why (never the secret), not retried, not left PENDING."""
+    state = apply(
+        None,
+        new_delivery_requested(
+            run_id="r",
+            event_type="run.succeeded",
+            channel="webhook",
+            recipient=recipient,
+            payload=payload,  # type: ignore[arg-type]
+            slo_seconds=60,
+            producer="raw",
+        ),
+    )
+    assert state is not None
+    after = apply(state, claim(state, clock(), CTX))
+    assert after is not None
+    memory_store.put(after.idempotency_key, after)
+    sender = sender_for(fake_channel, memory_store, clock, appended, max_payload_bytes=256)
+    assert sender.submit_send(after, 0)
+    await sender.drain(5)
+    assert fake_channel.received == []
+    [failed] = appended.of(DeliveryFailed)
+    assert failed.error_class is ErrorClass.REFUSED_REQUEST  # type: ignore[attr-defined]
+    assert says in failed.reason  # type: ignore[attr-defined]
+    assert "s3cr3t" not in failed.reason  # type: ignore[attr-defined]
+    final = apply(after, failed)
+    assert final is not None
+    assert final.status is Status.FAILED

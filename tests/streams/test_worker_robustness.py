@@ -11,6 +11,7 @@ from events.codec import encode
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
 from events.keys import canonical_json
+from events.outcomes import ErrorClass
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
@@ -23,9 +24,10 @@ async def after_the_bad_records(
     ledger_view: LedgerView,
     read_topic: object,
     run_id: str,
+    dead_letters: int = 2,
 ) -> tuple[str, WorkerProcess, dict[tuple[int, int], DeadLetter]]:
     """Publish one good delivery behind the bad records, start a worker, and wait until it
-    is CONFIRMED and two dead letters are out: the key, the worker and the dead letters by
+    is CONFIRMED and ``dead_letters`` are out: the key, the worker and the dead letters by
     their original (partition, offset)."""
     async with Publisher(settings) as publisher:
         requests = await publisher.run_succeeded(
@@ -40,9 +42,10 @@ async def after_the_bad_records(
         assert worker.alive(), worker.output()[-3000:]
         states = await ledger_view()
         letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
-        return key in states and states[key].status is Status.CONFIRMED and len(letters) >= 2
+        confirmed = key in states and states[key].status is Status.CONFIRMED
+        return confirmed and len(letters) >= dead_letters
 
-    await wait_for(done, 90, "the good delivery CONFIRMED and two dead letters")
+    await wait_for(done, 90, f"the good delivery CONFIRMED and {dead_letters} dead letters")
     letters = [
         DeadLetter.model_validate_json(m.value)
         for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
@@ -85,25 +88,34 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
     assert receiver.accepted(key) == 1
 
 
-async def test_a_deep_or_oversized_record_is_dead_lettered_not_a_crash(
+async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
     read_topic: object,
 ) -> None:
     """Written by a raw producer, as anyone with write access to the topic can: a 10 KB
-    record nested 5,000 deep (the worker used to exit 70 on it at every restart) and a
-    well-formed request with a 700 KB payload (the SDK refuses it; the worker sent it)."""
+    record nested 5,000 deep (the worker used to exit 70 on it at every restart) is dead-
+    lettered; well-formed requests the SDK refuses (a 700 KB payload, credentials in the
+    recipient; the worker used to send them) are FAILED ``refused_request`` with the reason,
+    and nothing reaches the receiver."""
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
+    common = {"event_type": "run.succeeded", "channel": "webhook", "slo_seconds": 60}
     huge = new_delivery_requested(
         run_id="run-huge",
-        event_type="run.succeeded",
-        channel="webhook",
         recipient=receiver.webhook_url("huge"),
         payload={"blob": "x" * 700_000},
-        slo_seconds=60,
         producer="raw",
+        **common,  # type: ignore[arg-type]
+    )
+    secret_url = receiver.webhook_url("creds").replace("http://", "http://admin:s3cr3tpw@")
+    creds = new_delivery_requested(
+        run_id="run-creds",
+        recipient=secret_url + "?api_key=K123secret",
+        payload={},
+        producer="raw",
+        **common,  # type: ignore[arg-type]
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers, max_request_size=2 * 1024 * 1024
@@ -113,23 +125,40 @@ async def test_a_deep_or_oversized_record_is_dead_lettered_not_a_crash(
         deep = await producer.send_and_wait(
             settings.topic_deliveries, b"[" * 5000 + b"]" * 5000, key=b"d1", partition=0
         )
-        big = await producer.send_and_wait(
-            settings.topic_deliveries,
-            encode(huge),
-            key=huge.idempotency_key.encode(),
-            partition=0,
-        )
+        for request in (huge, creds):
+            await producer.send_and_wait(
+                settings.topic_deliveries,
+                encode(request),
+                key=request.idempotency_key.encode(),  # its own partition, as claims use
+            )
     finally:
         await producer.stop()
     key, worker, letters = await after_the_bad_records(
-        settings, worker_factory, receiver, ledger_view, read_topic, "run-after-deep"
+        settings, worker_factory, receiver, ledger_view, read_topic, "run-after-deep", 1
     )
     assert "nests deeper than 64 levels" in letters[(0, deep.offset)].reason
+
+    async def both_failed() -> bool:
+        states = await ledger_view()
+        return all(
+            r.idempotency_key in states and states[r.idempotency_key].status is Status.FAILED
+            for r in (huge, creds)
+        )
+
+    await wait_for(both_failed, 60, "both refused requests FAILED")
+    states = await ledger_view()
     size, limit = len(canonical_json(huge.payload)), settings.max_payload_bytes
-    assert f"payload is {size} bytes, over the limit of {limit}" in letters[(0, big.offset)].reason
+    too_big, with_creds = states[huge.idempotency_key], states[creds.idempotency_key]
+    assert too_big.last_error_class is ErrorClass.REFUSED_REQUEST
+    assert f"payload is {size} bytes, over the limit of {limit}" in (too_big.last_reason or "")
+    assert with_creds.last_error_class is ErrorClass.REFUSED_REQUEST
+    assert "carries credentials" in (with_creds.last_reason or "")
+    assert "s3cr3tpw" not in (with_creds.last_reason or "")
     assert receiver.requests(key=huge.idempotency_key) == []
+    assert receiver.requests(key=creds.idempotency_key) == []
     assert receiver.accepted(key) == 1
     assert "x" * 100 not in worker.output()  # no payload bytes in the log
+    assert "s3cr3tpw" not in worker.output()
 
 
 async def test_a_failing_agent_takes_the_worker_down_loudly(
