@@ -20,8 +20,7 @@ def payload_too_large(payload: JsonValue, max_payload_bytes: int) -> str | None:
     if size <= max_payload_bytes:
         return None
     return (
-        f"payload is {size} bytes, over the limit of {max_payload_bytes} "
-        "(LEDGER_MAX_PAYLOAD_BYTES)"
+        f"payload is {size} bytes, over the limit of {max_payload_bytes} (LEDGER_MAX_PAYLOAD_BYTES)"
     )
 
 

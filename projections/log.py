@@ -80,7 +80,9 @@ class LogReader:
                     # Past the end we were asked for: stop fetching this partition.
                     self._log.pause(tp)
                     break
-                records.append(decode_at(tp.topic, tp.partition, message.offset, message.value))
+                records.append(
+                    decode_at(tp.topic, tp.partition, message.offset, message.value, message.key)
+                )
         return records
 
     async def reached(self, until: Offsets) -> bool:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from events.settings import Settings
 from projections.backends import open_store
+from projections.deadletters import RunsDeadLetters
 from projections.fold import Batch
 from projections.log import LogReader
 from projections.records import LogRecord
@@ -38,6 +39,7 @@ class ProjectionStats:
     records: int = 0
     applied: int = 0
     skipped: int = 0
+    dead_lettered: int = 0
 
 
 async def project(
@@ -49,12 +51,15 @@ async def project(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
     observe: RecordObserver | None = None,
+    dead_letters: RunsDeadLetters | None = None,
 ) -> ProjectionStats:
     """Fold the log into ``store`` from its stored offsets.
 
     Runs until ``stop`` is set, or, with ``until``, until every partition is read up
     to those offsets (``"end"``: the last stable offsets when it starts). ``observe``
-    sees every record read, so a second fold can ride along on the same read.
+    sees every record read, so a second fold can ride along on the same read. With
+    ``dead_letters`` (the live projector), each batch's undecodable ``ledger.runs``
+    records are dead-lettered before the batch that skips them commits.
     """
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
@@ -83,6 +88,8 @@ async def project(
                 if records:
                     if observe is not None:
                         observe(records)
+                    if dead_letters is not None:
+                        stats.dead_lettered += await dead_letters.send(records)
                     stats.records += len(records)
                     writing = asyncio.ensure_future(
                         asyncio.to_thread(store.apply_records, records, settings.faults)

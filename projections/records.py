@@ -16,12 +16,18 @@ class LogRecord:
     position: Position
     event: AnyExecutionEvent | AnyDeliveryEvent | None
     reason: str | None = None
+    # The original bytes, kept only for an undecodable record (for its dead letter).
+    key: bytes | None = None
+    value: bytes | None = None
 
 
-def decode_at(topic: str, partition: int, offset: int, value: bytes | None) -> LogRecord:
-    """Decode one record value; an undecodable one keeps its reason instead of raising."""
+def decode_at(
+    topic: str, partition: int, offset: int, value: bytes | None, key: bytes | None = None
+) -> LogRecord:
+    """Decode one record value; an undecodable one keeps its reason and bytes instead of
+    raising."""
     where = Position(topic, partition, offset)
     try:
         return LogRecord(where, decode(value))
     except EventDecodeError as exc:
-        return LogRecord(where, None, exc.reason)
+        return LogRecord(where, None, exc.reason, key, value)

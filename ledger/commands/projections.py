@@ -19,6 +19,7 @@ from rich.table import Table
 
 from events.settings import Settings
 from projections.backends import default_dsn, open_store
+from projections.deadletters import RunsDeadLetters
 from projections.incident import run_view
 from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
 from projections.queries import status_report
@@ -247,7 +248,10 @@ async def _until_signalled(settings: Settings, store: Store, batch_size: int) ->
     for sig in (signal.SIGINT, signal.SIGTERM):
         # Finish (commit) the batch in hand, then return: Ctrl-C never splits a batch.
         loop.add_signal_handler(sig, stop.set)
-    return await project(settings, store, stop=stop, batch_size=batch_size)
+    async with RunsDeadLetters(settings) as dead_letters:
+        return await project(
+            settings, store, stop=stop, batch_size=batch_size, dead_letters=dead_letters
+        )
 
 
 def _print_status(report: dict[str, Any]) -> None:

@@ -10,12 +10,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from aiokafka import AIOKafkaProducer
+
+from events import DeadLetter, Publisher
 from events.settings import Settings
 from projections.backends import open_store
 from projections.projector import rebuild
 from projections.store import Dump, Offsets
 from tests.fixtures.postgres import DsnFactory
+from tests.fixtures.worker import wait_for
 from tests.projections.scenarios import fleet, publish
 
 
@@ -112,3 +117,64 @@ async def test_sigkill_mid_batch_then_restart_equals_a_projector_that_never_died
     assert snapshot(live) == never_died
     assert len(never_died[1]["deliveries"]) == 24
     assert len(never_died[1]["delivery_attempts"]) == 36
+
+
+async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_projector(
+    settings: Settings, tmp_path: Path, read_topic: object
+) -> None:
+    """No worker reads ``ledger.runs``: the projector used to skip a bad record there with
+    a warning, so nothing but its log said it existed. The live projector dead-letters
+    each one (reason, bytes, position) and folds the good runs around them; ``rebuild``
+    and ``verify`` re-read the log without sending them again."""
+    bad = [
+        (b"r-not-json", b"\x00not json"),
+        (b"r-deep", b"[" * 5000 + b"]" * 5000),
+        (b"r-shape", b'{"type": "run.succeeded", "schema_version": 1}'),
+    ]
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        positions = []
+        for key, value in bad:
+            sent = await producer.send_and_wait(settings.topic_runs, value, key=key, partition=0)
+            positions.append((sent.partition, sent.offset))
+    finally:
+        await producer.stop()
+    async with Publisher(settings) as publisher:
+        await publisher.run_succeeded("run-after-bad", "h", [])
+    dsn = f"sqlite://{tmp_path / 'live.sqlite3'}"
+    process = start_projector(settings, dsn)
+    try:
+
+        async def dead_lettered() -> bool:
+            assert process.poll() is None, process.communicate()
+            return len(await read_topic(settings.topic_deadletter, raw=True)) >= 3  # type: ignore[operator]
+
+        await wait_for(dead_lettered, 60, "three dead letters from the projector")
+        await wait_for(lambda: _has_run(dsn, "run-after-bad"), 60, "the good run in the projection")
+    finally:
+        interrupt(process)
+    letters = [
+        DeadLetter.model_validate_json(m.value)
+        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+    ]
+    by_position = {(d.original_partition, d.original_offset): d for d in letters}
+    assert sorted(by_position) == sorted(positions)
+    assert all(d.original_topic == settings.topic_runs for d in letters)
+    assert all(d.detected_by == "projector" for d in letters)
+    reasons = [by_position[p].reason for p in positions]
+    assert "not JSON" in reasons[0]
+    assert "nests deeper than 64 levels" in reasons[1]
+    assert "invalid event" in reasons[2]
+    assert [by_position[p].original_value() for p in positions] == [v for _, v in bad]
+    # A re-read of the log (rebuild, verify) does not dead-letter them again.
+    await rebuild(settings, f"sqlite://{tmp_path / 'rebuilt.sqlite3'}")
+    assert len(await read_topic(settings.topic_deadletter, raw=True)) == 3  # type: ignore[operator]
+
+
+async def _has_run(dsn: str, run_id: str) -> bool:
+    try:
+        runs = snapshot(dsn)[1]["agent_runs"]
+    except Exception:  # the projector may not have created its tables yet
+        return False
+    return any(row[0] == run_id for row in runs)
