@@ -223,6 +223,7 @@ def main() -> None:
         topic_runs=f"bench.runs.{tag}",
         topic_deliveries=f"bench.deliveries.{tag}",
         topic_deadletter=f"bench.dl.{tag}",
+        allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
     )
     broker = LocalBroker(settings)
     started = not broker.start().already_running

@@ -11,6 +11,7 @@ allowed a network (CIDR) or a host name explicitly. The demo and the tests allow
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -43,6 +44,20 @@ class AddressPolicy:
         self.networks = tuple(parse_network(n) for n in networks)
         self.hosts = frozenset(h.strip().lower().rstrip(".") for h in hosts)
 
+    def refuses_literal(self, host: str) -> str | None:
+        """Why ``host`` is refused without resolving it (an address literal in any
+        spelling, ``localhost``), or None: None does not mean allowed — a name is decided
+        when the worker resolves it."""
+        address = literal_address(host)
+        why = None if address is None else self.refuses(host, address)
+        if why is None:
+            return None
+        # "0x7f000001 is 127.0.0.1, a loopback address"; "10.0.0.5 is a private address"
+        why = why.replace(f"{host} resolves to ", f"{host} is ", 1)
+        if host.strip("[]") == address:
+            why = why.replace(f"{host} is {address}, ", f"{host} is ", 1)
+        return why
+
     def refuses(self, host: str, address: str) -> str | None:
         """Why ``address`` (which ``host`` resolved to) may not be contacted, or None."""
         if host.lower().rstrip(".") in self.hosts:
@@ -54,7 +69,30 @@ class AddressPolicy:
             return None
         for attribute, kind in _KINDS:
             if getattr(ip, attribute):
-                return f"{host} resolves to {ip}, a {kind} address"
+                article = "an" if kind[0] in "aeiou" else "a"
+                return f"{host} resolves to {ip}, {article} {kind} address"
         if not ip.is_global:
             return f"{host} resolves to {ip}, which is not globally routable"
         return None
+
+
+def literal_address(host: str) -> str | None:
+    """The address ``host`` denotes without DNS, or None for a name to resolve.
+
+    Every spelling a resolver takes as a number counts: ``127.0.0.1``, ``[::1]``, and the
+    inet_aton forms ``0x7f000001``, ``2130706433``, ``0177.0.0.1``, ``127.1``. So do
+    ``localhost`` and ``*.localhost``, which resolve to loopback by definition (RFC 6761).
+    """
+    name = host.strip().strip("[]").lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_address(name.split("%", 1)[0]))
+    except ValueError:
+        pass
+    if name == "localhost" or name.endswith(".localhost"):
+        return "127.0.0.1"
+    if name and all(part.isalnum() for part in name.split(".")) and name[0].isdigit():
+        try:
+            return socket.inet_ntoa(socket.inet_aton(name))
+        except OSError:
+            return None
+    return None

@@ -18,13 +18,15 @@ import json
 import uuid
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from events.addresses import AddressPolicy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
-from events.channels import check_channel, check_recipient, credentials_in
+from events.channels import check_channel, check_recipient, credentials_in, shown
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
@@ -113,6 +115,7 @@ class Publisher:
         """``transactional_id`` should be stable per agent instance: a restart then fences
         its dead predecessor and aborts that one's open transaction immediately."""
         self._settings = settings
+        self._addresses = AddressPolicy(settings.allowed_networks, settings.allowed_hosts)
         self._producer_name = producer_name or settings.producer_name
         self._transactional_id = transactional_id or (
             f"ledger-publisher-{self._producer_name}-{uuid.uuid4().hex[:12]}"
@@ -196,6 +199,18 @@ class Publisher:
         await self._commit(batch)
         return requests
 
+    def _blocked(self, recipient: str) -> str | None:
+        """Why the worker would refuse to contact ``recipient``, when that is known
+        without DNS (an address literal, ``localhost``); the worker checks every name."""
+        host = urlsplit(recipient).hostname or ""
+        why = self._addresses.refuses_literal(host)
+        if why is None:
+            return None
+        return (
+            f"recipient {shown(recipient)} is refused: {why} "
+            "(allow it with LEDGER_ALLOWED_NETWORKS or LEDGER_ALLOWED_HOSTS)"
+        )
+
     def delivery_requests(
         self, run_id: str, deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...]
     ) -> list[DeliveryRequested]:
@@ -205,6 +220,8 @@ class Publisher:
         for index, spec in enumerate(deliveries, start=1):
             if too_large := payload_too_large(spec.payload, self._settings.max_payload_bytes):
                 raise PublishRejected(f"delivery {index}: {too_large}")
+            if blocked := self._blocked(spec.recipient):
+                raise PublishRejected(f"delivery {index}: {blocked}")
             request = new_delivery_requested(
                 run_id=run_id,
                 event_type=spec.event_type,

@@ -88,6 +88,7 @@ async def test_publisher_sigkilled_before_commit_leaves_no_outbound_work(
             "LEDGER_TOPIC_RUNS": settings.topic_runs,
             "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
             "LEDGER_FAULTS": '["publisher.before_commit"]',
+            "LEDGER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
         }
     )
     txid = f"agent-{settings.topic_runs}"
@@ -228,3 +229,49 @@ def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipi
     with pytest.raises(ValueError, match="put credentials in the endpoint's settings") as caught:
         DeliverySpec(channel="webhook", recipient=recipient, payload={})
     assert "s3cr3t" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("127.0.0.1", "127.0.0.1 is a loopback address"),
+        ("[::1]", "::1 is a loopback address"),
+        ("0x7f000001", "0x7f000001 is 127.0.0.1, a loopback address"),
+        ("2130706433", "2130706433 is 127.0.0.1, a loopback address"),
+        ("127.1", "127.1 is 127.0.0.1, a loopback address"),
+        ("localhost", "localhost is 127.0.0.1, a loopback address"),
+        ("169.254.169.254", "169.254.169.254 is a link-local address"),
+        ("10.0.0.5", "10.0.0.5 is a private address"),
+        ("[fd00:ec2::254]", "fd00:ec2::254 is a private address"),
+        ("0.0.0.0", "0.0.0.0 is an unspecified address"),
+    ],
+)
+async def test_a_recipient_the_worker_would_refuse_is_refused_at_publish(
+    settings: Settings, read_topic: ReadTopic, host: str, says: str
+) -> None:
+    """An address literal (in any spelling a resolver takes) or localhost is known to be
+    refused without DNS: the SDK says so before anything is written, naming the setting."""
+    closed = settings.model_copy(update={"allowed_networks": [], "allowed_hosts": []})
+    spec = DeliverySpec(channel="webhook", recipient=f"http://{host}:8080/hooks", payload={})
+    async with Publisher(closed) as publisher:
+        with pytest.raises(PublishRejected) as refused:
+            await publisher.run_succeeded("run-blocked", "h", [spec])
+    assert says in str(refused.value)
+    assert "LEDGER_ALLOWED_NETWORKS" in str(refused.value)
+    assert await read_topic(settings.topic_runs) == []
+    assert await read_topic(settings.topic_deliveries) == []
+
+
+async def test_an_allowed_network_or_host_may_be_published_to(
+    settings: Settings, read_topic: ReadTopic
+) -> None:
+    by_host = settings.model_copy(update={"allowed_networks": [], "allowed_hosts": ["localhost"]})
+    async with Publisher(by_host) as publisher:
+        await publisher.run_succeeded(
+            "run-allowed",
+            "h",
+            [DeliverySpec(channel="webhook", recipient="http://localhost:8080/h", payload={})],
+        )
+    async with Publisher(settings) as publisher:  # 127.0.0.0/8 allowed by the tests
+        await publisher.run_succeeded("run-allowed-2", "h", specs(1))
+    assert len(await read_topic(settings.topic_deliveries)) == 2

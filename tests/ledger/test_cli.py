@@ -16,6 +16,7 @@ def ledger(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
             "LEDGER_TOPIC_RUNS": settings.topic_runs,
             "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
             "LEDGER_TOPIC_DEADLETTER": settings.topic_deadletter,
+            "LEDGER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
         }
     )
     return subprocess.run(
