@@ -61,6 +61,16 @@ HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts")
 
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await _checked(request, handler)
+    except web.HTTPException as refused:  # 401, 421, 404...: the same headers
+        refused.headers.update(SECURITY_HEADERS)
+        raise
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     # The Host first: a rebound name learns nothing, not even whether a token is needed.
     if not host_allowed(
         request.headers.get("Host"), request.app[SETTINGS_KEY], request.app[HOSTS_KEY]
@@ -74,9 +84,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         and not authorized(request.headers.get("Authorization"), token)
     ):
         raise unauthorized()
-    response = await handler(request)
-    response.headers.update(SECURITY_HEADERS)
-    return response
+    return await handler(request)
 
 
 async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:

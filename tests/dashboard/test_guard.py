@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from events.settings import Settings
 from ledger.stack import settings_env
+from projections.dashboard.guard import allowed_hosts, host_allowed
 from tests.dashboard.conftest import Stack, start_stack
 
 TOKEN = secrets.token_urlsafe(32)
@@ -50,6 +51,7 @@ async def test_a_request_naming_another_host_gets_no_data(stack: Stack) -> None:
                 assert "run-a" not in refused.text
                 assert "ledger_" not in refused.text
                 assert len(refused.text) < 200
+                assert refused.headers["X-Content-Type-Options"] == "nosniff"
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
             ok = await http.get("/api/runs/run-a", headers={"Host": host})
             assert ok.status_code == 200, host
@@ -104,6 +106,33 @@ async def test_any_authorization_input_is_401_never_500(settings: Settings) -> N
                 header = b"Authorization: " + scheme + b"  " + TOKEN.encode() + b" "
                 status, _ = await raw_get(stack.url, path, [host, header])
                 assert status == 200, (path, scheme)
+
+
+@pytest.mark.parametrize(
+    ("bound", "extra", "host", "answered"),
+    [
+        ("0.0.0.0", [], "10.1.2.3:8765", True),  # every interface: any address...
+        ("0.0.0.0", [], "[fd00::1]:8765", True),
+        ("0.0.0.0", [], "attacker.example:8765", False),  # ...but no name by default
+        ("0.0.0.0", [], "localhost:8765", False),
+        ("0.0.0.0", ["Ledger.Example."], "ledger.example:443", True),
+        ("::", [], "[::1]", True),
+        ("::1", [], "[::1]:8765", True),
+        ("::1", [], "localhost", True),
+        ("::1", [], "10.1.2.3", False),  # bound to one address: only that one
+        ("192.0.2.7", [], "192.0.2.7:8765", True),
+        ("192.0.2.7", [], "localhost:8765", False),
+        ("127.0.0.1", [], "127.0.0.1:99999", False),
+        ("127.0.0.1", [], "127.0.0.1:x", False),
+        ("127.0.0.1", [], "user@127.0.0.1", False),
+        ("127.0.0.1", [], "", False),
+    ],
+)
+def test_which_host_names_the_dashboard(
+    settings: Settings, bound: str, extra: list[str], host: str, answered: bool
+) -> None:
+    given = settings.model_copy(update={"dashboard_host": bound, "dashboard_allowed_hosts": extra})
+    assert host_allowed(host, given, allowed_hosts(given)) is answered
 
 
 def dashboard(settings: Settings, token: str) -> subprocess.CompletedProcess[str]:
