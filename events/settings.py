@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = Field(default=8765, ge=0, le=65535)
     dashboard_token: SecretStr | None = None
+    # Host names (JSON list) the dashboard answers to besides its bound address (and,
+    # bound to loopback, localhost/127.0.0.1/::1): any other Host header gets 421.
+    dashboard_allowed_hosts: list[str] = Field(default_factory=list)
     dashboard_refresh_seconds: float = Field(default=5.0, gt=0)
     dashboard_thresholds: dict[str, int] = Field(default_factory=dict)
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from events.deadletter import DeadLetter
+from events.redaction import redacted_text
 from ledger.replay import ReplayedRecord
 from projections.incident import RunView
 
@@ -47,7 +48,8 @@ def event_line(record: ReplayedRecord) -> str:
         if name not in SKIP and value is not None
     ).replace(f"payload_hash={getattr(event, 'payload_hash', '')}", "")
     key_part = f" key={key[:12]}" if key else ""
-    return f"{stamp} {where} {event.type} run={event.run_id}{key_part} {details}".rstrip()
+    line = f"{stamp} {where} {event.type} run={event.run_id}{key_part} {details}".rstrip()
+    return redacted_text(line)  # events in the log may carry credentials in URLs
 
 
 # Exports ----------------------------------------------------------------------------
@@ -239,10 +241,12 @@ class TableWriter:
 
 
 def _details(event: Any) -> str:
-    return " ".join(
-        f"{name}={value}"
-        for name, value in event.model_dump(mode="json").items()
-        if name not in SKIP and name != "payload_hash" and value is not None
+    return redacted_text(
+        " ".join(
+            f"{name}={value}"
+            for name, value in event.model_dump(mode="json").items()
+            if name not in SKIP and name != "payload_hash" and value is not None
+        )
     )
 
 

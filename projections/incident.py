@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from events.errors import LedgerError
+from events.redaction import redacted_data
 from projections.fold import Row
 from projections.store import Store
 
@@ -59,12 +60,21 @@ class RunView:
         return asdict(self)
 
 
+def _shown(rows: list[Row]) -> list[Row]:
+    # A view is for showing: URLs from events (recipients, reasons) lose their credentials.
+    shown: list[Row] = redacted_data(rows)
+    return shown
+
+
 def run_view(store: Store, run_id: str) -> RunView:
-    """Everything the projection knows about ``run_id``; ``LedgerError`` if nothing."""
-    runs = store.rows("SELECT * FROM agent_runs WHERE run_id = ?", (run_id,))
-    deliveries = store.rows(
-        "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
-        (run_id,),
+    """Everything the projection knows about ``run_id``, URLs redacted (``events.redaction``);
+    ``LedgerError`` if nothing."""
+    runs = _shown(store.rows("SELECT * FROM agent_runs WHERE run_id = ?", (run_id,)))
+    deliveries = _shown(
+        store.rows(
+            "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
+            (run_id,),
+        )
     )
     for row in deliveries:
         del row["state"]  # the fold's bookkeeping, not part of the incident view
@@ -75,12 +85,17 @@ def run_view(store: Store, run_id: str) -> RunView:
         )
     run = runs[0] if runs else None
     view = RunView(run_id, run, _execution(run))
-    attempts = store.rows(
-        "SELECT * FROM delivery_attempts WHERE run_id = ? ORDER BY idempotency_key, attempt",
-        (run_id,),
+    attempts = _shown(
+        store.rows(
+            "SELECT * FROM delivery_attempts WHERE run_id = ? ORDER BY idempotency_key, attempt",
+            (run_id,),
+        )
     )
-    duplicates = store.rows(
-        "SELECT * FROM duplicate_keys WHERE run_id = ? ORDER BY occurred_at, event_id", (run_id,)
+    duplicates = _shown(
+        store.rows(
+            "SELECT * FROM duplicate_keys WHERE run_id = ? ORDER BY occurred_at, event_id",
+            (run_id,),
+        )
     )
     events: list[tuple[str, int, TimelineEntry]] = []
 

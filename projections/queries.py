@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from events.redaction import redacted_data
 from projections.fold import Row
 from projections.schema import timestamp
 from projections.store import Store
@@ -103,8 +104,9 @@ class StatusReport:
 
 
 def status_report(store: Store, now: datetime) -> StatusReport:
-    """Answer every dashboard question as of ``now``."""
-    return StatusReport(
+    """Answer every dashboard question as of ``now``, URLs redacted (``events.redaction``):
+    the report is for showing, and events in the log may carry credentials in recipients."""
+    report = StatusReport(
         now=timestamp(now),
         overdue_pending=overdue_pending(store, now),
         overdue_sent=overdue_sent(store, now),
@@ -113,3 +115,5 @@ def status_report(store: Store, now: datetime) -> StatusReport:
         duplicate_conflicts=duplicate_conflicts(store),
         attempts_by_channel=attempts_by_channel(store),
     )
+    shown: dict[str, Any] = redacted_data(report.to_json())
+    return StatusReport(**shown)

@@ -4,13 +4,15 @@
     await serve(settings, store, stop_event)   # or listen until stopped
 
 Modules: ``overview`` (the page's numbers), ``lookup`` (search, one run's page),
-``server`` (routes, bearer-token guard, binding check); ``static/`` holds the page,
-its script and stylesheet (no CDN: everything ships in the package).
+``guard`` (Host check, bearer token, binding and token rules), ``server`` (routes);
+``static/`` holds the page, its script and stylesheet (no CDN: everything ships in the
+package).
 """
 
+from projections.dashboard.guard import check_binding, is_loopback
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import COUNTERS, Overview, overview
-from projections.dashboard.server import check_binding, create_app, is_loopback, serve
+from projections.dashboard.server import create_app, serve
 
 __all__ = [
     "COUNTERS",

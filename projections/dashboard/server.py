@@ -8,8 +8,6 @@ connection is never shared between threads and the event loop never waits on SQL
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +20,16 @@ from aiohttp import web
 
 from events.errors import LedgerError
 from events.ports import listen_port
+from events.redaction import redacted_data
 from events.settings import Settings
+from projections.dashboard.guard import (
+    allowed_hosts,
+    authorized,
+    check_binding,
+    host_allowed,
+    misdirected,
+    unauthorized,
+)
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import AggregateCache, overview
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
@@ -49,47 +56,35 @@ CLOCK_KEY: web.AppKey[Clock] = web.AppKey("clock")
 EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
 WATCHER_KEY = web.AppKey("watcher", LogWatcher)
 CACHE_KEY = web.AppKey("cache", AggregateCache)
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``; anything else is reachable from outside."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_binding(settings: Settings) -> None:
-    """Refuse (``LedgerError``) to listen beyond loopback without a bearer token."""
-    token = settings.dashboard_token
-    if not is_loopback(settings.dashboard_host) and (token is None or not token.get_secret_value()):
-        raise LedgerError(
-            f"refusing to serve the dashboard on {settings.dashboard_host} (not loopback) "
-            "without a bearer token",
-            "set LEDGER_DASHBOARD_TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD_HOST",
-        )
-
-
-def _authorized(request: web.Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts")
 
 
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    settings = request.app[SETTINGS_KEY]
-    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
-    if token and request.path.startswith(PROTECTED) and not _authorized(request, token):
-        raise web.HTTPUnauthorized(
-            text=json.dumps({"error": "bearer token required"}),
-            content_type="application/json",
-            headers={"WWW-Authenticate": 'Bearer realm="ledger-dashboard"'},
-        )
-    response = await handler(request)
+    try:
+        response = await _checked(request, handler)
+    except web.HTTPException as refused:  # 401, 421, 404...: the same headers
+        refused.headers.update(SECURITY_HEADERS)
+        raise
     response.headers.update(SECURITY_HEADERS)
     return response
+
+
+async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # The Host first: a rebound name learns nothing, not even whether a token is needed.
+    if not host_allowed(
+        request.headers.get("Host"), request.app[SETTINGS_KEY], request.app[HOSTS_KEY]
+    ):
+        raise misdirected()
+    settings = request.app[SETTINGS_KEY]
+    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
+    if (
+        token
+        and request.path.startswith(PROTECTED)
+        and not authorized(request.headers.get("Authorization"), token)
+    ):
+        raise unauthorized()
+    return await handler(request)
 
 
 async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
@@ -99,7 +94,10 @@ async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
+    # Every answer passes here: no URL from an event leaves with its credentials.
+    return web.json_response(
+        redacted_data(data), status=status, dumps=lambda d: json.dumps(d, default=str)
+    )
 
 
 async def page(request: web.Request) -> web.FileResponse:
@@ -165,6 +163,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     check_binding(settings)
     app = web.Application(middlewares=[_guard])
     app[SETTINGS_KEY] = settings
+    app[HOSTS_KEY] = allowed_hosts(settings)
     app[STORE_KEY] = store
     app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
     # One thread owns the connection: SQLite connections must not be used concurrently.

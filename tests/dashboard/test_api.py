@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -96,7 +97,8 @@ async def test_run_and_search_endpoints(stack: Stack) -> None:
 
 
 async def test_a_token_guards_the_data_but_not_the_shell(settings: Settings) -> None:
-    guarded = settings.model_copy(update={"dashboard_token": SecretStr("s3cret")})
+    token = secrets.token_urlsafe(32)
+    guarded = settings.model_copy(update={"dashboard_token": SecretStr(token)})
     async for stack in start_stack(guarded, clock_at=T0 + timedelta(hours=1)):
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
             assert (await http.get("/")).status_code == 200
@@ -107,7 +109,7 @@ async def test_a_token_guards_the_data_but_not_the_shell(settings: Settings) -> 
                 assert refused.headers["WWW-Authenticate"].startswith("Bearer")
                 wrong = await http.get(path, headers={"Authorization": "Bearer nope"})
                 assert wrong.status_code == 401, path
-                ok = await http.get(path, headers={"Authorization": "Bearer s3cret"})
+                ok = await http.get(path, headers={"Authorization": f"Bearer {token}"})
                 assert ok.status_code == 200, path
 
 
