@@ -80,6 +80,12 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             typer.echo(f"error: {exc.errors()[0]['msg']}", err=True)
             raise typer.Exit(2) from None
+        if config.webhook_secret is None:
+            typer.echo(
+                "warning: LEDGER_WEBHOOK_SECRET is not set: every webhook is answered 401 "
+                "(set it to the secret the workers sign with)",
+                err=True,
+            )
         try:
             asyncio.run(serve(config, mix, as_json))
         except OSError as exc:

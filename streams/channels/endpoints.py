@@ -9,6 +9,7 @@ must be a whole-segment prefix of the recipient's (``/hooks`` is not ``/hooksevi
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -170,8 +171,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
                 SIGNING_HINT,
             )
     endpoints = [
-        e if e.signers else ResolvedEndpoint(**{**e.__dict__, "signers": default_signers})
-        for e in endpoints
+        e if e.signers else dataclasses.replace(e, signers=default_signers) for e in endpoints
     ]
     return ResolvedEndpoint(None, default_signers), endpoints
 

@@ -71,7 +71,7 @@ class WebhookChannel:
     def signed_request(
         self, delivery: OutboundDelivery, timestamp: int
     ) -> tuple[bytes, dict[str, str]]:
-        """The body and headers of one attempt, signed with the endpoint's secret."""
+        """The body and headers of one attempt, signed with each of the endpoint's secrets."""
         body = canonical_json(delivery.payload)
         signers = self.endpoint_for(delivery.recipient).signers
         headers = {
