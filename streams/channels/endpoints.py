@@ -112,7 +112,8 @@ class ResolvedEndpoint:
 
 def _shown(prefix: UrlPrefix) -> str:
     """An endpoint for an error line: its origin and path, nothing else from its key."""
-    return f"{prefix.scheme}://{prefix.host}:{prefix.port}/" + "/".join(prefix.segments)
+    host = f"[{prefix.host}]" if ":" in prefix.host else prefix.host
+    return f"{prefix.scheme}://{host}:{prefix.port}/" + "/".join(prefix.segments)
 
 
 def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoint:

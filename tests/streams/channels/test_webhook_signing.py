@@ -15,6 +15,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from events.errors import LedgerError
 from events.outcomes import ErrorClass
 from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
@@ -180,3 +181,29 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
     assert result.error_class is ErrorClass.INVALID_RECIPIENT
     assert "LEDGER_WEBHOOK_SECRET" in result.evidence
     assert receiver.requests(key=stray.idempotency_key) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ("https://user:TopSecret@hooks.example.test/", "has credentials in it"),
+        ("https://hooks.example.test/?token=TopSecret", "has a query or fragment"),
+        ("ftp://hooks.example.test/TopSecret", "is not an http:// or https:// URL"),
+    ],
+)
+def test_a_bad_endpoint_key_is_refused_at_start_without_repeating_it(key: str, says: str) -> None:
+    with pytest.raises(LedgerError) as caught:
+        WebhookChannel(httpx.AsyncClient(), with_endpoints(**{key: WebhookEndpoint()}))
+    assert says in caught.value.message
+    assert "TopSecret" not in caught.value.message + caught.value.hint
+
+
+def test_two_keys_for_one_endpoint_are_refused() -> None:
+    settings = with_endpoints(
+        **{
+            "https://hooks.example.test/a": WebhookEndpoint(secret=CUSTOMER),
+            "https://HOOKS.example.test:443/a/": WebhookEndpoint(secret=OLD),
+        }
+    )
+    with pytest.raises(LedgerError, match="configured twice"):
+        WebhookChannel(httpx.AsyncClient(), settings)
