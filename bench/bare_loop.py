@@ -30,11 +30,14 @@ from events.delivery import DeliveryConfirmed
 from events.keys import canonical_json
 from events.settings import Settings
 from streams.channels.http import create_http_client
-from streams.channels.signature import secret_key, sign
+from streams.channels.signature import signature_header, signer
 
 
 async def run(args: argparse.Namespace) -> None:
-    key = secret_key(Settings().webhook_secret.get_secret_value())
+    secret = Settings().webhook_secret  # from LEDGER_WEBHOOK_SECRET, as a worker's
+    if secret is None:
+        raise SystemExit("bare_loop: LEDGER_WEBHOOK_SECRET is not set")
+    signers = [signer(secret)]
     consumer = AIOKafkaConsumer(
         args.topic,
         bootstrap_servers=args.bootstrap,
@@ -67,7 +70,7 @@ async def run(args: argparse.Namespace) -> None:
                     "content-type": "application/json",
                     "webhook-id": ident,
                     "webhook-timestamp": str(stamp),
-                    "webhook-signature": sign(key, ident, stamp, body),
+                    "webhook-signature": signature_header(signers, ident, stamp, body),
                     "idempotency-key": ident,
                 },
             )

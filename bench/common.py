@@ -7,6 +7,7 @@ every process started here is stopped again (children also die with their parent
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+from pydantic import SecretStr
 
 from events import DeliverySpec, Settings
 from events.delivery_state import DeliveryState, Status
@@ -32,6 +34,9 @@ from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
 
 BROKER_PORT = 29692
+# The bench's own signing secret (its workers sign, its fake provider verifies): known,
+# explicit, and nothing outside bench/ uses it.
+BENCH_WEBHOOK_SECRET = SecretStr("whsec_" + base64.b64encode(b"ledger-bench-only-secret").decode())
 
 
 def median(values: list[float]) -> float:
@@ -67,6 +72,7 @@ def local_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[tuple[Settings,
         controller_port=port + 1,
         data_dir=tmp / "data",
         allowed_networks=["127.0.0.0/8"],  # the bench receivers listen on 127.0.0.1
+        webhook_secret=BENCH_WEBHOOK_SECRET,
     )
     broker = LocalBroker(settings)
     try:

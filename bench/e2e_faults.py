@@ -32,7 +32,13 @@ import httpx
 from aiokafka import AIOKafkaConsumer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.common import ReceiverTally, fanout_specs, stuck_keys, with_webhook_lookup
+from bench.common import (
+    BENCH_WEBHOOK_SECRET,
+    ReceiverTally,
+    fanout_specs,
+    stuck_keys,
+    with_webhook_lookup,
+)
 from events import Publisher, Settings
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
@@ -249,6 +255,7 @@ def main() -> None:
         controller_port=29293,
         data_dir=tmp / "data",
         allowed_networks=["127.0.0.0/8"],  # the bench receiver listens on 127.0.0.1
+        webhook_secret=BENCH_WEBHOOK_SECRET,
         topic_runs=f"bench.runs.{tag}",
         topic_deliveries=f"bench.deliveries.{tag}",
         topic_deadletter=f"bench.dl.{tag}",

@@ -13,11 +13,15 @@ from events.retry_policy import RetryPolicy, for_channel
 
 
 class WebhookEndpoint(BaseModel):
-    """One webhook endpoint: its secret, its lookup, and what its receiver promises."""
+    """One webhook endpoint: its secrets, its lookup, and what its receiver promises."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # Standard Webhooks secrets ("whsec_" + base64). During a rotation several are active
+    # and every one of them signs: the receiver accepts whichever it already knows.
+    # ``secret`` is one more, kept for configurations written before rotation existed.
     secret: SecretStr | None = None
+    secrets: list[SecretStr] = Field(default_factory=list)
     lookup_url: str | None = None
     # Declared by the endpoint's owner, never assumed: the receiver dedupes on webhook-id,
     # so a retry after UNKNOWN is safe without a lookup (the declaration goes into the
@@ -26,6 +30,24 @@ class WebhookEndpoint(BaseModel):
     # How long after an UNKNOWN its receiver may still be processing the request: no
     # lookup before it (None: settings.lookup_settle_s).
     settle_s: float | None = Field(default=None, ge=0)
+
+    def signing_secrets(self) -> list[SecretStr]:
+        """Every active secret of this endpoint (``secret`` first), each once."""
+        found = [self.secret, *self.secrets] if self.secret is not None else list(self.secrets)
+        unique: dict[str, SecretStr] = {}
+        for secret in found:
+            unique.setdefault(secret.get_secret_value(), secret)
+        return list(unique.values())
+
+    def env_value(self) -> dict[str, object]:
+        """This endpoint as the JSON a child process reads from LEDGER_WEBHOOK_ENDPOINTS
+        (secrets revealed: ``model_dump`` would write asterisks)."""
+        value = self.model_dump(mode="json", exclude={"secret", "secrets"}, exclude_none=True)
+        if self.secret is not None:
+            value["secret"] = self.secret.get_secret_value()
+        if self.secrets:
+            value["secrets"] = [secret.get_secret_value() for secret in self.secrets]
+        return value
 
 
 class Settings(BaseSettings):
@@ -52,10 +74,13 @@ class Settings(BaseSettings):
     default_slo_seconds: int = Field(default=300, ge=1)
     publisher_transaction_timeout_ms: int = Field(default=15000, ge=1000)
 
-    # Standard Webhooks signing secret used for endpoints without their own.
-    webhook_secret: SecretStr = SecretStr("whsec_ZGVsaXZlcnktbGVkZ2VyLWRldi1zZWNyZXQ=")
-    # Per-endpoint configuration, by recipient URL prefix (longest prefix wins), as JSON:
-    # {"http://host/hooks/": {"secret": "whsec_...", "lookup_url": "http://host/lookup"}}
+    # Standard Webhooks signing secret ("whsec_" + base64) for recipients whose endpoint
+    # has none of its own. No default: a worker refuses to start unless this is set or
+    # every endpoint below has its own (then a recipient outside them is refused).
+    webhook_secret: SecretStr | None = None
+    # Per-endpoint configuration, by recipient URL prefix, as JSON. Matched on the parsed
+    # URL: scheme, host and port exactly, path on a segment boundary; the longest wins:
+    # {"https://host/hooks/": {"secrets": ["whsec_..."], "lookup_url": "https://host/lookup"}}
     webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
 
     # Per channel, replacing fields of that channel's default policy, as JSON:

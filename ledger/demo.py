@@ -9,6 +9,7 @@ and rejects, and one worker is SIGKILLed mid-way; then prints what the receiver 
 from __future__ import annotations
 
 import asyncio
+import base64
 import subprocess
 import time
 import uuid
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -31,6 +33,9 @@ from ledger.topics import create_topics
 from projections.backends import default_dsn
 
 SETTLE_TIMEOUT_S = 300.0
+# The demo's own signing secret, used only when LEDGER_WEBHOOK_SECRET is unset: the demo
+# signs for its own fake provider on 127.0.0.1. Workers have no built-in secret.
+DEMO_WEBHOOK_SECRET = SecretStr("whsec_" + base64.b64encode(b"ledger-demo-only-secret").decode())
 
 
 @dataclass
@@ -68,6 +73,8 @@ class Summary:
 def run_demo(settings: Settings, out: Console, options: DemoOptions | None = None) -> Summary:
     """Run the demo; returns the summary (printed too). Stops everything it started."""
     options = options or DemoOptions()
+    if settings.webhook_secret is None:
+        settings = settings.model_copy(update={"webhook_secret": DEMO_WEBHOOK_SECRET})
     broker = LocalBroker(settings)
     started = False
     if metadata_ok(settings.bootstrap_servers, timeout=3.0):

@@ -38,7 +38,14 @@ def settings_env(settings: Settings) -> dict[str, str]:
             continue
         text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
         env[f"LEDGER_{name.upper()}"] = text
-    env["LEDGER_WEBHOOK_SECRET"] = settings.webhook_secret.get_secret_value()
+    # Secrets are written out in the clear for the child (model_dump masks them).
+    if settings.webhook_secret is not None:
+        env["LEDGER_WEBHOOK_SECRET"] = settings.webhook_secret.get_secret_value()
+    else:
+        env.pop("LEDGER_WEBHOOK_SECRET", None)
+    env["LEDGER_WEBHOOK_ENDPOINTS"] = json.dumps(
+        {prefix: endpoint.env_value() for prefix, endpoint in settings.webhook_endpoints.items()}
+    )
     if settings.dashboard_token is not None:
         env["LEDGER_DASHBOARD_TOKEN"] = settings.dashboard_token.get_secret_value()
     return env

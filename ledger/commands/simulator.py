@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from typing import Annotated
 
@@ -59,6 +60,8 @@ def register(app: typer.Typer) -> None:
                 port=port,
                 control_port=control_port,
                 dedupe=dedupe,
+                # The secret the workers sign with, from the same variable (never argv).
+                webhook_secret=os.environ.get("LEDGER_WEBHOOK_SECRET") or None,
                 delivered_after_s=None if delivered_after < 0 else delivered_after,
             )
             shares = (timeout_pct, error_pct, reject_pct, drop_pct)
@@ -77,6 +80,12 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             typer.echo(f"error: {exc.errors()[0]['msg']}", err=True)
             raise typer.Exit(2) from None
+        if config.webhook_secret is None:
+            typer.echo(
+                "warning: LEDGER_WEBHOOK_SECRET is not set: every webhook is answered 401 "
+                "(set it to the secret the workers sign with)",
+                err=True,
+            )
         try:
             asyncio.run(serve(config, mix, as_json))
         except OSError as exc:

@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
         if metrics_port is not None:
             settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
-        built = create_app(settings, name=name)
+        # A worker that could not sign a webhook (no secret, a bad one) says so in one line.
+        built = guarded(lambda: create_app(settings, name=name))
         if settings.worker_metrics_port and built.metrics is not None:
             built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
             print(

@@ -13,13 +13,11 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from events.settings import Settings
 from ledger.simulator.faults import Fault, FaultKind, FaultPlan
 from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
-from ledger.simulator.verify import verify_signature
+from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_signature
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-_DEFAULT_SECRET = Settings.model_fields["webhook_secret"].default.get_secret_value()
 
 
 class SimulatorConfig(BaseModel):
@@ -30,14 +28,17 @@ class SimulatorConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)  # 0: pick a free port
     control_port: int | None = Field(default=0, ge=0, le=65535)  # None: no separate listener
-    webhook_secret: str = _DEFAULT_SECRET  # the ledger's default secret, so defaults agree
+    # The Standard Webhooks secret hooks are verified with (no default: the ledger has no
+    # built-in secret either; without one every hook is answered 401).
+    webhook_secret: str | None = None
     hook_secrets: dict[str, str] = Field(default_factory=dict)  # per /hooks/{name}
     dedupe: bool = True  # False: every valid request is processed (to expose double sends)
     delivered_after_s: float | None = Field(default=0.5, ge=0)  # None: stays "queued"
     # Lookups answer 202 {"status": "processing"} while a request for the key is still
     # being processed (the receiver kit's contract); plain receivers answer 404 then.
     lookup_processing: bool = False
-    timestamp_tolerance_s: float = Field(default=300.0, gt=0)
+    # Freshness window; the standardwebhooks library allows at most 5 minutes.
+    timestamp_tolerance_s: float = Field(default=LIBRARY_TOLERANCE_S, gt=0, le=LIBRARY_TOLERANCE_S)
 
     @field_validator("host")
     @classmethod

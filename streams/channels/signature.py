@@ -1,30 +1,37 @@
-"""Standard Webhooks signatures: ``v1,`` + base64 HMAC-SHA256 over ``id.timestamp.body``."""
+"""Standard Webhooks signing through the official library (``standardwebhooks``).
+
+The library parses secrets exactly as receivers that use it do (``whsec_`` prefix
+optional, padding optional), so a secret a receiver accepts is one we can sign with.
+This module only adapts it: secrets refused with a line that never repeats them, and one
+``v1,`` signature per active secret in one header (a rotation sends both).
+"""
 
 from __future__ import annotations
 
-import base64
 import binascii
-import hashlib
-import hmac
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
-SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
+from pydantic import SecretStr
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import EmptyWebhookSecretError
 
 
-def secret_key(secret: str) -> bytes:
-    """The HMAC key of a ``whsec_<base64>`` secret: the base64-decoded part (as the spec says)."""
-    encoded = secret.removeprefix(SECRET_PREFIX)
+def signer(secret: SecretStr) -> Webhook:
+    """The library's signer for ``secret``; ValueError (never naming the secret) if refused."""
     try:
-        key = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
+        return Webhook(secret.get_secret_value())
+    except EmptyWebhookSecretError:
+        raise ValueError("webhook secret is empty") from None
+    except (binascii.Error, ValueError, RuntimeError):
         # Never echo the secret itself: it would end up in logs.
         raise ValueError("webhook secret is not 'whsec_' followed by base64") from None
-    if not key:
-        raise ValueError("webhook secret is empty")
-    return key
 
 
-def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value for one message: ``v1,<base64 HMAC-SHA256>``."""
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    digest = hmac.new(key, signed, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode("ascii")
+def signature_header(signers: Sequence[Webhook], msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256>`` per signer, space separated."""
+    if not signers:
+        raise ValueError("no webhook secret to sign with")
+    at = datetime.fromtimestamp(timestamp, tz=UTC)
+    data = body.decode("utf-8")  # the library signs text; canonical JSON is UTF-8
+    return " ".join(each.sign(msg_id, at, data) for each in signers)

@@ -1,8 +1,9 @@
 """The webhook channel: a Standard Webhooks POST, signed, carrying the idempotency key.
 
 Headers: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (unix seconds, fresh
-per attempt), ``webhook-signature`` (``v1,`` + base64 HMAC-SHA256 over ``id.timestamp.body``)
-and ``Idempotency-Key``. The body is the delivery's payload as canonical JSON, so every
+per attempt), ``webhook-signature`` (one ``v1,`` + base64 HMAC-SHA256 over
+``id.timestamp.body`` per active secret of the endpoint, by the ``standardwebhooks``
+library) and ``Idempotency-Key``. The body is the delivery's payload as canonical JSON, so every
 attempt of one logical event carries the same bytes.
 """
 
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import quote
 
 import httpx
 
 from events.keys import canonical_json
+from events.outcomes import ErrorClass
 from events.settings import Settings
 from streams.channels.base import (
     FENCING_TOKEN_HEADER,
@@ -24,6 +25,7 @@ from streams.channels.base import (
     SendOutcome,
     SendResult,
 )
+from streams.channels.endpoints import ResolvedEndpoint, WebhookEndpoints
 from streams.channels.outcomes import (
     DeadlineExceeded,
     attempt_failure,
@@ -32,19 +34,8 @@ from streams.channels.outcomes import (
     request,
     string_field,
 )
-from streams.channels.signature import secret_key, sign
+from streams.channels.signature import signature_header
 from streams.channels.write_guard import SendRefused, WriteGuard
-
-
-@dataclass(frozen=True)
-class ResolvedEndpoint:
-    """What applies to one recipient URL: the HMAC key and the optional lookup URL."""
-
-    prefix: str | None  # the settings.webhook_endpoints entry that matched, if any
-    key: bytes = b""
-    lookup_url: str | None = None
-    receiver_dedupes: bool = False
-    settle_s: float | None = None
 
 
 class WebhookChannel:
@@ -63,33 +54,11 @@ class WebhookChannel:
         self._client = client
         self._clock = clock
         self._deadline_s = settings.send_deadline_s
-        self._default = ResolvedEndpoint(
-            None, secret_key(settings.webhook_secret.get_secret_value())
-        )
-        endpoints = []
-        for prefix, endpoint in settings.webhook_endpoints.items():
-            try:
-                key = (
-                    secret_key(endpoint.secret.get_secret_value())
-                    if endpoint.secret is not None
-                    else self._default.key
-                )
-            except ValueError as exc:
-                raise ValueError(f"webhook endpoint {prefix!r}: {exc}") from None
-            endpoints.append(
-                ResolvedEndpoint(
-                    prefix, key, endpoint.lookup_url, endpoint.receiver_dedupes, endpoint.settle_s
-                )
-            )
-        # Longest prefix first, so the most specific configuration wins.
-        self._endpoints = sorted(endpoints, key=lambda e: len(e.prefix or ""), reverse=True)
+        self._endpoints = WebhookEndpoints(settings)
 
     def endpoint_for(self, recipient: str) -> ResolvedEndpoint:
-        """The configuration for ``recipient``: longest matching prefix, else the defaults."""
-        for endpoint in self._endpoints:
-            if endpoint.prefix is not None and recipient.startswith(endpoint.prefix):
-                return endpoint
-        return self._default
+        """The configuration for ``recipient`` (see ``WebhookEndpoints.for_recipient``)."""
+        return self._endpoints.for_recipient(recipient)
 
     def receiver_dedupes(self, recipient: str) -> bool:
         """Only what the endpoint's configuration declares."""
@@ -102,14 +71,16 @@ class WebhookChannel:
     def signed_request(
         self, delivery: OutboundDelivery, timestamp: int
     ) -> tuple[bytes, dict[str, str]]:
-        """The body and headers of one attempt, signed with the endpoint's secret."""
+        """The body and headers of one attempt, signed with each of the endpoint's secrets."""
         body = canonical_json(delivery.payload)
-        key = self.endpoint_for(delivery.recipient).key
+        signers = self.endpoint_for(delivery.recipient).signers
         headers = {
             "content-type": "application/json",
             "webhook-id": delivery.idempotency_key,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(key, delivery.idempotency_key, timestamp, body),
+            "webhook-signature": signature_header(
+                signers, delivery.idempotency_key, timestamp, body
+            ),
             "idempotency-key": delivery.idempotency_key,
             FENCING_TOKEN_HEADER: str(delivery.fencing_token),
         }
@@ -118,6 +89,13 @@ class WebhookChannel:
     async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
         """POST one signed attempt and classify what happened (never raises for delivery)."""
         what = f"POST {delivery.recipient}"
+        if not self.endpoint_for(delivery.recipient).signers:
+            return SendResult(
+                SendOutcome.REJECTED,
+                f"not sent: {what}: no webhook endpoint matches this recipient and "
+                "LEDGER_WEBHOOK_SECRET is not set, so nothing could sign it",
+                ErrorClass.INVALID_RECIPIENT,
+            )
         body, headers = self.signed_request(delivery, int(self._clock()))
         try:
             answer = await request(

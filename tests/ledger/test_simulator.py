@@ -14,15 +14,15 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
-from events.settings import Settings
 from ledger.simulator import FaultMix, SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
-from streams.channels.signature import secret_key, sign
+from streams.channels.signature import signature_header, signer
+from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 
 Factory = Callable[..., BackgroundSimulator]
-KEY = secret_key(Settings().webhook_secret.get_secret_value())
+SIGNERS = [signer(SecretStr(TEST_WEBHOOK_SECRET))]
 
 
 def post_hook(
@@ -34,7 +34,7 @@ def post_hook(
     headers = {
         "webhook-id": key,
         "webhook-timestamp": str(stamp),
-        "webhook-signature": sign(KEY, key, stamp, body),
+        "webhook-signature": signature_header(SIGNERS, key, stamp, body),
         "content-type": "application/json",
     }
     return client.post(url, content=body, headers=headers)
@@ -287,7 +287,7 @@ def signed(key: str, payload: object = None, *, token: int | None = None) -> dic
     headers = {
         "webhook-id": key,
         "webhook-timestamp": str(stamp),
-        "webhook-signature": sign(KEY, key, stamp, body),
+        "webhook-signature": signature_header(SIGNERS, key, stamp, body),
         "content-type": "application/json",
     }
     if token is not None:

@@ -1,9 +1,16 @@
-"""Standard Webhooks signing (adapter) and verification (simulator) against the spec's vector."""
+"""Standard Webhooks signing (the adapter over the official library) and the simulator's
+verification (the library, as a receiver runs it), against the spec's published vector."""
+
+import base64
+import time
+from datetime import UTC, datetime
 
 import pytest
+from pydantic import SecretStr
+from standardwebhooks import Webhook
 
 from ledger.simulator.verify import verify_signature
-from streams.channels.signature import secret_key, sign
+from streams.channels.signature import signature_header, signer
 
 # The published Standard Webhooks test vector.
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -14,16 +21,22 @@ EXPECTED = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 
 
 def test_adapter_reproduces_the_spec_vector() -> None:
-    assert sign(secret_key(SECRET), MSG_ID, TIMESTAMP, BODY) == EXPECTED
+    assert signature_header([signer(SecretStr(SECRET))], MSG_ID, TIMESTAMP, BODY) == EXPECTED
 
 
-def test_simulator_accepts_the_spec_vector_among_several_signatures() -> None:
-    headers = {
+def fresh_headers(secret: str, body: bytes = BODY) -> dict[str, str]:
+    now = int(time.time())
+    return {
         "webhook-id": MSG_ID,
-        "webhook-timestamp": str(TIMESTAMP),
-        "webhook-signature": f"v1,bm9wZQ== {EXPECTED}",
+        "webhook-timestamp": str(now),
+        "webhook-signature": signature_header([signer(SecretStr(secret))], MSG_ID, now, body),
     }
-    assert verify_signature(SECRET, headers, BODY, now=TIMESTAMP, tolerance_s=300) is None
+
+
+def test_simulator_accepts_a_fresh_signature_among_several() -> None:
+    headers = fresh_headers(SECRET)
+    headers["webhook-signature"] = "v1,bm9wZQ== " + headers["webhook-signature"]
+    assert verify_signature(SECRET, headers, BODY, now=time.time(), tolerance_s=300) is None
 
 
 @pytest.mark.parametrize(
@@ -31,29 +44,49 @@ def test_simulator_accepts_the_spec_vector_among_several_signatures() -> None:
     [
         ({"body": b'{"test": 2432232315}'}, "no v1 signature"),
         ({"webhook-id": "msg_other"}, "no v1 signature"),
-        ({"webhook-signature": EXPECTED.replace("v1,", "v2,")}, "no v1 signature"),
-        ({"now": TIMESTAMP + 301}, "tolerance"),
+        ({"webhook-signature": "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}, "no v1"),
+        ({"webhook-signature": "v1"}, "malformed"),
+        ({"later_s": 301.0}, "tolerance"),
         ({"webhook-timestamp": "soon"}, "integer"),
         ({"webhook-signature": ""}, "missing"),
     ],
 )
 def test_simulator_rejects_tampering(change: dict[str, object], reason: str) -> None:
-    headers = {
-        "webhook-id": MSG_ID,
-        "webhook-timestamp": str(TIMESTAMP),
-        "webhook-signature": EXPECTED,
-    }
+    headers = fresh_headers(SECRET)
     headers.update({k: str(v) for k, v in change.items() if k.startswith("webhook-")})
     body = change.get("body", BODY)
-    now = change.get("now", TIMESTAMP)
+    later_s = change.get("later_s", 0.0)
     assert isinstance(body, bytes)
-    assert isinstance(now, int)
+    assert isinstance(later_s, float)
+    now = time.time() + later_s
     problem = verify_signature(SECRET, headers, body, now=now, tolerance_s=300)
     assert problem is not None
     assert reason in problem
 
 
-def test_secret_key_decodes_with_or_without_prefix_and_refuses_garbage() -> None:
-    assert secret_key(SECRET) == secret_key(SECRET.removeprefix("whsec_"))
-    with pytest.raises(ValueError, match="base64"):
-        secret_key("whsec_not base64!")
+def test_secret_parsing_is_the_librarys_and_refusals_never_echo_the_secret() -> None:
+    raw = b"twenty-byte-key-here"  # base64 of 20 bytes ends in one "=": unpadded below
+    padded = "whsec_" + base64.b64encode(raw).decode()
+    unpadded = padded.rstrip("=")
+    assert unpadded != padded
+    for secret in (padded, unpadded, padded.removeprefix("whsec_")):
+        header = signature_header([signer(SecretStr(secret))], MSG_ID, TIMESTAMP, BODY)
+        at = datetime.fromtimestamp(TIMESTAMP, tz=UTC)
+        assert header == Webhook(raw).sign(MSG_ID, at, BODY.decode())
+    for bad in ("whsec_", "whsec_abcde"):
+        with pytest.raises(ValueError, match="webhook secret") as caught:
+            signer(SecretStr(bad))
+        assert "abcde" not in str(caught.value)
+
+
+def test_every_active_secret_signs_and_each_verifies_alone() -> None:
+    old, new = SecretStr(SECRET), SecretStr("whsec_" + base64.b64encode(b"next").decode())
+    now = int(time.time())
+    header = signature_header([signer(old), signer(new)], MSG_ID, now, BODY)
+    assert header.count("v1,") == 2
+    assert " " in header
+    headers = {"webhook-id": MSG_ID, "webhook-timestamp": str(now), "webhook-signature": header}
+    for secret in (old, new):
+        Webhook(secret.get_secret_value()).verify(BODY, headers)
+    with pytest.raises(Exception, match="No matching signature"):
+        Webhook("whsec_" + base64.b64encode(b"other").decode()).verify(BODY, headers)

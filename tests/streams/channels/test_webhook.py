@@ -12,6 +12,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
+from events.errors import LedgerError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.ports import free_port
@@ -110,10 +111,12 @@ async def test_endpoint_secret_by_longest_prefix(
 
 
 def test_bad_secret_fails_at_construction_without_echoing_it() -> None:
-    settings = Settings(webhook_endpoints={"http://x/": WebhookEndpoint(secret="whsec_!!nope")})
-    with pytest.raises(ValueError, match="http://x/") as caught:
+    # "abcde" is refused by the standardwebhooks library itself (5 base64 characters).
+    settings = Settings(webhook_endpoints={"http://x/": WebhookEndpoint(secret="whsec_abcde")})
+    with pytest.raises(LedgerError, match="http://x:80/") as caught:
         WebhookChannel(httpx.AsyncClient(), settings)
-    assert "nope" not in str(caught.value)
+    assert "abcde" not in str(caught.value)
+    assert caught.value.hint
 
 
 async def test_connection_refused_is_not_sent(
