@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Where a connection goes: the host name (lowercased, no brackets) and the port.
+Origin = tuple[str, int]
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # Named for the reason in the event; checked in this order (the first that holds).
 _KINDS: tuple[tuple[str, str], ...] = (
@@ -40,16 +44,27 @@ class AddressPolicy:
     """Allowed: globally routable unicast addresses, plus the networks and host names
     given. Everything else is refused with a reason."""
 
-    def __init__(self, networks: Iterable[str] = (), hosts: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        networks: Iterable[str] = (),
+        hosts: Iterable[str] = (),
+        per_origin: Mapping[Origin, Iterable[str]] | None = None,
+    ) -> None:
+        """``per_origin``: networks allowed only for connections to that host and port
+        (an endpoint's own allow-list), on top of ``networks``."""
         self.networks = tuple(parse_network(n) for n in networks)
-        self.hosts = frozenset(h.strip().lower().rstrip(".") for h in hosts)
+        self.hosts = frozenset(_name(h) for h in hosts)
+        self.per_origin = {
+            (_name(host), port): tuple(parse_network(n) for n in allowed)
+            for (host, port), allowed in (per_origin or {}).items()
+        }
 
-    def refuses_literal(self, host: str) -> str | None:
+    def refuses_literal(self, host: str, port: int | None = None) -> str | None:
         """Why ``host`` is refused without resolving it (an address literal in any
         spelling, ``localhost``), or None: None does not mean allowed — a name is decided
         when the worker resolves it."""
         address = literal_address(host)
-        why = None if address is None else self.refuses(host, address)
+        why = None if address is None else self.refuses(host, address, port)
         if why is None:
             return None
         # "0x7f000001 is 127.0.0.1, a loopback address"; "10.0.0.5 is a private address"
@@ -58,14 +73,16 @@ class AddressPolicy:
             why = why.replace(f"{host} is {address}, ", f"{host} is ", 1)
         return why
 
-    def refuses(self, host: str, address: str) -> str | None:
-        """Why ``address`` (which ``host`` resolved to) may not be contacted, or None."""
-        if host.lower().rstrip(".") in self.hosts:
+    def refuses(self, host: str, address: str, port: int | None = None) -> str | None:
+        """Why ``address`` (which ``host`` resolved to) may not be contacted on ``port``,
+        or None."""
+        if _name(host) in self.hosts:
             return None
         ip: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-        if any(ip in network for network in self.networks):
+        extra = self.per_origin.get((_name(host), port), ()) if port is not None else ()
+        if any(ip in network for network in (*self.networks, *extra)):
             return None
         for attribute, kind in _KINDS:
             if getattr(ip, attribute):
@@ -96,3 +113,20 @@ def literal_address(host: str) -> str | None:
         except OSError:
             return None
     return None
+
+
+def _name(host: str) -> str:
+    return host.strip().strip("[]").lower().rstrip(".")
+
+
+def origin_of(url: str) -> Origin | None:
+    """The (host, port) a request to ``url`` connects to (default ports filled in), or
+    None if it has no http(s) host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return _name(parts.hostname), port or _DEFAULT_PORTS[parts.scheme]

@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from events.addresses import AddressPolicy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
 from events.channels import check_channel, check_recipient, credentials_in, shown
@@ -31,7 +30,7 @@ from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
-from events.settings import Settings
+from events.settings import Settings, address_policy
 from events.topics import record_key
 
 
@@ -115,7 +114,7 @@ class Publisher:
         """``transactional_id`` should be stable per agent instance: a restart then fences
         its dead predecessor and aborts that one's open transaction immediately."""
         self._settings = settings
-        self._addresses = AddressPolicy(settings.allowed_networks, settings.allowed_hosts)
+        self._addresses = address_policy(settings)
         self._producer_name = producer_name or settings.producer_name
         self._transactional_id = transactional_id or (
             f"ledger-publisher-{self._producer_name}-{uuid.uuid4().hex[:12]}"
@@ -202,8 +201,12 @@ class Publisher:
     def _blocked(self, recipient: str) -> str | None:
         """Why the worker would refuse to contact ``recipient``, when that is known
         without DNS (an address literal, ``localhost``); the worker checks every name."""
-        host = urlsplit(recipient).hostname or ""
-        why = self._addresses.refuses_literal(host)
+        parts = urlsplit(recipient)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return None  # not a valid URL: check_recipient says so
+        why = self._addresses.refuses_literal(parts.hostname or "", port)
         if why is None:
             return None
         return (

@@ -8,7 +8,7 @@ from platformdirs import user_cache_dir, user_data_dir
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from events.addresses import parse_network
+from events.addresses import AddressPolicy, Origin, origin_of, parse_network
 from events.retry_policy import RetryPolicy, for_channel
 
 
@@ -30,6 +30,17 @@ class WebhookEndpoint(BaseModel):
     # How long after an UNKNOWN its receiver may still be processing the request: no
     # lookup before it (None: settings.lookup_settle_s).
     settle_s: float | None = Field(default=None, ge=0)
+    # Networks (CIDR or addresses) this endpoint's host may resolve to beyond the globally
+    # routable ones, for it alone (and its lookup URL): an internal receiver allowed
+    # without opening that network to every recipient.
+    allowed_networks: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _endpoint_networks_parse(cls, value: list[str]) -> list[str]:
+        for network in value:
+            parse_network(network)  # ValueError names the bad entry
+        return value
 
     def signing_secrets(self) -> list[SecretStr]:
         """Every active secret of this endpoint (``secret`` first), each once."""
@@ -204,3 +215,16 @@ def open_claims_limit(settings: Settings) -> int:
     usable = settings.lease_seconds - settings.send_deadline_s - settings.clock_skew_margin_s
     per_slot = max(1, int(usable / settings.send_deadline_s))
     return settings.send_concurrency * per_slot
+
+
+def address_policy(settings: Settings) -> AddressPolicy:
+    """What a delivery may make us contact: the global allow-lists, plus each webhook
+    endpoint's own networks for its origin (host and port) and its lookup URL's."""
+    per_origin: dict[Origin, list[str]] = {}
+    for url, endpoint in settings.webhook_endpoints.items():
+        if not endpoint.allowed_networks:
+            continue
+        for origin in (origin_of(url), origin_of(endpoint.lookup_url or "")):
+            if origin is not None:
+                per_origin.setdefault(origin, []).extend(endpoint.allowed_networks)
+    return AddressPolicy(settings.allowed_networks, settings.allowed_hosts, per_origin)

@@ -56,7 +56,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
         for address in addresses:
-            if (reason := self._policy.refuses(host, address)) is not None:
+            if (reason := self._policy.refuses(host, address, port)) is not None:
                 raise BlockedAddress(reason)
         return await self._inner.connect_tcp(
             addresses[0], port, timeout, local_address, socket_options

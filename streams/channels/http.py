@@ -6,7 +6,7 @@ import httpcore
 import httpx
 
 from events.addresses import AddressPolicy
-from events.settings import Settings
+from events.settings import Settings, address_policy
 from streams.channels.address_guard import GuardedBackend
 
 USER_AGENT = "delivery-ledger/0.1"
@@ -31,7 +31,7 @@ def create_http_client(settings: Settings) -> httpx.AsyncClient:
         # server is closing turns a clean send into "reset after write", i.e. an UNKNOWN.
         keepalive_expiry=2.0,
     )
-    policy = AddressPolicy(settings.allowed_networks, settings.allowed_hosts)
+    policy = address_policy(settings)
     return httpx.AsyncClient(
         timeout=timeout,
         transport=_GuardedTransport(limits, policy),

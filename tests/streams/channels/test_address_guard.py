@@ -13,7 +13,7 @@ import pytest
 
 from events.addresses import AddressPolicy
 from events.outcomes import ErrorClass
-from events.settings import Settings
+from events.settings import Settings, address_policy
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
@@ -119,3 +119,41 @@ async def test_allowed_explicitly_the_same_receiver_gets_the_delivery(
         sent = await WebhookChannel(client, allowed).send(delivery)
     assert sent.outcome is SendOutcome.CONFIRMED, sent
     assert receiver.accepted(delivery.idempotency_key) == 1
+
+
+async def test_an_endpoints_own_allow_list_opens_its_origin_and_nothing_else(
+    receiver: BackgroundSimulator, internal_service: tuple[socket.socket, int]
+) -> None:
+    """An internal receiver allowed for its endpoint alone: its sends and lookups go
+    through; the same network on another port (the internal service) stays closed, at the
+    worker and at publish."""
+    listener, port = internal_service
+    base = receiver.settings(Settings())
+    endpoints = {
+        url: endpoint.model_copy(update={"allowed_networks": ["127.0.0.1/32"]})
+        for url, endpoint in base.webhook_endpoints.items()
+    }
+    settings = base.model_copy(update={"webhook_endpoints": endpoints})
+    assert settings.allowed_networks == []
+    delivery = outbound(receiver.webhook_url("own"))
+    internal = outbound(f"http://127.0.0.1:{port}/admin")
+    async with create_http_client(settings) as client:
+        sent = await WebhookChannel(client, settings).send(delivery)
+        looked_up = await WebhookChannel(client, settings).lookup(delivery)
+        refused = await WebhookChannel(client, settings).send(internal)
+    assert sent.outcome is SendOutcome.CONFIRMED, sent
+    assert looked_up.outcome == "found", looked_up
+    assert receiver.accepted(delivery.idempotency_key) == 1
+    assert refused.error_class is ErrorClass.BLOCKED_ADDRESS, refused
+    assert connections(listener) == 0
+    policy = address_policy(settings)
+    receiver_port = int(receiver.base_url.rsplit(":", 1)[1])
+    assert policy.refuses_literal("127.0.0.1", receiver_port) is None
+    assert "loopback" in (policy.refuses_literal("127.0.0.1", port) or "")
+
+
+def test_a_bad_endpoint_allow_list_entry_is_named() -> None:
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33' is not an IP network"):
+        Settings(
+            webhook_endpoints={"https://hooks.internal/": {"allowed_networks": ["10.0.0.0/33"]}}
+        )
