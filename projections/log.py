@@ -15,6 +15,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from events.committed_log import CommittedLog
 from events.errors import LedgerError
+from events.model import DeliveryEvent, ExecutionEvent
 from events.settings import Settings
 from projections.records import LogRecord, decode_at
 from projections.store import Offsets
@@ -81,7 +82,14 @@ class LogReader:
                     self._log.pause(tp)
                     break
                 records.append(
-                    decode_at(tp.topic, tp.partition, message.offset, message.value, message.key)
+                    decode_at(
+                        tp.topic,
+                        tp.partition,
+                        message.offset,
+                        message.value,
+                        message.key,
+                        ExecutionEvent if tp.topic == self._settings.topic_runs else DeliveryEvent,
+                    )
                 )
         return records
 

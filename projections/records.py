@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events.codec import EventDecodeError, decode
-from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
+from events.topics import record_key
 from projections.fold import Position
 
 
@@ -22,12 +23,27 @@ class LogRecord:
 
 
 def decode_at(
-    topic: str, partition: int, offset: int, value: bytes | None, key: bytes | None = None
+    topic: str,
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    key: bytes | None = None,
+    holds: type[ExecutionEvent] | type[DeliveryEvent] | None = None,
 ) -> LogRecord:
     """Decode one record value; an undecodable one keeps its reason and bytes instead of
-    raising."""
+    raising. With ``holds`` (the topic's kind of event), the worker's record rules apply
+    too: an event of the other kind, or a record key that is not the event's, is no event
+    of the log (the worker dead-letters such a record; the projection must not fold it)."""
     where = Position(topic, partition, offset)
     try:
-        return LogRecord(where, decode(value))
+        event = decode(value)
     except EventDecodeError as exc:
         return LogRecord(where, None, exc.reason, key, value)
+    if holds is not None and not isinstance(event, holds):
+        reason = f"{event.type} does not belong on the {topic} topic"
+        return LogRecord(where, None, reason, key, value)
+    if key is not None and key != record_key(event):
+        which = "idempotency_key" if isinstance(event, DeliveryEvent) else "run_id"
+        reason = f"record key does not match the event's {which}"
+        return LogRecord(where, None, reason, key, value)
+    return LogRecord(where, event)
