@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from events.base import Event, check_run_id
@@ -28,6 +29,7 @@ from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
+from events.kafka_security import client_options, connect_error
 from events.keys import canonical_json
 from events.settings import Settings
 from events.topics import record_key
@@ -131,8 +133,16 @@ class Publisher:
             # Restarting with the same transactional_id aborts it at once.
             transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
             linger_ms=0,
+            **client_options(self._settings),
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except KafkaConnectionError:
+            await producer.stop()
+            raise await connect_error(self._settings) from None
+        except BaseException:
+            await producer.stop()
+            raise
         self._producer = producer
 
     async def stop(self) -> None:

@@ -10,13 +10,16 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from events.errors import LedgerError
+from events.kafka_security import client_options
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
@@ -55,6 +58,9 @@ class LocalBroker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.layout = layout_for(settings)
+        # The listener every local broker has, whatever the clients are configured with:
+        # start-up and readiness are checked there.
+        self.plaintext = f"{settings.broker_host}:{settings.broker_port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -70,7 +76,9 @@ class LocalBroker:
         return BrokerStatus(
             running=self.pid() is not None,
             pid=self.pid(),
-            reachable=metadata_ok(self.settings.bootstrap_servers, timeout=3.0),
+            reachable=metadata_ok(
+                self.settings.bootstrap_servers, timeout=3.0, options=client_options(self.settings)
+            ),
             bootstrap_servers=self.settings.bootstrap_servers,
             data_dir=self.layout.data,
             log_file=self.layout.server_log,
@@ -82,11 +90,10 @@ class LocalBroker:
         began = time.monotonic()
         running = self.pid()
         if running is not None:
-            if metadata_ok(self.settings.bootstrap_servers, timeout=READY_TIMEOUT_S):
+            if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
                 return StartReport(running, 0.0, False, True, self.layout)
             raise LedgerError(
-                f"broker process {running} is running but not answering at "
-                f"{self.settings.bootstrap_servers}",
+                f"broker process {running} is running but not answering at {self.plaintext}",
                 f"see {self.layout.server_log}, or run 'ledger broker stop' then start again",
             )
         java = shutil.which("java")
@@ -202,7 +209,7 @@ class LocalBroker:
                     f"the broker exited during start-up: {self._last_error()}",
                     f"see {self.layout.server_log} and {self.layout.stdout_log}",
                 )
-            if metadata_ok(self.settings.bootstrap_servers, timeout=2.0):
+            if metadata_ok(self.plaintext, timeout=2.0):
                 return
             time.sleep(0.25)
         raise LedgerError(
@@ -249,25 +256,30 @@ class LocalBroker:
             return []
 
 
-def metadata_ok(bootstrap_servers: str, timeout: float = 3.0) -> bool:
-    """True when a Kafka metadata request to ``bootstrap_servers`` succeeds."""
-    return asyncio.run(_metadata_ok(bootstrap_servers, timeout))
+def metadata_ok(
+    bootstrap_servers: str, timeout: float = 3.0, options: Mapping[str, Any] | None = None
+) -> bool:
+    """True when a Kafka metadata request to ``bootstrap_servers`` succeeds; ``options``
+    are the client's security options (events/kafka_security.py; None: PLAINTEXT)."""
+    return asyncio.run(_metadata_ok(bootstrap_servers, timeout, options or {}))
 
 
-async def _metadata_ok(bootstrap_servers: str, wait_s: float) -> bool:
+async def _metadata_ok(bootstrap_servers: str, wait_s: float, options: Mapping[str, Any]) -> bool:
     # Probing a broker that is not up yet is expected to fail: keep aiokafka quiet.
     quiet = logging.getLogger("aiokafka")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        return await _probe(bootstrap_servers, wait_s)
+        return await _probe(bootstrap_servers, wait_s, options)
     finally:
         quiet.setLevel(level)
 
 
-async def _probe(bootstrap_servers: str, wait_s: float) -> bool:
+async def _probe(bootstrap_servers: str, wait_s: float, options: Mapping[str, Any]) -> bool:
     client = AIOKafkaClient(
-        bootstrap_servers=bootstrap_servers, request_timeout_ms=int(wait_s * 1000) + 1000
+        bootstrap_servers=bootstrap_servers,
+        request_timeout_ms=int(wait_s * 1000) + 1000,
+        **options,
     )
     try:
         await asyncio.wait_for(client.bootstrap(), wait_s)
