@@ -13,8 +13,13 @@ from typing import Any
 
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     KafkaError,
-    SaslAuthenticationFailedError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
 from aiokafka.helpers import create_ssl_context
@@ -25,6 +30,13 @@ from events.settings import Settings
 NO_BROKER_HINT = "start one with 'ledger broker start'"
 # How long a refused connection may take to explain itself (the diagnosis connects once).
 DIAGNOSE_TIMEOUT_S = 10.0
+# What the broker's ACLs answer to a principal without the right.
+NOT_AUTHORIZED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
 
 
 def uses_tls(settings: Settings) -> bool:
@@ -115,7 +127,7 @@ async def connect_error(settings: Settings) -> LedgerError:
             f"TLS with the Kafka broker at {where} failed: {exc.reason or exc}",
             "check that LEDGER_SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
         )
-    except SaslAuthenticationFailedError:
+    except (SaslAuthenticationFailed, AuthenticationFailedError):
         return LedgerError(
             f"the Kafka broker at {where} refused the credentials of SASL user "
             f"'{settings.sasl_username}' ({settings.sasl_mechanism})",
@@ -123,8 +135,7 @@ async def connect_error(settings: Settings) -> LedgerError:
         )
     except UnsupportedSaslMechanismError:
         return LedgerError(
-            f"the Kafka broker at {where} does not accept SASL mechanism "
-            f"{settings.sasl_mechanism}",
+            f"the Kafka broker at {where} does not accept SASL mechanism {settings.sasl_mechanism}",
             "set LEDGER_SASL_MECHANISM to one the listener enables",
         )
     except ConnectionRefusedError:
@@ -133,6 +144,15 @@ async def connect_error(settings: Settings) -> LedgerError:
         return _closed_on_us(settings)
     conn.close()
     return _closed_on_us(settings)
+
+
+def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
+    """An ACL refusal (one of ``NOT_AUTHORIZED``) in one line, naming the principal."""
+    who = settings.sasl_username or "ANONYMOUS"
+    return LedgerError(
+        f"Kafka does not allow user '{who}' this: {exc}",
+        "an administrator grants it with ACLs (README, Security: the ACLs per role)",
+    )
 
 
 def _closed_on_us(settings: Settings) -> LedgerError:

@@ -29,7 +29,7 @@ from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
-from events.kafka_security import client_options, connect_error
+from events.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
 from events.keys import canonical_json
 from events.settings import Settings
 from events.topics import record_key
@@ -140,6 +140,9 @@ class Publisher:
         except KafkaConnectionError:
             await producer.stop()
             raise await connect_error(self._settings) from None
+        except NOT_AUTHORIZED as exc:
+            await producer.stop()
+            raise not_allowed(self._settings, exc) from None
         except BaseException:
             await producer.stop()
             raise
@@ -239,13 +242,16 @@ class Publisher:
 
     async def _commit(self, batch: list[tuple[str, Event]]) -> None:
         producer = self._require_started()
-        async with producer.transaction():
-            futures = [
-                await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
-                for topic, event in batch
-            ]
-            await asyncio.gather(*futures)
-            crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+        try:
+            async with producer.transaction():
+                futures = [
+                    await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
+                    for topic, event in batch
+                ]
+                await asyncio.gather(*futures)
+                crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+        except NOT_AUTHORIZED as exc:
+            raise not_allowed(self._settings, exc) from None
 
     def _require_started(self) -> AIOKafkaProducer:
         if self._producer is None:

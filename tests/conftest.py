@@ -1,5 +1,6 @@
 pytest_plugins = [
     "tests.fixtures.broker",
+    "tests.fixtures.secure_broker",
     "tests.fixtures.postgres",
     "tests.fixtures.receiver",
     "tests.fixtures.worker",

@@ -102,20 +102,46 @@ class LocalBroker:
                 "Java is not installed (Kafka needs a Java 17+ runtime)",
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
-        for port in (self.settings.broker_port, self.settings.controller_port):
+        ports = (self.settings.broker_port, self.settings.controller_port)
+        secure_port = self.settings.broker_sasl_ssl_port
+        for port in (*ports, secure_port) if secure_port else ports:
             if _port_taken(self.settings.broker_host, port):
                 raise LedgerError(
                     f"port {self.settings.broker_host}:{port} is already in use by another process",
-                    "stop that process, or choose other ports with LEDGER_BROKER_PORT and "
-                    "LEDGER_CONTROLLER_PORT",
+                    "stop that process, or choose other ports with LEDGER_BROKER_PORT, "
+                    "LEDGER_CONTROLLER_PORT (and LEDGER_BROKER_SASL_SSL_PORT)",
                 )
         libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
+        if secure_port:
+            self.layout.security.ensure(self.settings.broker_host)
         write_config(self.settings, self.layout)
         classpath = f"{libs}/*"
         self._format_once(java, classpath)
         pid = self._spawn(java, classpath)
         self._wait_ready(pid)
+        if secure_port:
+            asyncio.run(self._grant_local_roles())
         return StartReport(pid, time.monotonic() - began, downloaded, False, self.layout)
+
+    async def _grant_local_roles(self) -> None:
+        """Each local SASL user but admin gets its role's ACLs on the configured topics,
+        granted over the plaintext listener (its principal is a super user)."""
+        from ledger.acls import ROLES, grant, role_acls
+
+        plain = self.settings.model_copy(
+            update={
+                "bootstrap_servers": self.plaintext,
+                "security_protocol": "PLAINTEXT",
+                "sasl_username": None,
+                "sasl_password": None,
+                "ssl_cafile": None,
+                "ssl_certfile": None,
+                "ssl_keyfile": None,
+                "ssl_key_password": None,
+            }
+        )
+        acls = [acl for role in ROLES for acl in role_acls(plain, role, f"User:{role}")]
+        await grant(plain, acls)
 
     def _format_once(self, java: str, classpath: str) -> None:
         meta = self.layout.data / "meta.properties"
@@ -135,6 +161,10 @@ class LocalBroker:
             )
         cluster_id = self._cluster_id(java, classpath)
         self.layout.data.mkdir(parents=True, exist_ok=True)
+        # SCRAM users live in the KRaft metadata: they are created here, at format time.
+        scram = (
+            self.layout.security.scram_format_args() if self.settings.broker_sasl_ssl_port else []
+        )
         result = subprocess.run(
             [
                 java,
@@ -148,6 +178,7 @@ class LocalBroker:
                 "-c",
                 str(self.layout.server_properties),
                 "--ignore-formatted",
+                *scram,
             ],
             capture_output=True,
             text=True,
