@@ -8,9 +8,11 @@ options from here, so no client can be left on PLAINTEXT by accident.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from typing import Any
 
+from aiokafka import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
@@ -144,6 +146,33 @@ async def connect_error(settings: Settings) -> LedgerError:
         return _closed_on_us(settings)
     conn.close()
     return _closed_on_us(settings)
+
+
+def ensure_reachable(settings: Settings) -> None:
+    """Connect once (bounded): a ``LedgerError`` saying why if the brokers refuse us.
+
+    For processes that would otherwise fail inside a framework's start-up (the faust
+    worker) with a traceback.
+    """
+    asyncio.run(_ensure_reachable(settings))
+
+
+async def _ensure_reachable(settings: Settings) -> None:
+    client = AIOKafkaClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
+        **client_options(settings),
+    )
+    quiet = logging.getLogger("aiokafka")  # every refused try is logged: we say it once
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        await asyncio.wait_for(client.bootstrap(), DIAGNOSE_TIMEOUT_S)
+    except (KafkaError, OSError, TimeoutError):
+        raise await connect_error(settings) from None
+    finally:
+        quiet.setLevel(level)
+        await client.close()
 
 
 def not_allowed(settings: Settings, exc: Exception) -> LedgerError:

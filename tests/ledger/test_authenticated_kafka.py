@@ -194,7 +194,7 @@ async def test_a_client_without_valid_credentials_is_refused_in_one_line(
                       "sasl_password": None, "ssl_cafile": None},
     }[client]  # fmt: skip
     who = settings.model_copy(update=bad)
-    for args in (("topics", "create"), ("replay", "--format", "jsonl")):
+    for args in (("topics", "create"), ("replay", "--format", "jsonl"), ("worker",)):
         began = time.monotonic()
         done = ledger(who, *args, timeout=60)
         took = time.monotonic() - began
