@@ -63,7 +63,9 @@ def ledger(settings: Settings, *args: str, timeout: float = 90) -> subprocess.Co
 async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
     settings: Settings, secure_broker: SecureBroker
 ) -> None:
-    await grant(settings, role_acls(settings, "reader", "User:reader"))
+    granted = ledger(settings, "acls", "grant", "reader", "reader")  # as admin
+    assert granted.returncode == 0, granted.stderr
+    assert "6 ACLs granted to reader (reader)" in granted.stdout
     await grant(settings, role_acls(settings, "agent", "User:agent"))
     reader = as_user(settings, secure_broker, "reader")
     producer = AIOKafkaProducer(
