@@ -54,21 +54,26 @@ class BrokerSecurity:
 
     def ensure(self, host: str) -> dict[str, str]:
         """Create the CA, the broker certificate and the users if missing; the users."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        if not (self.ca_file.exists() and self.keystore.exists()):
-            ca = trustme.CA(organization_name="delivery-ledger local broker")
-            names = list(dict.fromkeys([host, "127.0.0.1", "localhost"]))
-            leaf = ca.issue_cert(*names)
-            key = load_pem_private_key(leaf.private_key_pem.bytes(), None)
-            pkcs8 = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-            chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
-            _write_private(self.keystore, pkcs8 + chain)
-            self.ca_file.write_bytes(ca.cert_pem.bytes())
+        self.ensure_tls(host)
         if not self.users_file.exists():
             users = {name: secrets.token_urlsafe(24) for name in USERS}
             _write_private(self.users_file, json.dumps(users, indent=2).encode())
         return self.users()
+
+    def ensure_tls(self, host: str) -> None:
+        """Create the CA and a broker certificate for ``host`` (and 127.0.0.1, localhost)
+        if missing (docker-compose.yml runs this alone: its users come from the env)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        if self.ca_file.exists() and self.keystore.exists():
+            return
+        ca = trustme.CA(organization_name="delivery-ledger local broker")
+        leaf = ca.issue_cert(*dict.fromkeys([host, "127.0.0.1", "localhost"]))
+        key = load_pem_private_key(leaf.private_key_pem.bytes(), None)
+        pkcs8 = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+        chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+        _write_private(self.keystore, pkcs8 + chain)
+        self.ca_file.write_bytes(ca.cert_pem.bytes())
 
     def users(self) -> dict[str, str]:
         """The SASL users and their passwords."""
