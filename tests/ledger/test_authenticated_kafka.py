@@ -22,6 +22,7 @@ from events.kafka_security import client_options
 from events.ports import free_port
 from events.settings import Settings
 from ledger.acls import ROLES, grant, role_acls
+from ledger.broker import LocalBroker
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
 from streams.continuity import ContinuityGuard
@@ -125,6 +126,11 @@ async def test_every_client_works_over_sasl_ssl_each_as_its_role(
     await wait_for(confirmed, 90, "the delivery CONFIRMED by a worker over SASL_SSL")
     assert receiver.accepted(key) == 1
     assert "AuthorizationFailed" not in process.output()
+    # No password in the worker's or the broker's log.
+    server_log = LocalBroker(secure_broker.plain).layout.server_log.read_text(errors="replace")
+    for password in secure_broker.users.values():
+        assert password not in process.output()
+        assert password not in server_log
 
     # The continuity guard reads the worker group's offsets as the worker (Describe on
     # its group); a reader principal is refused that.
