@@ -130,8 +130,9 @@ def write_config(settings: Settings, layout: BrokerLayout) -> None:
     """(Re)write the configuration files; the data dir is never touched here."""
     layout.config.mkdir(parents=True, exist_ok=True)
     layout.logs.mkdir(parents=True, exist_ok=True)
-    # With the SASL_SSL listener it holds the PLAIN users' passwords: owner only.
-    layout.server_properties.touch(mode=0o600)
-    os.chmod(layout.server_properties, 0o600)
+    if settings.broker_sasl_ssl_port:
+        # It holds the PLAIN users' passwords then: owner only, before they are written.
+        layout.server_properties.touch(mode=0o600)
+        os.chmod(layout.server_properties, 0o600)
     layout.server_properties.write_text(server_properties(settings, layout))
     layout.log4j2_properties.write_text(LOG4J2)

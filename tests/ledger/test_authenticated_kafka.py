@@ -155,6 +155,8 @@ async def test_every_client_works_over_sasl_ssl_each_as_its_role(
     assert "delivery.confirmed" in replayed.stdout, replayed.stdout
     status = ledger(reader, "status", "--json", "--dsn", live_projection.dsn)
     assert status.returncode == 0, status.stderr
+    probed = ledger(reader, "broker", "status")
+    assert f"{secure_broker.sasl_ssl} answers metadata requests" in probed.stdout, probed.stdout
 
     # The dashboard's /metrics reads the log's ends over SASL_SSL too.
     port = free_port()
