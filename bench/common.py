@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from events import DeliverySpec, Settings
 from events.delivery_state import DeliveryState, Status
+from events.kafka_security import client_options
 from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
@@ -249,6 +250,7 @@ async def produce_batched(
         max_batch_size=1024 * 1024,
         max_request_size=8 * 1024 * 1024,
         **config,
+        **client_options(settings),
     )
     await producer.start()
     began = time.perf_counter()

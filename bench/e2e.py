@@ -39,6 +39,7 @@ from bench.common import (
 )
 from events import DeliverySpec, Publisher, Settings, encode
 from events.delivery import new_delivery_requested
+from events.kafka_security import client_options
 from ledger.stack import Child, Stack, settings_env
 from ledger.topics import create_topics
 
@@ -62,6 +63,7 @@ class Confirmations:
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=None,
+            **client_options(self.settings),
         )
         await consumer.start()
         self._task = asyncio.create_task(self._run(consumer))

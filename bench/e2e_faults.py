@@ -43,6 +43,7 @@ from events import Publisher, Settings
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
+from events.kafka_security import client_options
 from ledger.broker import LocalBroker
 from ledger.stack import settings_env
 from ledger.topics import create_topics
@@ -132,6 +133,7 @@ async def observe(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
+        **client_options(settings),
     )
     await consumer.start()
     kills = {int(n * 0.3): "wa", int(n * 0.6): "wb"}

@@ -42,6 +42,7 @@ from bench.common import (
 )
 from events import Settings
 from events.delivery_state import DeliveryState, Status
+from events.kafka_security import client_options
 from events.keys import idempotency_key, payload_hash
 from ledger.stack import Stack
 from ledger.topics import create_topics
@@ -88,7 +89,9 @@ def open_states(n: int, tag: str) -> Iterator[tuple[bytes, bytes]]:
 async def create_changelog(settings: Settings) -> str:
     """The table's changelog topic, as faust would create it (compacted)."""
     name = f"{settings.worker_group}-delivery-state-changelog"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers, **client_options(settings)
+    )
     await admin.start()
     try:
         await admin.create_topics(

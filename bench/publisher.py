@@ -20,6 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from events import DeliverySpec, Publisher, RunSucceeded, Settings, encode
+from events.kafka_security import client_options
 from events.topics import record_key
 from ledger.broker import LocalBroker
 from ledger.topics import create_topics
@@ -63,6 +64,7 @@ async def raw_round(settings: Settings, runs: int) -> float:
         enable_idempotence=True,
         acks="all",
         linger_ms=0,
+        **client_options(settings),
     )
     await producer.start()
     try:

@@ -19,8 +19,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from events.errors import LedgerError
+from events.kafka_security import client_options, connect_error
+from events.settings import Settings
 
-NO_BROKER_HINT = "start one with 'ledger broker start'"
 # What a read can fail with that a later try may not (a broker restarting, a rebalance):
 # long-running readers log these and try again, they never stop on them.
 TRANSIENT = (KafkaError, TimeoutError, LedgerError)
@@ -31,7 +32,7 @@ class CommittedLog:
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        settings: Settings,
         *,
         reset: Literal["earliest", "none"] = "earliest",
         large_fetches: bool = False,
@@ -40,7 +41,8 @@ class CommittedLog:
         """``reset="none"`` makes an offset the log no longer has an error instead of a
         silent jump (aiokafka's OffsetOutOfRangeError); ``large_fetches`` for readers
         that go through whole topics."""
-        self.bootstrap_servers = bootstrap_servers
+        self.settings = settings
+        self.bootstrap_servers = settings.bootstrap_servers
         fetch: dict[str, Any] = (
             {"max_partition_fetch_bytes": 4 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
             if large_fetches
@@ -53,11 +55,12 @@ class CommittedLog:
             "auto_offset_reset": reset,
             "request_timeout_ms": request_timeout_ms,
             **fetch,
+            **client_options(settings),
         }
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> Self:
-        """Connect; a ``LedgerError`` if no broker answers."""
+        """Connect; a ``LedgerError`` if no broker answers or it refuses us."""
         if self._consumer is not None:
             return self
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, **self._options)
@@ -65,9 +68,7 @@ class CommittedLog:
             await consumer.start()
         except KafkaConnectionError:
             await consumer.stop()
-            raise LedgerError(
-                f"no Kafka broker answers at {self.bootstrap_servers}", NO_BROKER_HINT
-            ) from None
+            raise await connect_error(self.settings) from None
         except BaseException:
             await consumer.stop()
             raise

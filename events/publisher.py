@@ -21,6 +21,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from events.admission import payload_too_large
@@ -30,6 +31,7 @@ from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
+from events.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
 from events.settings import Settings, address_policy
 from events.topics import record_key
 
@@ -133,8 +135,19 @@ class Publisher:
             # Restarting with the same transactional_id aborts it at once.
             transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
             linger_ms=0,
+            **client_options(self._settings),
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except KafkaConnectionError:
+            await producer.stop()
+            raise await connect_error(self._settings) from None
+        except NOT_AUTHORIZED as exc:
+            await producer.stop()
+            raise not_allowed(self._settings, exc) from None
+        except BaseException:
+            await producer.stop()
+            raise
         self._producer = producer
 
     async def stop(self) -> None:
@@ -245,13 +258,16 @@ class Publisher:
 
     async def _commit(self, batch: list[tuple[str, Event]]) -> None:
         producer = self._require_started()
-        async with producer.transaction():
-            futures = [
-                await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
-                for topic, event in batch
-            ]
-            await asyncio.gather(*futures)
-            crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+        try:
+            async with producer.transaction():
+                futures = [
+                    await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
+                    for topic, event in batch
+                ]
+                await asyncio.gather(*futures)
+                crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+        except NOT_AUTHORIZED as exc:
+            raise not_allowed(self._settings, exc) from None
 
     def _require_started(self) -> AIOKafkaProducer:
         if self._producer is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from platformdirs import user_cache_dir, user_data_dir
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -71,6 +72,22 @@ class Settings(BaseSettings):
     controller_port: int = Field(default=9093, ge=1, le=65535)
     bootstrap_servers: str = ""
     kafka_version: str = "4.1.1"
+
+    # How every Kafka client authenticates (events/kafka_security.py turns these into
+    # client options, once). PLAINTEXT by default: a local broker on loopback.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # PEM files: the CA that signed the brokers' certificates (None: the system's CAs),
+    # and a client certificate with its key for brokers that authenticate clients by TLS.
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    # The local broker (ledger broker start): an extra SASL_SSL listener on this port,
+    # with a generated CA, SASL users and the ACL authorizer (0: none, as before).
+    broker_sasl_ssl_port: int = Field(default=0, ge=0, le=65535)
 
     topic_runs: str = "ledger.runs"
     topic_deliveries: str = "ledger.deliveries"
@@ -179,6 +196,11 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _kafka_security(self) -> Settings:
+        check_security(self)
+        return self
+
+    @model_validator(mode="after")
     def _safe_lease(self) -> Settings:
         check_lease(self)
         return self
@@ -186,6 +208,44 @@ class Settings(BaseSettings):
     def topic_names(self) -> tuple[str, str, str]:
         """The three topics the ledger owns, in creation order."""
         return (self.topic_runs, self.topic_deliveries, self.topic_deadletter)
+
+
+def check_security(settings: Settings) -> None:
+    """Refuse Kafka security settings that cannot work, or would silently be ignored.
+
+    Raises ValueError naming the ``LEDGER_`` variables (never a secret's value).
+    """
+    protocol = settings.security_protocol
+    uses_sasl = protocol.startswith("SASL_")
+    uses_tls = protocol in ("SSL", "SASL_SSL")
+    if uses_sasl and (not settings.sasl_username or settings.sasl_password is None):
+        raise ValueError(
+            f"LEDGER_SECURITY_PROTOCOL={protocol} needs LEDGER_SASL_USERNAME and "
+            "LEDGER_SASL_PASSWORD"
+        )
+    if not uses_sasl and (settings.sasl_username or settings.sasl_password is not None):
+        raise ValueError(
+            f"LEDGER_SASL_USERNAME/LEDGER_SASL_PASSWORD are set but LEDGER_SECURITY_PROTOCOL="
+            f"{protocol} sends no credentials (use SASL_SSL)"
+        )
+    files = {
+        "LEDGER_SSL_CAFILE": settings.ssl_cafile,
+        "LEDGER_SSL_CERTFILE": settings.ssl_certfile,
+        "LEDGER_SSL_KEYFILE": settings.ssl_keyfile,
+    }
+    given = [name for name, path in files.items() if path is not None]
+    if given and not uses_tls:
+        raise ValueError(
+            f"{given[0]} is set but LEDGER_SECURITY_PROTOCOL={protocol} does not use TLS "
+            "(use SSL or SASL_SSL)"
+        )
+    for name, path in files.items():
+        if path is not None and not path.is_file():
+            raise ValueError(f"{name}={path}: no such file")
+    if settings.ssl_keyfile is not None and settings.ssl_certfile is None:
+        raise ValueError("LEDGER_SSL_KEYFILE is set without LEDGER_SSL_CERTFILE")
+    if settings.ssl_key_password is not None and settings.ssl_certfile is None:
+        raise ValueError("LEDGER_SSL_KEY_PASSWORD is set without LEDGER_SSL_CERTFILE")
 
 
 def check_lease(settings: Settings) -> None:

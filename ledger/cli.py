@@ -64,11 +64,23 @@ def guarded(func: Callable[[], T]) -> T:
 
 
 @broker_app.command("start")
-def broker_start() -> None:
+def broker_start(
+    sasl_ssl_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Also listen with SASL_SSL on this port: generated CA, SASL users, ACLs "
+            "(LEDGER_BROKER_SASL_SSL_PORT).",
+        ),
+    ] = None,
+) -> None:
     """Start the local broker (downloads Kafka jars with mvn on first use)."""
 
     def body() -> None:
         settings = _settings()
+        if sasl_ssl_port is not None:
+            settings = settings.model_copy(update={"broker_sasl_ssl_port": sasl_ssl_port})
         broker = LocalBroker(settings)
         with err.status("starting Kafka (first run downloads jars with mvn)..."):
             report = broker.start()
@@ -80,6 +92,12 @@ def broker_start() -> None:
         )
         out.print(f"  data: {report.layout.data}")
         out.print(f"  logs: {report.layout.server_log}")
+        if settings.broker_sasl_ssl_port:
+            security = report.layout.security
+            out.print(
+                f"  SASL_SSL: {settings.broker_host}:{settings.broker_sasl_ssl_port}, "
+                f"CA {security.ca_file}, users and passwords in {security.users_file}"
+            )
 
     guarded(body)
 

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from events.kafka_security import client_options
 from events.publisher import DeliverySpec, Publisher
 from events.settings import Settings, WebhookEndpoint
 from ledger.broker import LocalBroker
@@ -77,7 +78,7 @@ def run_demo(settings: Settings, out: Console, options: DemoOptions | None = Non
         settings = settings.model_copy(update={"webhook_secret": DEMO_WEBHOOK_SECRET})
     broker = LocalBroker(settings)
     started = False
-    if metadata_ok(settings.bootstrap_servers, timeout=3.0):
+    if metadata_ok(settings.bootstrap_servers, timeout=3.0, options=client_options(settings)):
         out.print(f"[bold]broker[/] {settings.bootstrap_servers} reused")
     else:
         with out.status("starting the local Kafka broker..."):

@@ -87,7 +87,7 @@ async def replay(
     """Every committed record now in ``topics`` within the filter's offsets, in order per
     partition, up to the end as it was when the replay started."""
     wanted = wanted or ReplayFilter()
-    async with CommittedLog(settings.bootstrap_servers, large_fetches=True) as reader:
+    async with CommittedLog(settings, large_fetches=True) as reader:
         partitions: list[TopicPartition] = []
         for topic in topics:
             partitions += [

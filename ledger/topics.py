@@ -9,6 +9,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from events.errors import LedgerError
+from events.kafka_security import client_options, connect_error
 from events.settings import Settings
 
 FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
@@ -29,16 +30,15 @@ async def create_topics(
     """Create the ledger topics with ``settings.partitions`` and infinite retention."""
     names = names or settings.topic_names()
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=15000
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=15000,
+        **client_options(settings),
     )
     try:
         await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise LedgerError(
-            f"no Kafka broker answers at {settings.bootstrap_servers}",
-            "start one with 'ledger broker start' (or 'docker compose up')",
-        ) from None
+        raise await connect_error(settings) from None
     try:
         existing = set(await admin.list_topics())
         results: list[TopicResult] = []

@@ -12,17 +12,22 @@ rebuild`` and ``ledger verify`` re-read the log and send nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from events.deadletter import DeadLetter
+from events.kafka_security import client_options
 from events.settings import Settings
 from projections.records import LogRecord
 
 DETECTED_BY = "projector"
+
+log = logging.getLogger(__name__)
 
 
 class RunsDeadLetters:
@@ -35,26 +40,51 @@ class RunsDeadLetters:
             enable_idempotence=True,
             # A dead letter carries the whole original record (up to the codec's 1 MiB).
             max_request_size=4 * 1024 * 1024,
+            **client_options(settings),
         )
+        self._started = False
         self.sent = 0
 
     async def __aenter__(self) -> Self:
-        await self._producer.start()
-        return self
+        return self  # connected on the first bad record: most logs have none
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._producer.stop()
+        if self._started:
+            await self._producer.stop()
 
     async def send(self, records: Sequence[LogRecord]) -> int:
         """Dead-letter every undecodable ``ledger.runs`` record of ``records``; wait until
         the broker has them all. Returns how many were sent."""
+        bad = [
+            r for r in records if r.event is None and r.position.topic == self._settings.topic_runs
+        ]
+        if not bad:
+            return 0
+        try:
+            return await self._send(bad)
+        except KafkaError as exc:
+            # Not a reason to stop projecting (a bad record must not stall the projection):
+            # the record stays in skipped_records, and the log says what is missing.
+            log.error(
+                "cannot dead-letter %d bad record(s) of %s (%s): they stay in skipped_records; "
+                "hint: the projector's principal needs Write on %s (ledger acls grant "
+                "projector USER)",
+                len(bad),
+                self._settings.topic_runs,
+                type(exc).__name__,
+                self._settings.topic_deadletter,
+            )
+            return 0
+
+    async def _send(self, records: Sequence[LogRecord]) -> int:
+        if not self._started:
+            await self._producer.start()
+            self._started = True
         futures = []
         for record in records:
             where = record.position
-            if record.event is not None or where.topic != self._settings.topic_runs:
-                continue
             letter = DeadLetter.of(
                 reason=record.reason or "undecodable",
                 topic=where.topic,

@@ -28,6 +28,7 @@ from events.codec import encode
 from events.committed_log import TRANSIENT
 from events.deadletter import DeadLetter
 from events.delivery_state import DeliveryState
+from events.kafka_security import faust_credentials
 from events.settings import Settings, open_claims_limit
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
@@ -141,7 +142,7 @@ class Worker:
         )
         self.due = DueIndex(self.datadir / "due-index")
         self.continuity = ContinuityGuard(
-            settings.bootstrap_servers, settings.topic_deliveries, settings.worker_group
+            settings, settings.topic_deliveries, settings.worker_group
         )
         self.processor = DeliveryProcessor(
             ctx=ctx,
@@ -338,6 +339,7 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
     return LedgerApp(
         settings.worker_group,
         broker=f"kafka://{settings.bootstrap_servers}",
+        broker_credentials=faust_credentials(settings),
         # at-least-once, deliberately: faust's exactly_once crash-loops on every rebalance of
         # a multi-worker group against Kafka 4.1 (ConsistencyError on an unfetched LSO, then
         # ProducerFenced from reused producers), and after a SIGKILL it still replayed

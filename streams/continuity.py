@@ -36,6 +36,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from events.committed_log import TRANSIENT, CommittedLog
+from events.kafka_security import client_options
+from events.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,8 @@ CATCH_UP_PATIENCE_S = 1.0
 class ContinuityGuard:
     """Per partition: the last offset processed, jumps to verify, records awaited again."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, group_id: str) -> None:
-        self._bootstrap = bootstrap_servers
+    def __init__(self, settings: Settings, topic: str, group_id: str) -> None:
+        self._settings = settings
         self._topic = topic
         self._group = group_id
         self.marks_group = f"{group_id}.continuity"
@@ -72,7 +74,7 @@ class ContinuityGuard:
         # Bumped by every assignment: a check that awaited the broker across a rebalance
         # drops what it read, since the state it was reading for has been reset.
         self._epoch = 0
-        self._log = CommittedLog(bootstrap_servers)
+        self._log = CommittedLog(settings)
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
         self.given_up = 0
@@ -142,7 +144,9 @@ class ContinuityGuard:
     async def _committed(
         self, group: str, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, Any]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self._settings.bootstrap_servers, **client_options(self._settings)
+        )
         await admin.start()
         try:
             for attempt in range(COORDINATOR_RETRIES):
@@ -359,9 +363,10 @@ class ContinuityGuard:
     async def _started_marker(self) -> AIOKafkaConsumer:
         if self._marker is None:
             marker = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
+                bootstrap_servers=self._settings.bootstrap_servers,
                 group_id=self.marks_group,
                 enable_auto_commit=False,
+                **client_options(self._settings),
             )
             await marker.start()
             self._marker = marker

@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 
 from events.base import Event
 from events.codec import encode
+from events.kafka_security import client_options
 from events.settings import Settings
 from events.topics import record_key
 
@@ -35,6 +36,7 @@ class OutcomeProducer:
                     enable_idempotence=True,
                     acks="all",
                     linger_ms=5,
+                    **client_options(self._settings),
                 )
                 await producer.start()
                 self._producer = producer

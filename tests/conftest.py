@@ -7,6 +7,7 @@ os.environ.setdefault("LEDGER_WEBHOOK_SECRET", TEST_WEBHOOK_SECRET)
 
 pytest_plugins = [
     "tests.fixtures.broker",
+    "tests.fixtures.secure_broker",
     "tests.fixtures.postgres",
     "tests.fixtures.receiver",
     "tests.fixtures.worker",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from events.settings import Settings
+from ledger.broker.security import BrokerSecurity, listener_properties
 
 LOG4J2 = """status = error
 appender.file.type = RollingFile
@@ -46,6 +48,11 @@ class BrokerLayout:
     def config(self) -> Path:
         """server.properties and log4j2.properties."""
         return self.root / "config"
+
+    @property
+    def security(self) -> BrokerSecurity:
+        """The SASL_SSL listener's CA, certificate and users (when it is enabled)."""
+        return BrokerSecurity(self.root / "security")
 
     @property
     def pid_file(self) -> Path:
@@ -110,6 +117,12 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "auto.create.topics.enable": "true",
         "log.flush.interval.messages": "9223372036854775807",
     }
+    if settings.broker_sasl_ssl_port:
+        secure = f"SASL_SSL://{host}:{settings.broker_sasl_ssl_port}"
+        lines["listeners"] += f",{secure}"
+        lines["advertised.listeners"] += f",{secure}"
+        lines["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+        lines.update(listener_properties(layout.security))
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
@@ -117,5 +130,9 @@ def write_config(settings: Settings, layout: BrokerLayout) -> None:
     """(Re)write the configuration files; the data dir is never touched here."""
     layout.config.mkdir(parents=True, exist_ok=True)
     layout.logs.mkdir(parents=True, exist_ok=True)
+    if settings.broker_sasl_ssl_port:
+        # It holds the PLAIN users' passwords then: owner only, before they are written.
+        layout.server_properties.touch(mode=0o600)
+        os.chmod(layout.server_properties, 0o600)
     layout.server_properties.write_text(server_properties(settings, layout))
     layout.log4j2_properties.write_text(LOG4J2)

@@ -10,13 +10,16 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from events.errors import LedgerError
+from events.kafka_security import client_options
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
@@ -55,6 +58,9 @@ class LocalBroker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.layout = layout_for(settings)
+        # The listener every local broker has, whatever the clients are configured with:
+        # start-up and readiness are checked there.
+        self.plaintext = f"{settings.broker_host}:{settings.broker_port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -70,7 +76,9 @@ class LocalBroker:
         return BrokerStatus(
             running=self.pid() is not None,
             pid=self.pid(),
-            reachable=metadata_ok(self.settings.bootstrap_servers, timeout=3.0),
+            reachable=metadata_ok(
+                self.settings.bootstrap_servers, timeout=3.0, options=client_options(self.settings)
+            ),
             bootstrap_servers=self.settings.bootstrap_servers,
             data_dir=self.layout.data,
             log_file=self.layout.server_log,
@@ -82,11 +90,10 @@ class LocalBroker:
         began = time.monotonic()
         running = self.pid()
         if running is not None:
-            if metadata_ok(self.settings.bootstrap_servers, timeout=READY_TIMEOUT_S):
+            if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
                 return StartReport(running, 0.0, False, True, self.layout)
             raise LedgerError(
-                f"broker process {running} is running but not answering at "
-                f"{self.settings.bootstrap_servers}",
+                f"broker process {running} is running but not answering at {self.plaintext}",
                 f"see {self.layout.server_log}, or run 'ledger broker stop' then start again",
             )
         java = shutil.which("java")
@@ -95,20 +102,46 @@ class LocalBroker:
                 "Java is not installed (Kafka needs a Java 17+ runtime)",
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
-        for port in (self.settings.broker_port, self.settings.controller_port):
+        ports = (self.settings.broker_port, self.settings.controller_port)
+        secure_port = self.settings.broker_sasl_ssl_port
+        for port in (*ports, secure_port) if secure_port else ports:
             if _port_taken(self.settings.broker_host, port):
                 raise LedgerError(
                     f"port {self.settings.broker_host}:{port} is already in use by another process",
-                    "stop that process, or choose other ports with LEDGER_BROKER_PORT and "
-                    "LEDGER_CONTROLLER_PORT",
+                    "stop that process, or choose other ports with LEDGER_BROKER_PORT, "
+                    "LEDGER_CONTROLLER_PORT (and LEDGER_BROKER_SASL_SSL_PORT)",
                 )
         libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
+        if secure_port:
+            self.layout.security.ensure(self.settings.broker_host)
         write_config(self.settings, self.layout)
         classpath = f"{libs}/*"
         self._format_once(java, classpath)
         pid = self._spawn(java, classpath)
         self._wait_ready(pid)
+        if secure_port:
+            asyncio.run(self._grant_local_roles())
         return StartReport(pid, time.monotonic() - began, downloaded, False, self.layout)
+
+    async def _grant_local_roles(self) -> None:
+        """Each local SASL user but admin gets its role's ACLs on the configured topics,
+        granted over the plaintext listener (its principal is a super user)."""
+        from ledger.acls import ROLES, grant, role_acls
+
+        plain = self.settings.model_copy(
+            update={
+                "bootstrap_servers": self.plaintext,
+                "security_protocol": "PLAINTEXT",
+                "sasl_username": None,
+                "sasl_password": None,
+                "ssl_cafile": None,
+                "ssl_certfile": None,
+                "ssl_keyfile": None,
+                "ssl_key_password": None,
+            }
+        )
+        acls = [acl for role in ROLES for acl in role_acls(plain, role, f"User:{role}")]
+        await grant(plain, acls)
 
     def _format_once(self, java: str, classpath: str) -> None:
         meta = self.layout.data / "meta.properties"
@@ -128,6 +161,10 @@ class LocalBroker:
             )
         cluster_id = self._cluster_id(java, classpath)
         self.layout.data.mkdir(parents=True, exist_ok=True)
+        # SCRAM users live in the KRaft metadata: they are created here, at format time.
+        scram = (
+            self.layout.security.scram_format_args() if self.settings.broker_sasl_ssl_port else []
+        )
         result = subprocess.run(
             [
                 java,
@@ -141,6 +178,7 @@ class LocalBroker:
                 "-c",
                 str(self.layout.server_properties),
                 "--ignore-formatted",
+                *scram,
             ],
             capture_output=True,
             text=True,
@@ -202,7 +240,7 @@ class LocalBroker:
                     f"the broker exited during start-up: {self._last_error()}",
                     f"see {self.layout.server_log} and {self.layout.stdout_log}",
                 )
-            if metadata_ok(self.settings.bootstrap_servers, timeout=2.0):
+            if metadata_ok(self.plaintext, timeout=2.0):
                 return
             time.sleep(0.25)
         raise LedgerError(
@@ -249,25 +287,30 @@ class LocalBroker:
             return []
 
 
-def metadata_ok(bootstrap_servers: str, timeout: float = 3.0) -> bool:
-    """True when a Kafka metadata request to ``bootstrap_servers`` succeeds."""
-    return asyncio.run(_metadata_ok(bootstrap_servers, timeout))
+def metadata_ok(
+    bootstrap_servers: str, timeout: float = 3.0, options: Mapping[str, Any] | None = None
+) -> bool:
+    """True when a Kafka metadata request to ``bootstrap_servers`` succeeds; ``options``
+    are the client's security options (events/kafka_security.py; None: PLAINTEXT)."""
+    return asyncio.run(_metadata_ok(bootstrap_servers, timeout, options or {}))
 
 
-async def _metadata_ok(bootstrap_servers: str, wait_s: float) -> bool:
+async def _metadata_ok(bootstrap_servers: str, wait_s: float, options: Mapping[str, Any]) -> bool:
     # Probing a broker that is not up yet is expected to fail: keep aiokafka quiet.
     quiet = logging.getLogger("aiokafka")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        return await _probe(bootstrap_servers, wait_s)
+        return await _probe(bootstrap_servers, wait_s, options)
     finally:
         quiet.setLevel(level)
 
 
-async def _probe(bootstrap_servers: str, wait_s: float) -> bool:
+async def _probe(bootstrap_servers: str, wait_s: float, options: Mapping[str, Any]) -> bool:
     client = AIOKafkaClient(
-        bootstrap_servers=bootstrap_servers, request_timeout_ms=int(wait_s * 1000) + 1000
+        bootstrap_servers=bootstrap_servers,
+        request_timeout_ms=int(wait_s * 1000) + 1000,
+        **options,
     )
     try:
         await asyncio.wait_for(client.bootstrap(), wait_s)

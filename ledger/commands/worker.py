@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
         import faust
 
+        from events.kafka_security import ensure_reachable
         from ledger.cli import _settings, guarded
         from streams.app import create_app
 
@@ -35,6 +36,7 @@ def register(app: typer.Typer) -> None:
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": data_dir})
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
+        guarded(lambda: ensure_reachable(settings))  # refused: one line, not faust's traceback
         if metrics_port is not None:
             settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
         # A worker that could not sign a webhook (no secret, a bad one) says so in one line.

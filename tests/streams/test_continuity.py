@@ -54,7 +54,7 @@ async def test_offset_jumps_are_checked_against_committed_records(settings: Sett
         await plain.stop()
         await txn.stop()
     # The group has committed nothing: the check starts at offset 0.
-    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    guard = ContinuityGuard(settings, topic, group)
     try:
         await guard.on_assigned([0])
         guard.note(0, offsets[0])
@@ -94,7 +94,7 @@ async def test_offset_jumps_are_checked_against_committed_records(settings: Sett
     tp0 = TopicPartition(topic, 0)
     await commit_offsets(settings, group, {tp0: offsets[2] + 1})
     await commit_offsets(settings, f"{group}.continuity", {tp0: offsets[1]})
-    again = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    again = ContinuityGuard(settings, topic, group)
     try:
         await again.on_assigned([0])
         assert again.last_processed(0) == offsets[2]
@@ -126,7 +126,7 @@ async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
     # Partition 2 was handled to its end but for its trailing commit marker.
     end2 = t2 + 2  # the record, then the marker
     await commit_offsets(settings, group, {TopicPartition(topic, 2): end2 - 1})
-    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    guard = ContinuityGuard(settings, topic, group)
     try:
         await guard.on_assigned([1, 2])
         # Until the stream has read what was there at assignment, timers wait.
@@ -208,7 +208,7 @@ async def test_a_partition_kept_across_a_pause_is_read_again_from_where_this_wor
         offsets = [(await plain.send_and_wait(topic, b"k", partition=3)).offset for _ in range(4)]
     finally:
         await plain.stop()
-    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    guard = ContinuityGuard(settings, topic, group)
     try:
         await guard.on_assigned([3])
         guard.note(3, offsets[0])  # this worker handled the first record, then froze
@@ -242,7 +242,7 @@ async def test_a_rebalance_while_a_jump_is_being_read_drops_that_read(
             ends[partition] = sent.offset
     finally:
         await plain.stop()
-    guard = ContinuityGuard(settings.bootstrap_servers, topic, group)
+    guard = ContinuityGuard(settings, topic, group)
     reading = asyncio.Event()
     reassigned = asyncio.Event()
     real_fetch = guard._fetch

@@ -1,0 +1,198 @@
+"""Settings -> how a Kafka client connects: TLS, SASL, and what a refusal means.
+
+Every Kafka client of the ledger (publisher, worker and its outcome producer, continuity
+guard, projector, replay, dashboard, topic creation, the broker probe) takes its security
+options from here, so no client can be left on PLAINTEXT by accident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+from aiokafka import AIOKafkaClient
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
+)
+from aiokafka.helpers import create_ssl_context
+
+from events.errors import LedgerError
+from events.settings import Settings
+
+NO_BROKER_HINT = "start one with 'ledger broker start'"
+# How long a refused connection may take to explain itself (the diagnosis connects once).
+DIAGNOSE_TIMEOUT_S = 10.0
+# What the broker's ACLs answer to a principal without the right.
+NOT_AUTHORIZED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+
+def uses_tls(settings: Settings) -> bool:
+    """True when the connection to the brokers is encrypted."""
+    return settings.security_protocol in ("SSL", "SASL_SSL")
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext:
+    """The client TLS context: the configured CA (or the system's), an optional client
+    certificate; host names are always checked."""
+    password = settings.ssl_key_password
+    try:
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=str(settings.ssl_cafile) if settings.ssl_cafile else None,
+            certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
+            keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
+            password=password.get_secret_value() if password is not None else None,
+        )
+    except (ssl.SSLError, OSError) as exc:
+        which = "LEDGER_SSL_CAFILE" if settings.ssl_certfile is None else "LEDGER_SSL_CERTFILE"
+        raise LedgerError(
+            f"the TLS files cannot be loaded ({which}): {getattr(exc, 'reason', None) or exc}",
+            "give PEM files: the CA certificate, and a certificate with its key",
+        ) from None
+    return context
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """aiokafka keyword arguments (producer, consumer, admin, client) for the brokers."""
+    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    if uses_tls(settings):
+        options["ssl_context"] = tls_context(settings)
+    if settings.security_protocol.startswith("SASL_"):
+        password = settings.sasl_password
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = password.get_secret_value() if password else None
+    return options
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """faust's ``broker_credentials`` for the same connection (None: PLAINTEXT)."""
+    import faust  # the worker's dependency; the other clients need no faust
+
+    protocol = settings.security_protocol
+    if protocol == "PLAINTEXT":
+        return None
+    context = tls_context(settings) if uses_tls(settings) else None
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    password = settings.sasl_password
+    credentials = faust.SASLCredentials(
+        username=settings.sasl_username,
+        password=password.get_secret_value() if password else None,
+        ssl_context=context,
+        mechanism=settings.sasl_mechanism,
+    )
+    return credentials
+
+
+async def connect_error(settings: Settings) -> LedgerError:
+    """Why a client could not reach the brokers, in one line with a hint.
+
+    aiokafka reports every failure as "Unable to bootstrap"; one more connection to the
+    first bootstrap server, bounded in time, tells a broker that is down from one that
+    refused our TLS or credentials. Never contains a secret.
+    """
+    where = settings.bootstrap_servers
+    host, _, port = where.split(",")[0].strip().rpartition(":")
+    try:
+        conn = await asyncio.wait_for(
+            create_conn(
+                host or "127.0.0.1",
+                int(port),
+                request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
+                **client_options(settings),
+            ),
+            DIAGNOSE_TIMEOUT_S,
+        )
+    except ssl.SSLCertVerificationError as exc:
+        return LedgerError(
+            f"the TLS certificate of the Kafka broker at {where} is not trusted: "
+            f"{exc.verify_message}",
+            "set LEDGER_SSL_CAFILE to the CA certificate that signed it",
+        )
+    except ssl.SSLError as exc:
+        return LedgerError(
+            f"TLS with the Kafka broker at {where} failed: {exc.reason or exc}",
+            "check that LEDGER_SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
+        )
+    except (SaslAuthenticationFailed, AuthenticationFailedError):
+        return LedgerError(
+            f"the Kafka broker at {where} refused the credentials of SASL user "
+            f"'{settings.sasl_username}' ({settings.sasl_mechanism})",
+            "check LEDGER_SASL_USERNAME, LEDGER_SASL_PASSWORD and LEDGER_SASL_MECHANISM",
+        )
+    except UnsupportedSaslMechanismError:
+        return LedgerError(
+            f"the Kafka broker at {where} does not accept SASL mechanism {settings.sasl_mechanism}",
+            "set LEDGER_SASL_MECHANISM to one the listener enables",
+        )
+    except ConnectionRefusedError:
+        return LedgerError(f"no Kafka broker answers at {where}", NO_BROKER_HINT)
+    except (KafkaError, OSError, TimeoutError, ValueError):
+        return _closed_on_us(settings)
+    conn.close()
+    return _closed_on_us(settings)
+
+
+def ensure_reachable(settings: Settings) -> None:
+    """Connect once (bounded): a ``LedgerError`` saying why if the brokers refuse us.
+
+    For processes that would otherwise fail inside a framework's start-up (the faust
+    worker) with a traceback.
+    """
+    asyncio.run(_ensure_reachable(settings))
+
+
+async def _ensure_reachable(settings: Settings) -> None:
+    client = AIOKafkaClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
+        **client_options(settings),
+    )
+    quiet = logging.getLogger("aiokafka")  # every refused try is logged: we say it once
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        await asyncio.wait_for(client.bootstrap(), DIAGNOSE_TIMEOUT_S)
+    except (KafkaError, OSError, TimeoutError):
+        raise await connect_error(settings) from None
+    finally:
+        quiet.setLevel(level)
+        await client.close()
+
+
+def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
+    """An ACL refusal (one of ``NOT_AUTHORIZED``) in one line, naming the principal."""
+    who = settings.sasl_username or "ANONYMOUS"
+    return LedgerError(
+        f"Kafka does not allow user '{who}' this: {exc}",
+        "an administrator grants it with ACLs (README, Security: the ACLs per role)",
+    )
+
+
+def _closed_on_us(settings: Settings) -> LedgerError:
+    where = settings.bootstrap_servers
+    if settings.security_protocol == "PLAINTEXT":
+        return LedgerError(
+            f"no Kafka broker answers at {where} over PLAINTEXT",
+            f"{NO_BROKER_HINT}; a broker that requires TLS or SASL needs "
+            "LEDGER_SECURITY_PROTOCOL (and LEDGER_SASL_USERNAME/PASSWORD)",
+        )
+    return LedgerError(
+        f"the Kafka broker at {where} closed the connection ({settings.security_protocol})",
+        "check LEDGER_SECURITY_PROTOCOL against the listener, and the broker's log",
+    )

@@ -1,0 +1,148 @@
+"""Kafka ACLs per role: what each principal of the ledger may do, and granting them.
+
+agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
+outcomes) and write dead letters; the live projector reads and writes dead letters (for
+``ledger.runs``); dashboard, replay and verify only read. Kafka ACLs
+are per topic: requests and outcome events share ``ledger.deliveries``, so an agent
+principal can still append an outcome event there (see the README, Security).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.protocol.admin import CreateAclsRequest
+
+from events.errors import LedgerError
+from events.kafka_security import client_options, connect_error
+from events.settings import Settings
+
+Role = Literal["agent", "worker", "projector", "reader"]
+ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "reader")
+# The transactional ids agents use unless they give their own (events/publisher.py).
+AGENT_TRANSACTIONAL_PREFIX = "ledger-publisher-"
+
+
+class Resource(IntEnum):
+    """Kafka's resource types (the wire values)."""
+
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+
+
+class Pattern(IntEnum):
+    """How a resource name matches."""
+
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class Operation(IntEnum):
+    """Kafka's ACL operations (the wire values)."""
+
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DESCRIBE = 8
+    DESCRIBE_CONFIGS = 10
+
+
+ALLOW = 3
+
+
+@dataclass(frozen=True)
+class Acl:
+    """One ALLOW rule: ``principal`` may do ``operation`` on a resource."""
+
+    principal: str
+    operation: Operation
+    resource: Resource
+    name: str
+    pattern: Pattern = Pattern.LITERAL
+
+    def describe(self) -> str:
+        """One line, as ``kafka-acls --list`` would say it."""
+        how = "prefix " if self.pattern is Pattern.PREFIXED else ""
+        return f"{self.principal} {self.operation.name} {self.resource.name} {how}{self.name}"
+
+
+def _on_topics(principal: str, operations: tuple[Operation, ...], *topics: str) -> list[Acl]:
+    return [Acl(principal, op, Resource.TOPIC, t) for t in topics for op in operations]
+
+
+def role_acls(
+    settings: Settings,
+    role: Role,
+    principal: str,
+    *,
+    transactional_prefix: str = AGENT_TRANSACTIONAL_PREFIX,
+) -> list[Acl]:
+    """The ALLOW rules of one role for ``principal`` (``User:name``)."""
+    runs, deliveries, deadletter = settings.topic_names()
+    write, read = (Operation.WRITE, Operation.DESCRIBE), (Operation.READ, Operation.DESCRIBE)
+    if role == "agent":
+        return [
+            *_on_topics(principal, write, runs, deliveries),
+            *(
+                Acl(
+                    principal, op, Resource.TRANSACTIONAL_ID, transactional_prefix, Pattern.PREFIXED
+                )
+                for op in write
+            ),
+        ]
+    if role == "worker":
+        group = settings.worker_group
+        return [
+            *_on_topics(principal, (*read, Operation.WRITE), deliveries),
+            *_on_topics(principal, write, deadletter),
+            # The consumer group and the continuity guard's ("<group>.continuity"), and
+            # faust's own topics (changelogs: "<group>-...").
+            *(
+                Acl(principal, op, Resource.GROUP, group, Pattern.PREFIXED)
+                for op in (Operation.READ, Operation.DESCRIBE)
+            ),
+            Acl(principal, Operation.ALL, Resource.TOPIC, f"{group}-", Pattern.PREFIXED),
+        ]
+    if role == "projector":
+        # A reader that dead-letters the bad records of ledger.runs (projections/deadletters.py).
+        return [
+            *_on_topics(principal, read, runs, deliveries, deadletter),
+            *_on_topics(principal, (Operation.WRITE,), deadletter),
+        ]
+    return _on_topics(principal, read, runs, deliveries, deadletter)
+
+
+async def grant(settings: Settings, acls: list[Acl]) -> None:
+    """Create the ALLOW rules (idempotent: an existing rule is not an error)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=15000,
+        **client_options(settings),
+    )
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        await admin.close()
+        raise await connect_error(settings) from None
+    try:
+        for acl in acls:
+            request = CreateAclsRequest(
+                acl.resource, acl.name, acl.pattern, acl.principal, "*", acl.operation, ALLOW
+            )
+            response = await admin._client.send(admin._client.get_random_node(), request)
+            code, message = response.creation_responses[0][:2]
+            if code != 0:
+                raise LedgerError(
+                    f"the broker refused the ACL '{acl.describe()}': error {code} "
+                    f"{message or ''}".strip(),
+                    "grant ACLs as a super user, on a broker with an authorizer",
+                )
+    finally:
+        await admin.close()

@@ -1,0 +1,55 @@
+"""``ledger acls show|grant ROLE USER``: the Kafka ACLs of one role (ledger/acls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ledger.acls import AGENT_TRANSACTIONAL_PREFIX, Acl, Role, grant, role_acls
+
+out = Console(highlight=False)
+
+RoleArg = Annotated[Role, typer.Argument(help="agent, worker, projector or reader.")]
+UserArg = Annotated[str, typer.Argument(help="The SASL user name (or User:NAME).")]
+PrefixOpt = Annotated[
+    str,
+    typer.Option(help="The agents' transactional-id prefix (role agent)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``acls`` group to ``app``."""
+    acls_app = typer.Typer(no_args_is_help=True, help="Kafka ACLs per role (SASL principals).")
+    app.add_typer(acls_app, name="acls")
+
+    def rules(role: Role, user: str, prefix: str) -> list[Acl]:
+        from ledger.cli import _settings
+
+        principal = user if user.startswith("User:") else f"User:{user}"
+        return role_acls(_settings(), role, principal, transactional_prefix=prefix)
+
+    @acls_app.command("show")
+    def show(role: RoleArg, user: UserArg, prefix: PrefixOpt = AGENT_TRANSACTIONAL_PREFIX) -> None:
+        """Print the ALLOW rules of ROLE for USER on the configured topics (no connection)."""
+        from ledger.cli import guarded
+
+        for acl in guarded(lambda: rules(role, user, prefix)):
+            out.print(acl.describe())
+
+    @acls_app.command("grant")
+    def grant_command(
+        role: RoleArg, user: UserArg, prefix: PrefixOpt = AGENT_TRANSACTIONAL_PREFIX
+    ) -> None:
+        """Create those rules on the brokers (connect as a super user; idempotent)."""
+        from ledger.cli import _settings, guarded
+
+        def body() -> int:
+            granted = rules(role, user, prefix)
+            asyncio.run(grant(_settings(), granted))
+            return len(granted)
+
+        count = guarded(body)
+        out.print(f"{count} ACLs granted to {user} ({role})")
