@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from events.base import Event, check_run_id
-from events.channels import check_channel, check_recipient, credentials_in
+from events.channels import CHANNELS, check_channel, check_recipient, credentials_in
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
@@ -68,6 +68,13 @@ class DeliverySpec(BaseModel):
     def parse(cls, spec: str, payload: JsonValue) -> DeliverySpec:
         """Parse ``CHANNEL:RECIPIENT`` as the CLI takes it."""
         channel, sep, recipient = spec.partition(":")
+        if channel.lower() in ("http", "https") and recipient.startswith("//"):
+            # The spec is not repeated: a recipient may carry a secret.
+            known = ", ".join(sorted(CHANNELS))
+            raise PublishRejected(
+                f"a delivery needs a channel prefix, like webhook:{channel}://... "
+                f"(channels: {known})"
+            )
         if not sep or not channel or not recipient:
             raise PublishRejected(f"delivery {spec!r} is not CHANNEL:RECIPIENT")
         return build_spec(channel=channel, recipient=recipient, payload=payload)
@@ -97,6 +104,8 @@ def parse_payload(text: str) -> JsonValue:
         value: JsonValue = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PublishRejected(f"{source} is not JSON: {exc}") from None
+    except RecursionError:
+        raise PublishRejected(f"{source} nests too deeply to be a payload") from None
     return value
 
 
@@ -132,7 +141,11 @@ class Publisher:
             transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
             linger_ms=0,
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()  # or aiokafka warns of an unclosed producer at exit
+            raise
         self._producer = producer
 
     async def stop(self) -> None:
@@ -184,10 +197,7 @@ class Publisher:
         deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
     ) -> list[DeliveryRequested]:
         """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically."""
-        run_id = _run_id(run_id)
-        if not result_hash or len(result_hash) > 200:
-            raise PublishRejected("result_hash must be 1-200 characters")
-        requests = self.delivery_requests(run_id, deliveries)
+        requests = self.check_run_succeeded(run_id, result_hash, deliveries)
         run_event = RunSucceeded(
             run_id=run_id, result_hash=result_hash, producer=self._producer_name
         )
@@ -195,6 +205,19 @@ class Publisher:
         batch += [(self._settings.topic_deliveries, request) for request in requests]
         await self._commit(batch)
         return requests
+
+    def check_run_succeeded(
+        self,
+        run_id: str,
+        result_hash: str,
+        deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
+    ) -> list[DeliveryRequested]:
+        """Every check ``run_succeeded`` makes, without connecting: its requests, or
+        ``PublishRejected``."""
+        run_id = _run_id(run_id)
+        if not result_hash or len(result_hash) > 200:
+            raise PublishRejected("result_hash must be 1-200 characters")
+        return self.delivery_requests(run_id, deliveries)
 
     def delivery_requests(
         self, run_id: str, deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...]

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from events.deadletter import DeadLetter
+from ledger.errors import UsageError
 from ledger.replay import ReplayedRecord
 from projections.incident import RunView
 
@@ -160,8 +161,14 @@ class ParquetWriter:
     GROUP = 50_000
 
     def __init__(self, path: Path) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UsageError(
+                "parquet output needs pyarrow: pip install 'delivery-ledger[parquet]'",
+                "or choose another --format (jsonl, csv, table, line)",
+            ) from None
 
         self._pa = pa
         self._schema = pa.schema(

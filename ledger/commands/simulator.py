@@ -8,8 +8,8 @@ import signal
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
+from events.errors import LedgerError
 from ledger.simulator import FaultMix, Simulator, SimulatorConfig
 
 
@@ -39,8 +39,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("fake-provider")
     def fake_provider(
-        port: Annotated[int, typer.Option(help="Receiver/provider port (0: any free).")] = 8780,
-        control_port: Annotated[int, typer.Option(help="Control API port (0: any).")] = 8781,
+        port: Annotated[
+            int, typer.Option(min=0, max=65535, help="Receiver/provider port (0: any free).")
+        ] = 8780,
+        control_port: Annotated[
+            int, typer.Option(min=0, max=65535, help="Control API port (0: any).")
+        ] = 8781,
         dedupe: Annotated[bool, typer.Option(help="Dedupe by idempotency key.")] = True,
         delivered_after: Annotated[
             float, typer.Option(help="Seconds a provider message stays queued (-1: forever).")
@@ -54,32 +58,30 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
     ) -> None:
         """Run a webhook receiver + messaging-provider simulator on 127.0.0.1 with faults."""
-        try:
-            config = SimulatorConfig(
-                port=port,
-                control_port=control_port,
-                dedupe=dedupe,
-                delivered_after_s=None if delivered_after < 0 else delivered_after,
+        # A ValidationError here is bad input: ledger.errors reports it (exit 2).
+        config = SimulatorConfig(
+            port=port,
+            control_port=control_port,
+            dedupe=dedupe,
+            delivered_after_s=None if delivered_after < 0 else delivered_after,
+        )
+        shares = (timeout_pct, error_pct, reject_pct, drop_pct)
+        mix = (
+            FaultMix(
+                seed=seed,
+                timeout=timeout_pct / 100,
+                error_after_accept=error_pct / 100,
+                reject=reject_pct / 100,
+                drop=drop_pct / 100,
+                delay_s=delay,
             )
-            shares = (timeout_pct, error_pct, reject_pct, drop_pct)
-            mix = (
-                FaultMix(
-                    seed=seed,
-                    timeout=timeout_pct / 100,
-                    error_after_accept=error_pct / 100,
-                    reject=reject_pct / 100,
-                    drop=drop_pct / 100,
-                    delay_s=delay,
-                )
-                if any(shares)
-                else None
-            )
-        except ValidationError as exc:
-            typer.echo(f"error: {exc.errors()[0]['msg']}", err=True)
-            raise typer.Exit(2) from None
+            if any(shares)
+            else None
+        )
         try:
             asyncio.run(serve(config, mix, as_json))
         except OSError as exc:
-            typer.echo(f"error: cannot listen: {exc}", err=True)
-            typer.echo("hint: pick other ports with --port/--control-port (0: any)", err=True)
-            raise typer.Exit(1) from None
+            raise LedgerError(
+                f"cannot listen: {exc.strerror or exc}",
+                "pick other ports with --port/--control-port (0: any)",
+            ) from None

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import typer
+
+from events.errors import LedgerError
+
+# How long the worker waits for the broker's first answer before saying it has none.
+BROKER_PROBE_S = 5.0
 
 
 def register(app: typer.Typer) -> None:
@@ -22,22 +28,33 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Overrides LEDGER_DATA_DIR for this worker.")
         ] = None,
         metrics_port: Annotated[
-            int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+            int | None,
+            typer.Option(min=1, max=65535, help="Serve Prometheus metrics on 127.0.0.1:PORT."),
         ] = None,
     ) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
-        import faust
-
-        from ledger.cli import _settings, guarded
+        from events.settings import Settings
+        from ledger.broker.process import metadata_ok
         from streams.app import create_app
 
-        settings = guarded(_settings)
+        if loglevel.upper() not in logging.getLevelNamesMapping():
+            raise typer.BadParameter(
+                f"{loglevel!r} is not a log level (DEBUG, INFO, WARNING, ERROR)",
+                param_hint="'--loglevel'",
+            )
+        settings = Settings()
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": data_dir})
-        logging.getLogger("aiokafka").setLevel(logging.WARNING)
         if metrics_port is not None:
             settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+        # Settings and secrets are checked (create_app) before the first connection.
         built = create_app(settings, name=name)
+        if not metadata_ok(settings.bootstrap_servers, timeout=BROKER_PROBE_S):
+            raise LedgerError(
+                f"no Kafka broker answers at {settings.bootstrap_servers}",
+                "start one with 'ledger broker start'",
+            )
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
         if settings.worker_metrics_port and built.metrics is not None:
             built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
             print(
@@ -50,4 +67,33 @@ def register(app: typer.Typer) -> None:
             f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}",
             flush=True,
         )
-        faust.Worker(built.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        _run(built.app, loglevel)
+
+
+def _logging_config() -> dict[str, Any]:
+    """mode's coloured log format, coloured only when stderr (where the logs go) is a terminal.
+
+    mode decides colour from stdout, so ``ledger worker 2>worker.log`` run from a
+    terminal wrote colour codes into the file.
+    """
+    from mode.utils.logging import DEFAULT_FORMATTERS
+
+    colored: dict[str, Any] = dict(cast("dict[str, Any]", DEFAULT_FORMATTERS["colored"]))
+    colored["stream"] = sys.stderr
+    return {"merge": True, "formatters": {"colored": colored}}
+
+
+def _run(app: Any, loglevel: str) -> None:
+    import faust
+
+    class PlainWorker(faust.Worker):
+        """faust's worker without its progress spinner when stdout is not a terminal
+        (the spinner hides and shows the cursor with control codes even then)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if not self.stdout.isatty():
+                self.spinner = None
+
+    worker = PlainWorker(app, loglevel=loglevel, quiet=True, logging_config=_logging_config())
+    worker.execute_from_commandline()
