@@ -85,15 +85,22 @@ def _logging_config() -> dict[str, Any]:
 
 def _run(app: Any, loglevel: str) -> None:
     import faust
+    from mode.utils import logging as mode_logging
 
-    class PlainWorker(faust.Worker):
-        """faust's worker without its progress spinner when stdout is not a terminal
-        (the spinner hides and shows the cursor with control codes even then)."""
+    class Worker(faust.Worker):
+        """faust's worker, with terminal codes only where a terminal reads them."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            # The spinner hides and shows the cursor with control codes even off a terminal.
             if not self.stdout.isatty():
                 self.spinner = None
 
-    worker = PlainWorker(app, loglevel=loglevel, quiet=True, logging_config=_logging_config())
+        def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            # mode draws its log tables with line-drawing codes when *stdout* is a
+            # terminal; the logs go to stderr.
+            mode_logging.LOG_ISATTY = sys.stderr.isatty()
+
+    worker = Worker(app, loglevel=loglevel, quiet=True, logging_config=_logging_config())
     worker.execute_from_commandline()
