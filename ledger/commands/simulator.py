@@ -50,11 +50,19 @@ def register(app: typer.Typer) -> None:
             float, typer.Option(help="Seconds a provider message stays queued (-1: forever).")
         ] = 0.5,
         seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
-        timeout_pct: Annotated[float, typer.Option(help="% of sends delayed past timeout.")] = 0,
-        error_pct: Annotated[float, typer.Option(help="% of sends: 500 after accepting.")] = 0,
-        reject_pct: Annotated[float, typer.Option(help="% of sends rejected with 400.")] = 0,
-        drop_pct: Annotated[float, typer.Option(help="% of sends accepted, then dropped.")] = 0,
-        delay: Annotated[float, typer.Option(help="Seconds a delayed answer waits.")] = 10.0,
+        timeout_pct: Annotated[
+            float, typer.Option(min=0, max=100, help="% of sends delayed past timeout.")
+        ] = 0,
+        error_pct: Annotated[
+            float, typer.Option(min=0, max=100, help="% of sends: 500 after accepting.")
+        ] = 0,
+        reject_pct: Annotated[
+            float, typer.Option(min=0, max=100, help="% of sends rejected with 400.")
+        ] = 0,
+        drop_pct: Annotated[
+            float, typer.Option(min=0, max=100, help="% of sends accepted, then dropped.")
+        ] = 0,
+        delay: Annotated[float, typer.Option(min=0, help="Seconds a delayed answer waits.")] = 10.0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
     ) -> None:
         """Run a webhook receiver + messaging-provider simulator on 127.0.0.1 with faults."""

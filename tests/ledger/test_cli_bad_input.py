@@ -77,7 +77,8 @@ CASES: dict[str, list[Case]] = {
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
     "fake-provider": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
-        Case(("--timeout-pct", "200"), 2, "timeout: Input should be less than or equal to 1"),
+        Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
+        Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
     ],
     "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
     "rebuild": [
