@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
-from events.channels import check_channel, check_recipient, credentials_in, shown
+from events.channels import CHANNELS, check_channel, check_recipient, credentials_in, shown
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
@@ -71,6 +71,13 @@ class DeliverySpec(BaseModel):
     def parse(cls, spec: str, payload: JsonValue) -> DeliverySpec:
         """Parse ``CHANNEL:RECIPIENT`` as the CLI takes it."""
         channel, sep, recipient = spec.partition(":")
+        if channel.lower() in ("http", "https") and recipient.startswith("//"):
+            # The spec is not repeated: a recipient may carry a secret.
+            known = ", ".join(sorted(CHANNELS))
+            raise PublishRejected(
+                f"a delivery needs a channel prefix, like webhook:{channel}://... "
+                f"(channels: {known})"
+            )
         if not sep or not channel or not recipient:
             raise PublishRejected(f"delivery {spec!r} is not CHANNEL:RECIPIENT")
         return build_spec(channel=channel, recipient=recipient, payload=payload)
@@ -100,6 +107,8 @@ def parse_payload(text: str) -> JsonValue:
         value: JsonValue = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PublishRejected(f"{source} is not JSON: {exc}") from None
+    except RecursionError:
+        raise PublishRejected(f"{source} nests too deeply to be a payload") from None
     return value
 
 
@@ -146,7 +155,7 @@ class Publisher:
             await producer.stop()
             raise not_allowed(self._settings, exc) from None
         except BaseException:
-            await producer.stop()
+            await producer.stop()  # or aiokafka warns of an unclosed producer at exit
             raise
         self._producer = producer
 
@@ -199,10 +208,7 @@ class Publisher:
         deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
     ) -> list[DeliveryRequested]:
         """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically."""
-        run_id = _run_id(run_id)
-        if not result_hash or len(result_hash) > 200:
-            raise PublishRejected("result_hash must be 1-200 characters")
-        requests = self.delivery_requests(run_id, deliveries)
+        requests = self.check_run_succeeded(run_id, result_hash, deliveries)
         run_event = RunSucceeded(
             run_id=run_id, result_hash=result_hash, producer=self._producer_name
         )
@@ -226,6 +232,19 @@ class Publisher:
             f"recipient {shown(recipient)} is refused: {why} "
             "(allow it with LEDGER_ALLOWED_NETWORKS or LEDGER_ALLOWED_HOSTS)"
         )
+
+    def check_run_succeeded(
+        self,
+        run_id: str,
+        result_hash: str,
+        deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
+    ) -> list[DeliveryRequested]:
+        """Every check ``run_succeeded`` makes, without connecting: its requests, or
+        ``PublishRejected``."""
+        run_id = _run_id(run_id)
+        if not result_hash or len(result_hash) > 200:
+            raise PublishRejected("result_hash must be 1-200 characters")
+        return self.delivery_requests(run_id, deliveries)
 
     def delivery_requests(
         self, run_id: str, deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...]

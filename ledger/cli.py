@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+import sys
+from importlib.metadata import version as package_version
+from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 from events.errors import LedgerError
-from events.publisher import DeliverySpec, Publisher, PublishRejected, parse_payload
+from events.publisher import DeliverySpec, Publisher, parse_payload
 from events.settings import Settings
 from ledger.broker import LocalBroker
 from ledger.commands import register_all
+from ledger.errors import run_app
 from ledger.topics import create_topics
 
 app = typer.Typer(
@@ -31,36 +32,29 @@ app.add_typer(topics_app, name="topics")
 
 out = Console()
 err = Console(stderr=True)
-T = TypeVar("T")
 
 
 def _settings() -> Settings:
-    try:
-        return Settings()
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        text = str(problem["msg"]).removeprefix("Value error, ")
-        line = f"invalid LEDGER_ settings: {where + ': ' if where else ''}{text}"
-        raise LedgerError(line, "check the LEDGER_* environment variables") from None
-    except Exception as exc:  # noqa: BLE001 - pydantic-settings raises several kinds
-        first = f"invalid LEDGER_ settings: {exc}".splitlines()[0]
-        raise LedgerError(first, "check the LEDGER_* environment variables") from None
+    """The settings from the environment; a bad one is reported by ``ledger.errors``."""
+    return Settings()
 
 
-def guarded(func: Callable[[], T]) -> T:
-    """Run a command body, turning known errors into one line plus a hint and exit 1."""
-    try:
-        return func()
-    except LedgerError as exc:
-        err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-        if exc.hint:
-            err.print(f"[dim]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    except PublishRejected as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        err.print("[dim]hint:[/] nothing was written; fix the input and try again", highlight=False)
-        raise typer.Exit(2) from None
+def _version(show: bool) -> None:
+    if show:
+        out.print(f"delivery-ledger {package_version('delivery-ledger')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """delivery-ledger: did the user receive exactly one correct notification?"""
 
 
 @broker_app.command("start")
@@ -76,83 +70,75 @@ def broker_start(
     ] = None,
 ) -> None:
     """Start the local broker (downloads Kafka jars with mvn on first use)."""
-
-    def body() -> None:
-        settings = _settings()
-        if sasl_ssl_port is not None:
-            settings = settings.model_copy(update={"broker_sasl_ssl_port": sasl_ssl_port})
-        broker = LocalBroker(settings)
-        with err.status("starting Kafka (first run downloads jars with mvn)..."):
-            report = broker.start()
-        verb = "already running" if report.already_running else f"started in {report.seconds:.1f}s"
-        fetched = " (jars downloaded)" if report.downloaded else ""
+    settings = _settings()
+    if sasl_ssl_port is not None:
+        settings = settings.model_copy(update={"broker_sasl_ssl_port": sasl_ssl_port})
+    broker = LocalBroker(settings)
+    with err.status("starting Kafka (first run downloads jars with mvn)..."):
+        report = broker.start()
+    verb = "already running" if report.already_running else f"started in {report.seconds:.1f}s"
+    fetched = " (jars downloaded)" if report.downloaded else ""
+    out.print(
+        f"Kafka {settings.kafka_version} {verb}{fetched}: pid {report.pid}, "
+        f"bootstrap {settings.bootstrap_servers}"
+    )
+    out.print(f"  data: {report.layout.data}")
+    out.print(f"  logs: {report.layout.server_log}")
+    if settings.broker_sasl_ssl_port:
+        security = report.layout.security
         out.print(
-            f"Kafka {settings.kafka_version} {verb}{fetched}: pid {report.pid}, "
-            f"bootstrap {settings.bootstrap_servers}"
+            f"  SASL_SSL: {settings.broker_host}:{settings.broker_sasl_ssl_port}, "
+            f"CA {security.ca_file}, users and passwords in {security.users_file}"
         )
-        out.print(f"  data: {report.layout.data}")
-        out.print(f"  logs: {report.layout.server_log}")
-        if settings.broker_sasl_ssl_port:
-            security = report.layout.security
-            out.print(
-                f"  SASL_SSL: {settings.broker_host}:{settings.broker_sasl_ssl_port}, "
-                f"CA {security.ca_file}, users and passwords in {security.users_file}"
-            )
-
-    guarded(body)
 
 
 @broker_app.command("stop")
 def broker_stop() -> None:
     """Stop the local broker gracefully (SIGTERM, wait)."""
-
-    def body() -> None:
-        pid, seconds, killed = LocalBroker(_settings()).stop()
-        if pid is None:
-            out.print("no local broker is running")
-        elif killed:
-            out.print(f"broker {pid} did not stop in time and was killed after {seconds:.1f}s")
-        else:
-            out.print(f"broker {pid} stopped cleanly in {seconds:.1f}s")
-
-    guarded(body)
+    pid, seconds, killed = LocalBroker(_settings()).stop()
+    if pid is None:
+        out.print("no local broker is running")
+    elif killed:
+        out.print(f"broker {pid} did not stop in time and was killed after {seconds:.1f}s")
+    else:
+        out.print(f"broker {pid} stopped cleanly in {seconds:.1f}s")
 
 
 @broker_app.command("status")
 def broker_status() -> None:
     """Is the local broker running and answering?"""
-
-    def body() -> None:
-        status = LocalBroker(_settings()).status()
-        state = "running" if status.running else "not running"
-        answer = "answers" if status.reachable else "does not answer"
-        out.print(f"local broker: {state}" + (f" (pid {status.pid})" if status.pid else ""))
-        out.print(f"{status.bootstrap_servers} {answer} metadata requests")
-        out.print(f"data: {status.data_dir}\nlogs: {status.log_file}")
-        if not status.reachable:
-            raise typer.Exit(3)
-
-    guarded(body)
+    status = LocalBroker(_settings()).status()
+    state = "running" if status.running else "not running"
+    answer = "answers" if status.reachable else "does not answer"
+    out.print(f"local broker: {state}" + (f" (pid {status.pid})" if status.pid else ""))
+    out.print(f"{status.bootstrap_servers} {answer} metadata requests")
+    out.print(f"data: {status.data_dir}\nlogs: {status.log_file}")
+    if not status.reachable:
+        raise typer.Exit(3)
 
 
 @broker_app.command("logs")
-def broker_logs(lines: Annotated[int, typer.Option("--lines", "-n")] = 50) -> None:
+def broker_logs(lines: Annotated[int, typer.Option("--lines", "-n", min=1)] = 50) -> None:
     """Print the last lines of the broker's server.log."""
     broker = LocalBroker(_settings())
-    for line in broker.log_tail(lines):
+    log = broker.layout.server_log
+    if not log.exists():
+        raise LedgerError(
+            f"no broker log at {log}", "the local broker has not run with these settings yet"
+        )
+    tail = broker.log_tail(lines)
+    if not tail:
+        err.print(f"the broker log {log} is empty", highlight=False, soft_wrap=True)
+    for line in tail:
         print(line)
 
 
 @topics_app.command("create")
 def topics_create() -> None:
     """Create ledger.runs, ledger.deliveries and ledger.deadletter (idempotent)."""
-
-    def body() -> None:
-        for result in asyncio.run(create_topics(_settings())):
-            verb = "created" if result.created else "exists"
-            out.print(f"{result.name}: {verb} ({result.partitions} partitions)")
-
-    guarded(body)
+    for result in asyncio.run(create_topics(_settings())):
+        verb = "created" if result.created else "exists"
+        out.print(f"{result.name}: {verb} ({result.partitions} partitions)")
 
 
 @app.command("publish")
@@ -165,34 +151,20 @@ def publish(
     payload: Annotated[str, typer.Option(help="JSON payload, or @file.")] = "{}",
 ) -> None:
     """Publish RunSucceeded and its deliveries in one Kafka transaction."""
+    settings = _settings()
+    value = parse_payload(payload)
+    specs = [DeliverySpec.parse(spec, value) for spec in delivery]
+    # Every check before the first connection: bad input never reaches the broker.
+    Publisher(settings).check_run_succeeded(run_id, result_hash, specs)
 
-    def body() -> None:
-        settings = _settings()
-        value = parse_payload(payload)
-        specs = [DeliverySpec.parse(spec, value) for spec in delivery]
+    async def go() -> list[Any]:
+        async with Publisher(settings) as publisher:
+            return await publisher.run_succeeded(run_id, result_hash, specs)
 
-        async def go() -> list[Any]:
-            async with Publisher(settings) as publisher:
-                return await publisher.run_succeeded(run_id, result_hash, specs)
-
-        requests = asyncio.run(_connected(go(), settings))
-        out.print(f"run {run_id}: RunSucceeded + {len(requests)} DeliveryRequested committed")
-        for request in requests:
-            out.print(f"  {request.channel}:{request.recipient} key {request.idempotency_key}")
-
-    guarded(body)
-
-
-async def _connected(coro: Any, settings: Settings) -> Any:
-    from aiokafka.errors import KafkaConnectionError
-
-    try:
-        return await coro
-    except KafkaConnectionError:
-        raise LedgerError(
-            f"no Kafka broker answers at {settings.bootstrap_servers}",
-            "start one with 'ledger broker start'",
-        ) from None
+    requests = asyncio.run(go())
+    out.print(f"run {run_id}: RunSucceeded + {len(requests)} DeliveryRequested committed")
+    for request in requests:
+        out.print(f"  {request.channel}:{request.recipient} key {request.idempotency_key}")
 
 
 @app.command("demo")
@@ -203,24 +175,21 @@ def demo(
     """The whole product with faults: broker, 2 workers, projector, dashboard, fake provider."""
     from ledger.demo import DemoOptions, run_demo
 
-    def body() -> None:
-        summary = run_demo(_settings(), out, DemoOptions(runs=runs, once=once))
-        if not summary.ok:
-            raise LedgerError(
-                "the demo ended with deliveries accepted twice or not settled",
-                "see the summary above and the logs in the data dir's demo-logs/",
-            )
-
-    guarded(body)
+    summary = run_demo(_settings(), out, DemoOptions(runs=runs, once=once))
+    if not summary.ok:
+        raise LedgerError(
+            "the demo ended with deliveries accepted twice or not settled",
+            "see the summary above and the logs in the data dir's demo-logs/",
+        )
 
 
 register_all(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: every failure is one line + a hint (``ledger.errors``)."""
     # aiokafka logs every refused connection while we probe for a broker; the CLI
     # reports connection problems itself, in one line.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    app()
+    sys.exit(run_app(app))

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from events.deadletter import DeadLetter
 from events.redaction import redacted_text
+from ledger.errors import UsageError
 from ledger.replay import ReplayedRecord
 from projections.incident import RunView
 
@@ -162,8 +163,14 @@ class ParquetWriter:
     GROUP = 50_000
 
     def __init__(self, path: Path) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UsageError(
+                "parquet output needs pyarrow: pip install 'delivery-ledger[parquet]'",
+                "or choose another --format (jsonl, csv, table, line)",
+            ) from None
 
         self._pa = pa
         self._schema = pa.schema(

@@ -13,6 +13,7 @@ from events.committed_log import CommittedLog
 from events.deadletter import DeadLetter
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
+from ledger.errors import UsageError
 
 # Called as records are read (kept or not): (records read so far, records to read).
 ReplayProgress = Callable[[int, int], None]
@@ -88,13 +89,11 @@ async def replay(
     partition, up to the end as it was when the replay started."""
     wanted = wanted or ReplayFilter()
     async with CommittedLog(settings, large_fetches=True) as reader:
-        partitions: list[TopicPartition] = []
-        for topic in topics:
-            partitions += [
-                tp
-                for tp in await reader.partitions(topic)
-                if not wanted.partitions or tp.partition in wanted.partitions
-            ]
+        everything = [tp for topic in topics for tp in await reader.partitions(topic)]
+        _check_partitions(wanted.partitions, everything)
+        partitions = [
+            tp for tp in everything if not wanted.partitions or tp.partition in wanted.partitions
+        ]
         if not partitions:
             return
         # The end of a read_committed reader is the last stable offset.
@@ -128,6 +127,21 @@ async def replay(
             if progress is not None:
                 # Offsets, not records, bound the total (commit markers take offsets too).
                 progress(read, max(total, read) if remaining else read)
+
+
+def _check_partitions(asked: frozenset[int], existing: list[TopicPartition]) -> None:
+    """Refuse (``UsageError``) a partition that none of the topics has."""
+    numbers = {tp.partition for tp in existing}
+    missing = sorted(asked - numbers)
+    if missing and numbers:
+        counts = ", ".join(
+            f"{topic} has {sum(1 for tp in existing if tp.topic == topic)}"
+            for topic in dict.fromkeys(tp.topic for tp in existing)
+        )
+        raise UsageError(
+            f"partition {missing[0]} does not exist ({counts})",
+            f"partitions are numbered from 0 to {max(numbers)}",
+        )
 
 
 def _decoded(message: object) -> ReplayedRecord:

@@ -34,9 +34,7 @@ def register(app: typer.Typer) -> None:
     @acls_app.command("show")
     def show(role: RoleArg, user: UserArg, prefix: PrefixOpt = AGENT_TRANSACTIONAL_PREFIX) -> None:
         """Print the ALLOW rules of ROLE for USER on the configured topics (no connection)."""
-        from ledger.cli import guarded
-
-        for acl in guarded(lambda: rules(role, user, prefix)):
+        for acl in rules(role, user, prefix):
             out.print(acl.describe())
 
     @acls_app.command("grant")
@@ -44,12 +42,8 @@ def register(app: typer.Typer) -> None:
         role: RoleArg, user: UserArg, prefix: PrefixOpt = AGENT_TRANSACTIONAL_PREFIX
     ) -> None:
         """Create those rules on the brokers (connect as a super user; idempotent)."""
-        from ledger.cli import _settings, guarded
+        from ledger.cli import _settings
 
-        def body() -> int:
-            granted = rules(role, user, prefix)
-            asyncio.run(grant(_settings(), granted))
-            return len(granted)
-
-        count = guarded(body)
-        out.print(f"{count} ACLs granted to {user} ({role})")
+        granted = rules(role, user, prefix)
+        asyncio.run(grant(_settings(), granted))
+        out.print(f"{len(granted)} ACLs granted to {user} ({role})")

@@ -7,10 +7,10 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,7 +26,6 @@ from projections.queries import status_report
 from projections.store import Store, redacted
 from projections.verify import verify
 
-T = TypeVar("T")
 out = Console()
 err = Console(stderr=True)
 
@@ -41,18 +40,6 @@ Dsn = Annotated[
     ),
 ]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Records per transaction.")]
-
-
-def _guarded(body: Callable[[], T]) -> T:
-    from ledger.cli import guarded  # late: ledger.cli imports this module
-
-    return guarded(body)
-
-
-def _settings() -> Settings:
-    from ledger.cli import _settings as load
-
-    return load()
 
 
 @contextmanager
@@ -74,6 +61,7 @@ def _progress_bar(label: str) -> Iterator[ProgressCallback]:
         TimeElapsedColumn(),
         console=err,
         transient=False,
+        disable=not err.is_terminal,  # a bar is for a person watching, never for a log
     ) as bar:
         task = bar.add_task(label, total=None, of="")
 
@@ -90,28 +78,24 @@ def register(app: typer.Typer) -> None:
     @app.command("project")
     def project_command(dsn: Dsn = None, batch_size: BatchSize = DEFAULT_BATCH_SIZE) -> None:
         """Fold the log into the ledger tables until Ctrl-C; resumes where it stopped."""
-
-        def body() -> None:
-            settings = _settings()
-            target = dsn or default_dsn(settings)
-            store = open_store(target)
-            try:
-                store.prepare("project")
-                out.print(
-                    f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
-                    f"{redacted(target)} (Ctrl-C stops)",
-                    highlight=False,
-                )
-                stats = asyncio.run(_until_signalled(settings, store, batch_size))
-            finally:
-                store.close()
+        settings = Settings()
+        target = dsn or default_dsn(settings)
+        store = open_store(target)
+        try:
+            store.prepare("project")
             out.print(
-                f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
-                f"in {stats.batches} batches",
+                f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
+                f"{redacted(target)} (Ctrl-C stops)",
                 highlight=False,
             )
-
-        _guarded(body)
+            stats = asyncio.run(_until_signalled(settings, store, batch_size))
+        finally:
+            store.close()
+        out.print(
+            f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
+            f"in {stats.batches} batches",
+            highlight=False,
+        )
 
     @app.command("rebuild")
     def rebuild_command(
@@ -122,25 +106,19 @@ def register(app: typer.Typer) -> None:
         batch_size: BatchSize = DEFAULT_BATCH_SIZE,
     ) -> None:
         """Replay both topics from offset 0 into an empty database."""
-
-        def body() -> None:
-            settings = _settings()
-            began = time.perf_counter()
-            with _progress_bar("rebuilding") as progress:
-                stats = asyncio.run(
-                    rebuild(
-                        settings, into, replace=replace, batch_size=batch_size, progress=progress
-                    )
-                )
-            seconds = time.perf_counter() - began
-            rate = stats.records / seconds if seconds > 0 else 0.0
-            out.print(
-                f"rebuilt {redacted(into)}: {stats.applied} events applied, {stats.skipped} "
-                f"skipped, in {seconds:.1f}s ({rate:,.0f} records/s)",
-                highlight=False,
+        settings = Settings()
+        began = time.perf_counter()
+        with _progress_bar("rebuilding") as progress:
+            stats = asyncio.run(
+                rebuild(settings, into, replace=replace, batch_size=batch_size, progress=progress)
             )
-
-        _guarded(body)
+        seconds = time.perf_counter() - began
+        rate = stats.records / seconds if seconds > 0 else 0.0
+        out.print(
+            f"rebuilt {redacted(into)}: {stats.applied} events applied, {stats.skipped} "
+            f"skipped, in {seconds:.1f}s ({rate:,.0f} records/s)",
+            highlight=False,
+        )
 
     @app.command("verify")
     def verify_command(
@@ -152,50 +130,42 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare a projection rebuilt from the log with the live one, row by row, and
         every delivery with the worker's rules applied to the same log."""
-
-        def body() -> None:
-            settings = _settings()
-            live = dsn or default_dsn(settings)
-            with _progress_bar("rebuilding for comparison") as progress:
-                report = asyncio.run(verify(settings, live, against, progress=progress))
-            lines = [d.line() for d in report.differences]
-            for line in lines + [d.line() for d in report.rule_differences]:
-                out.print(line, highlight=False, soft_wrap=True)
-            if report.differences:
-                out.print(f"{len(report.differences)} differences between live and rebuilt")
-            if report.rule_differences:
-                out.print(
-                    f"{len(report.rule_differences)} deliveries differ from the worker's rules",
-                    highlight=False,
-                )
-            if not report.ok:
-                raise typer.Exit(1)
+        settings = Settings()
+        live = dsn or default_dsn(settings)
+        with _progress_bar("rebuilding for comparison") as progress:
+            report = asyncio.run(verify(settings, live, against, progress=progress))
+        lines = [d.line() for d in report.differences]
+        for line in lines + [d.line() for d in report.rule_differences]:
+            out.print(line, highlight=False, soft_wrap=True)
+        if report.differences:
+            out.print(f"{len(report.differences)} differences between live and rebuilt")
+        if report.rule_differences:
             out.print(
-                f"identical: rebuilt equals live ({report.rows} rows), and every delivery "
-                "agrees with the worker's rules",
+                f"{len(report.rule_differences)} deliveries differ from the worker's rules",
                 highlight=False,
-                soft_wrap=True,
             )
-
-        _guarded(body)
+        if not report.ok:
+            raise typer.Exit(1)
+        out.print(
+            f"identical: rebuilt equals live ({report.rows} rows), and every delivery "
+            "agrees with the worker's rules",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     @app.command("status")
     def status_command(
         dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
     ) -> None:
         """Overdue (pending or sent), unknown, unexplained, conflicting deliveries; attempts."""
-
-        def body() -> None:
-            settings = _settings()
-            with _reading(dsn or default_dsn(settings)) as store:
-                # The only clock read: the CLI decides what "now" is; the library never does.
-                report = status_report(store, datetime.now(UTC))
-            if as_json:
-                sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
-                return
-            _print_status(report.to_json())
-
-        _guarded(body)
+        settings = Settings()
+        with _reading(dsn or default_dsn(settings)) as store:
+            # The only clock read: the CLI decides what "now" is; the library never does.
+            report = status_report(store, datetime.now(UTC))
+        if as_json:
+            sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+            return
+        _print_status(report.to_json())
 
     @app.command("run")
     def run_command(
@@ -207,39 +177,35 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """One run's incident view: execution, each delivery's attempts, as a timeline."""
+        settings = Settings()
+        with _reading(dsn or default_dsn(settings)) as store:
+            view = run_view(store, run_id)
+        if as_json:
+            sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
+            return
+        if timeline:
+            from ledger.render import timeline_lines
 
-        def body() -> None:
-            settings = _settings()
-            with _reading(dsn or default_dsn(settings)) as store:
-                view = run_view(store, run_id)
-            if as_json:
-                sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
-                return
-            if timeline:
-                from ledger.render import timeline_lines
-
-                for line in timeline_lines(view):
-                    out.print(line, highlight=False, soft_wrap=True)
-                return
-            out.print(f"run {run_id}: execution {view.execution}", highlight=False)
-            for d in view.deliveries:
-                row = d.delivery
-                out.print(
-                    f"  {row['channel']} {row['recipient']}: {row['status']}, "
-                    f"{row['attempts']} attempt(s), left the system: {d.left_system}\n"
-                    f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
-                    f"    provider message id: {row['provider_message_id'] or 'none'}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-            table = Table("time (UTC)", "subject", "what", title="timeline")
-            for column in table.columns:
-                column.overflow = "fold"  # keys and URLs are evidence: never elide them
-            for entry in view.timeline:
-                table.add_row(entry.at, entry.subject, entry.what)
-            out.print(table)
-
-        _guarded(body)
+            for line in timeline_lines(view):
+                out.print(line, highlight=False, soft_wrap=True)
+            return
+        out.print(f"run {run_id}: execution {view.execution}", highlight=False)
+        for d in view.deliveries:
+            row = d.delivery
+            out.print(
+                f"  {row['channel']} {row['recipient']}: {row['status']}, "
+                f"{row['attempts']} attempt(s), left the system: {d.left_system}\n"
+                f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
+                f"    provider message id: {row['provider_message_id'] or 'none'}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        table = Table("time (UTC)", "subject", "what", title="timeline")
+        for column in table.columns:
+            column.overflow = "fold"  # keys and URLs are evidence: never elide them
+        for entry in view.timeline:
+            table.add_row(entry.at, entry.subject, entry.what)
+        out.print(table)
 
 
 async def _until_signalled(settings: Settings, store: Store, batch_size: int) -> Any:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -15,9 +16,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from events.errors import LedgerError
 from events.model import ALL_EVENT_TYPES
 from events.settings import Settings
+from ledger.errors import UsageError
 from ledger.render import (
     CsvWriter,
     JsonLinesWriter,
@@ -49,7 +50,7 @@ def _when(text: str | None, flag: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise LedgerError(
+        raise UsageError(
             f"{flag} {text!r} is not an ISO-8601 time", "for example 2026-01-05T09:00:00Z"
         ) from None
     # A time without a zone is UTC, like every time the ledger stores.
@@ -60,7 +61,7 @@ def _types(given: list[str] | None) -> frozenset[str]:
     wanted = frozenset(given or ())
     unknown = sorted(wanted - set(ALL_EVENT_TYPES))
     if unknown:
-        raise LedgerError(
+        raise UsageError(
             f"unknown event type {unknown[0]!r}", "one of: " + ", ".join(sorted(ALL_EVENT_TYPES))
         )
     return wanted
@@ -82,7 +83,8 @@ def _progress(show: bool | None) -> Iterator[ReplayProgress]:
     def advance(done: int, total: int) -> None:
         nonlocal started
         if not started:
-            if show is False or (show is None and total < LONG_REPLAY):
+            # By default only for a person watching a long replay, never into a log.
+            if show is False or (show is None and (total < LONG_REPLAY or not err.is_terminal)):
                 return
             bar.update(task, completed=done, total=total)
             bar.start()
@@ -99,7 +101,7 @@ def _progress(show: bool | None) -> Iterator[ReplayProgress]:
 def _writer(fmt: Format, output: Path | None, stream: TextIO) -> RecordWriter:
     if fmt is Format.parquet:
         if output is None:
-            raise LedgerError("parquet needs a file", "add --output PATH (-o PATH)")
+            raise UsageError("parquet needs a file", "add --output PATH (-o PATH)")
         return ParquetWriter(output)
     if fmt is Format.jsonl:
         return JsonLinesWriter(stream)
@@ -132,7 +134,7 @@ def register(app: typer.Typer) -> None:
         to_offset: Annotated[
             int | None, typer.Option("--to-offset", min=0, help="Per partition, exclusive.")
         ] = None,
-        partition: Annotated[list[int] | None, typer.Option("--partition", "-p")] = None,
+        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", min=0)] = None,
         fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.line,
         as_json: Annotated[bool, typer.Option("--json", help="Same as --format jsonl.")] = False,
         output: Annotated[
@@ -148,33 +150,67 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Read topics (read_committed) and print or export the events that pass the filters."""
-        from ledger.cli import _settings, guarded
-
-        def body() -> None:
-            settings = _settings()
-            wanted = ReplayFilter(
-                run_id=run_id,
-                idempotency_key=key,
-                event_types=_types(event_type),
-                since=_when(since, "--since"),
-                until=_when(until, "--until"),
-                from_offset=from_offset,
-                to_offset=to_offset,
-                partitions=frozenset(partition or ()),
+        settings = Settings()
+        wanted = ReplayFilter(
+            run_id=run_id,
+            idempotency_key=key,
+            event_types=_types(event_type),
+            since=_when(since, "--since"),
+            until=_when(until, "--until"),
+            from_offset=from_offset,
+            to_offset=to_offset,
+            partitions=frozenset(partition or ()),
+        )
+        _check_ranges(wanted)
+        chosen = Format.jsonl if as_json else fmt
+        topics = topic or [settings.topic_runs, settings.topic_deliveries]
+        with _opened(output, chosen) as stream:
+            written = asyncio.run(
+                _export(settings, topics, wanted, _writer(chosen, output, stream), progress)
             )
-            chosen = Format.jsonl if as_json else fmt
-            topics = topic or [settings.topic_runs, settings.topic_deliveries]
-            opened = (
-                output.open("w", newline="", encoding="utf-8")
-                if output is not None and chosen is not Format.parquet
-                else nullcontext(sys.stdout)
-            )
-            with opened as stream:
-                asyncio.run(
-                    _export(settings, topics, wanted, _writer(chosen, output, stream), progress)
-                )
+        if not written:
+            _say_nothing_matched(wanted, key, topics)
 
-        guarded(body)
+
+def _check_ranges(wanted: ReplayFilter) -> None:
+    if wanted.since and wanted.until and wanted.since >= wanted.until:
+        raise UsageError(
+            "--since must be before --until (--until is exclusive)", "swap them, or drop one"
+        )
+    if (
+        wanted.from_offset is not None
+        and wanted.to_offset is not None
+        and wanted.from_offset >= wanted.to_offset
+    ):
+        raise UsageError(
+            "--from-offset must be below --to-offset (--to-offset is exclusive)",
+            "swap them, or drop one",
+        )
+
+
+def _opened(output: Path | None, fmt: Format) -> AbstractContextManager[TextIO]:
+    if output is None or fmt is Format.parquet:
+        return nullcontext(sys.stdout)
+    try:
+        return output.open("w", newline="", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {output}: {exc.strerror}", "give --output a writable file path"
+        ) from None
+
+
+def _say_nothing_matched(wanted: ReplayFilter, key: str | None, topics: list[str]) -> None:
+    if wanted == ReplayFilter():
+        err.print(f"no events in {', '.join(topics)}", highlight=False, soft_wrap=True)
+        return
+    err.print("no events match the filters", highlight=False)
+    if key is not None and not re.fullmatch(r"[0-9a-f]{64}", key):
+        err.print(
+            "hint: --key takes a whole idempotency key (64 hex characters; 'ledger run RUN_ID' "
+            "shows them)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 async def _export(
@@ -183,10 +219,14 @@ async def _export(
     wanted: ReplayFilter,
     writer: RecordWriter,
     show: bool | None,
-) -> None:
+) -> int:
+    """Write every record that passes ``wanted``; return how many were written."""
+    written = 0
     try:
         with _progress(show) as advance:
             async for record in replay(settings, topics, wanted, progress=advance):
                 writer.write(record)
+                written += 1
     finally:
         writer.close()
+    return written

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -22,25 +23,30 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Overrides LEDGER_DATA_DIR for this worker.")
         ] = None,
         metrics_port: Annotated[
-            int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+            int | None,
+            typer.Option(min=1, max=65535, help="Serve Prometheus metrics on 127.0.0.1:PORT."),
         ] = None,
     ) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
-        import faust
-
         from events.kafka_security import ensure_reachable
-        from ledger.cli import _settings, guarded
+        from events.settings import Settings
         from streams.app import create_app
 
-        settings = guarded(_settings)
+        if loglevel.upper() not in logging.getLevelNamesMapping():
+            raise typer.BadParameter(
+                f"{loglevel!r} is not a log level (DEBUG, INFO, WARNING, ERROR)",
+                param_hint="'--loglevel'",
+            )
+        settings = Settings()
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": data_dir})
-        logging.getLogger("aiokafka").setLevel(logging.WARNING)
-        guarded(lambda: ensure_reachable(settings))  # refused: one line, not faust's traceback
         if metrics_port is not None:
             settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
-        # A worker that could not sign a webhook (no secret, a bad one) says so in one line.
-        built = guarded(lambda: create_app(settings, name=name))
+        # Settings and secrets are checked (create_app) before the first connection; a
+        # broker that refuses us (or none) is one line, not faust's traceback.
+        built = create_app(settings, name=name)
+        ensure_reachable(settings)
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
         if settings.worker_metrics_port and built.metrics is not None:
             built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
             print(
@@ -53,4 +59,40 @@ def register(app: typer.Typer) -> None:
             f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}",
             flush=True,
         )
-        faust.Worker(built.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        _run(built.app, loglevel)
+
+
+def _logging_config() -> dict[str, Any]:
+    """mode's coloured log format, coloured only when stderr (where the logs go) is a terminal.
+
+    mode decides colour from stdout, so ``ledger worker 2>worker.log`` run from a
+    terminal wrote colour codes into the file.
+    """
+    from mode.utils.logging import DEFAULT_FORMATTERS
+
+    colored: dict[str, Any] = dict(cast("dict[str, Any]", DEFAULT_FORMATTERS["colored"]))
+    colored["stream"] = sys.stderr
+    return {"merge": True, "formatters": {"colored": colored}}
+
+
+def _run(app: Any, loglevel: str) -> None:
+    import faust
+    from mode.utils import logging as mode_logging
+
+    class Worker(faust.Worker):
+        """faust's worker, with terminal codes only where a terminal reads them."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # The spinner hides and shows the cursor with control codes even off a terminal.
+            if not self.stdout.isatty():
+                self.spinner = None
+
+        def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            # mode draws its log tables with line-drawing codes when *stdout* is a
+            # terminal; the logs go to stderr.
+            mode_logging.LOG_ISATTY = sys.stderr.isatty()
+
+    worker = Worker(app, loglevel=loglevel, quiet=True, logging_config=_logging_config())
+    worker.execute_from_commandline()

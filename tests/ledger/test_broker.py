@@ -20,7 +20,13 @@ PORT = 29192
 
 
 def own_settings(root: Path) -> Settings:
-    return Settings(broker_port=PORT, controller_port=PORT + 1, data_dir=root, partitions=2)
+    return Settings(
+        broker_port=PORT,
+        controller_port=PORT + 1,
+        data_dir=root,
+        partitions=2,
+        allowed_networks=["127.0.0.0/8"],
+    )
 
 
 async def replayed_run_ids(settings: Settings) -> list[str]:

@@ -105,8 +105,9 @@ def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
-    assert "error: invalid LEDGER_ settings: lease_seconds=5 must exceed send_deadline_s=10" in (
-        done.stderr
+    assert done.returncode == 2  # a bad setting is bad input
+    assert (
+        "error: invalid settings: LEDGER_LEASE_SECONDS=5 must exceed LEDGER_SEND_DEADLINE_S=10"
+        in done.stderr
     )
     assert "Traceback" not in done.stderr

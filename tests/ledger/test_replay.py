@@ -79,7 +79,7 @@ async def test_exports_round_trip(
     assert sorted(r["offset"] for r in table) == sorted(int(r["offset"]) for r in rows)
 
     needs_file = ledger(settings, "replay", "--format", "parquet")
-    assert needs_file.returncode == 1
+    assert needs_file.returncode == 2  # bad input
     assert "parquet needs a file" in needs_file.stderr
 
 
@@ -125,10 +125,10 @@ async def test_filters(settings: Settings) -> None:
     assert [json.loads(line)["offset"] for line in sliced.stdout.splitlines()] == offsets[1:-1]
 
     bad = ledger(settings, "replay", "--type", "delivery.teleported")
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "unknown event type 'delivery.teleported'" in bad.stderr
     bad_time = ledger(settings, "replay", "--since", "yesterday")
-    assert bad_time.returncode == 1
+    assert bad_time.returncode == 2
     assert "--since 'yesterday' is not an ISO-8601 time" in bad_time.stderr
 
 

@@ -1,0 +1,304 @@
+"""Every ``ledger`` command, given bad input, answers with one error line and at most one
+hint, the documented exit code (2 bad input, 1 runtime failure), no traceback and no
+terminal control codes. Each runs as a real subprocess of this checkout's code."""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from events.settings import Settings
+from ledger.cli import app
+from ledger.stack import settings_env
+
+# LEDGER_TEST_CLI_TREE runs the commands from another checkout (the code before a fix),
+# so these tests can be shown to fail there.
+ROOT = Path(os.environ.get("LEDGER_TEST_CLI_TREE") or Path(__file__).resolve().parents[2])
+# Nothing listens on port 1: a connection is refused at once (bounded, no waiting).
+NO_BROKER = "127.0.0.1:1"
+ESC = "\x1b"
+
+
+@dataclass(frozen=True)
+class Case:
+    """Bad input for one command and what the person must see."""
+
+    args: tuple[str, ...]
+    code: int
+    says: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# By command path. test_every_command_has_cases fails when a new command has none.
+CASES: dict[str, list[Case]] = {
+    "broker start": [Case((), 2, "LEDGER_BROKER_PORT: ", {"LEDGER_BROKER_PORT": "99999"})],
+    "broker stop": [Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"})],
+    "broker status": [Case((), 2, "LEDGER_CONTROLLER_PORT: ", {"LEDGER_CONTROLLER_PORT": "x"})],
+    "broker logs": [
+        Case((), 1, "no broker log at "),
+        Case(("-n", "0"), 2, "Invalid value for '--lines'"),
+    ],
+    "topics create": [
+        Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
+        Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"}),
+    ],
+    "publish": [
+        Case(
+            ("r1", "--result-hash", "h", "-d", "https://x.test/"),
+            2,
+            "a delivery needs a channel prefix, like webhook:https://... "
+            "(channels: provider, webhook)",
+        ),
+        # Checked before connecting: the answer is about the run id, not the broker.
+        Case(("r:1", "--result-hash", "h", "-d", "webhook:https://x.test/"), 2, "run_id must"),
+        Case(("r1", "--result-hash", "", "-d", "webhook:https://x.test/"), 2, "result_hash"),
+        Case(
+            ("r1", "--result-hash", "h", "-d", "webhook:https://x.test/", "--payload", "@DEEP"),
+            2,
+            "nests too deeply",
+        ),
+        Case(
+            ("r1", "--result-hash", "h", "-d", "webhook:https://x.test/"),
+            1,
+            f"no Kafka broker answers at {NO_BROKER}",
+        ),
+        Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
+    ],
+    "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
+    "fake-provider": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
+        Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
+    ],
+    "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
+    "rebuild": [
+        Case((), 2, "Missing option '--into'"),
+        Case(("--into", "sqlite:///DATA/r.sqlite3"), 1, f"no Kafka broker answers at {NO_BROKER}"),
+    ],
+    "verify": [Case((), 1, "no projection at sqlite:///")],
+    "status": [Case((), 1, "no projection at sqlite:///")],
+    "run": [Case((), 2, "Missing argument 'run_id'"), Case(("r1",), 1, "no projection at")],
+    "replay": [
+        Case(
+            ("--since", "2026-02-01", "--until", "2026-01-01"),
+            2,
+            "--since must be before --until",
+        ),
+        Case(("--from-offset", "5", "--to-offset", "5"), 2, "--from-offset must be below"),
+        Case(("--since", "yesterday"), 2, "--since 'yesterday' is not an ISO-8601 time"),
+        Case(("--type", "nope"), 2, "unknown event type 'nope'"),
+        Case(("-p", "-1"), 2, "Invalid value for '--partition'"),
+        Case(("--format", "parquet"), 2, "parquet needs a file"),
+        Case(("-o", "DATA/no/such/dir/out.csv", "-f", "csv"), 2, "cannot write "),
+        Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
+    ],
+    "worker": [
+        Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
+        Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),
+        Case(("--metrics-port", "99999"), 2, "Invalid value for '--metrics-port'"),
+        Case(
+            (),
+            2,
+            "invalid settings: LEDGER_LEASE_SECONDS=5 must exceed LEDGER_SEND_DEADLINE_S=10",
+            {"LEDGER_LEASE_SECONDS": "5", "LEDGER_SEND_DEADLINE_S": "10"},
+        ),
+        # Someone else owns secret parsing; whatever it refuses must be one line.
+        Case((), 2, "", {"LEDGER_WEBHOOK_SECRET": "whsec_%%%"}),
+    ],
+}
+
+
+def command_paths() -> list[str]:
+    """Every leaf command of the typer app, as ``"group command"`` paths."""
+    found: list[str] = []
+
+    def walk(command: object, prefix: tuple[str, ...]) -> None:
+        children = getattr(command, "commands", None)
+        if children is None:
+            found.append(" ".join(prefix))
+            return
+        for name, child in children.items():
+            walk(child, (*prefix, name))
+
+    walk(typer.main.get_command(app), ())
+    return sorted(found)
+
+
+def ledger(
+    args: list[str], env: dict[str, str], *, python: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ledger ARGS`` from this checkout (its modules win), bounded."""
+    return subprocess.run(
+        [*(python or [sys.executable, "-m", "ledger"]), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def base_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """An environment with no broker reachable and a data dir of the test's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    env.update(LEDGER_BOOTSTRAP_SERVERS=NO_BROKER, LEDGER_DATA_DIR=str(tmp / "data"), **extra)
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], code: int, says: str) -> None:
+    """Exit ``code``; stderr is ``error: ...`` (containing ``says``) and at most a hint."""
+    shown = f"exit {done.returncode}\nstdout: {done.stdout!r}\nstderr: {done.stderr!r}"
+    assert done.returncode == code, shown
+    lines = done.stderr.splitlines()
+    assert 1 <= len(lines) <= 2, shown
+    assert lines[0].startswith("error: "), shown
+    assert says in lines[0], shown
+    if len(lines) == 2:
+        assert lines[1].startswith("hint: "), shown
+    assert "Traceback" not in done.stderr + done.stdout, shown
+    assert ESC not in done.stderr + done.stdout, shown
+
+
+def test_every_command_has_cases() -> None:
+    assert sorted(CASES) == command_paths()
+
+
+ALL_CASES = [
+    pytest.param(path, case, id=f"{path}:{i}")
+    for path, cases in CASES.items()
+    for i, case in enumerate(cases)
+]
+
+
+@pytest.mark.parametrize(("path", "case"), ALL_CASES)
+def test_bad_input_is_one_line_and_a_hint(path: str, case: Case, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    args = [a.replace("@DEEP", f"@{deep}").replace("DATA/", f"{tmp_path}/") for a in case.args]
+    done = ledger([*path.split(), *args], base_env(tmp_path, **case.env))
+    assert_one_line(done, case.code, case.says)
+
+
+@pytest.mark.parametrize("path", command_paths())
+def test_an_unknown_option_is_a_usage_error_everywhere(path: str, tmp_path: Path) -> None:
+    done = ledger([*path.split(), "--no-such-option"], base_env(tmp_path))
+    assert_one_line(done, 2, "No such option: --no-such-option")
+    assert done.stderr.splitlines()[1] == f"hint: see 'ledger {path} --help'"
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    done = ledger(["--version"], base_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"delivery-ledger {version('delivery-ledger')}\n"
+
+
+def test_parquet_without_pyarrow_says_how_to_install_it(tmp_path: Path) -> None:
+    # pyarrow is installed here (dev): block its import as if it were not.
+    blocked = (
+        "import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None; "
+        "sys.argv[0] = 'ledger'; from ledger.cli import main; main()"
+    )
+    done = ledger(
+        ["replay", "--format", "parquet", "-o", str(tmp_path / "out.parquet")],
+        base_env(tmp_path),
+        python=[sys.executable, "-c", blocked],
+    )
+    assert_one_line(done, 2, "parquet output needs pyarrow: pip install 'delivery-ledger[parquet]'")
+    assert not (tmp_path / "out.parquet").exists()
+
+
+# Against the real broker ------------------------------------------------------------
+
+
+def test_filters_that_match_nothing_say_so(settings: Settings) -> None:
+    env = settings_env(settings)
+    done = ledger(["replay", "--key", "zz"], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "no events match the filters",
+        "hint: --key takes a whole idempotency key (64 hex characters; 'ledger run RUN_ID' "
+        "shows them)",
+    ]
+    everything = ledger(["replay", "--json"], env)
+    assert everything.returncode == 0, everything.stderr
+    assert everything.stdout == ""
+    assert everything.stderr == (
+        f"no events in {settings.topic_runs}, {settings.topic_deliveries}\n"
+    )
+
+
+def test_a_partition_beyond_the_topics_is_a_usage_error(settings: Settings) -> None:
+    done = ledger(["replay", "-p", "99"], settings_env(settings))
+    assert_one_line(
+        done,
+        2,
+        f"partition 99 does not exist ({settings.topic_runs} has 4, "
+        f"{settings.topic_deliveries} has 4)",
+    )
+    assert done.stderr.splitlines()[1] == "hint: partitions are numbered from 0 to 3"
+
+
+def run_worker(
+    env: dict[str, str], tmp: Path, name: str, loglevel: str, ready: str, on_tty: bool
+) -> str:
+    """Start ``ledger worker``, wait until ``ready`` is in its output (at most 60 s), stop
+    it with SIGTERM; return what it wrote on stdout and stderr (stderr to a file)."""
+    log, out = tmp / f"{name}.err", tmp / f"{name}.out"
+    master, slave = pty.openpty() if on_tty else (-1, -1)
+    with open(log, "wb") as err_file, open(out, "wb") as out_file:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "ledger", "worker", "--name", name, "-l", loglevel],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=slave if on_tty else out_file,
+            stderr=err_file,
+        )
+
+    def written() -> str:
+        return log.read_text(errors="replace") + out.read_text(errors="replace")
+
+    try:
+        deadline = time.monotonic() + 60
+        while ready not in written():
+            assert worker.poll() is None, written()
+            assert time.monotonic() < deadline, f"worker not ready: {written()[-2000:]}"
+            time.sleep(0.5)
+        # faust's spinner (when it has one) starts on the first log record after set-up.
+        time.sleep(3)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+        if on_tty:
+            os.close(master)
+            os.close(slave)
+    return written()
+
+
+def test_worker_logs_have_no_terminal_codes_off_a_terminal(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Logs into a file while stdout is a terminal: no colour codes in the file. Neither
+    stream a terminal: no spinner (cursor) codes in either."""
+    env = settings_env(settings.model_copy(update={"data_dir": tmp_path / "data"}))
+    outputs = {
+        "tty": run_worker(env, tmp_path, "tty", "INFO", "[^Worker]: Ready", on_tty=True),
+        "file": run_worker(env, tmp_path, "file", "WARNING", "ledger worker", on_tty=False),
+    }
+    for where, text in outputs.items():
+        assert ESC not in text, (where, [line for line in text.splitlines() if ESC in line][:5])
