@@ -10,6 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from events.addresses import AddressPolicy, Origin, origin_of, parse_network
+from events.outcome_signing import (
+    OutcomeSigner,
+    OutcomeVerifier,
+    outcome_signer,
+    outcome_verifier,
+    private_key,
+    public_key,
+)
 from events.retry_policy import RetryPolicy, for_channel
 
 
@@ -65,7 +73,10 @@ class WebhookEndpoint(BaseModel):
 class Settings(BaseSettings):
     """Where the broker is, what the topics are called, and the limits we enforce."""
 
-    model_config = SettingsConfigDict(env_prefix="LEDGER_", frozen=True, extra="ignore")
+    # Inputs stay out of error texts: a setting may be a secret (a key, a token, a password).
+    model_config = SettingsConfigDict(
+        env_prefix="LEDGER_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     broker_host: str = "127.0.0.1"
     broker_port: int = Field(default=9092, ge=1, le=65535)
@@ -110,6 +121,13 @@ class Settings(BaseSettings):
     # URL: scheme, host and port exactly, path on a segment boundary; the longest wins:
     # {"https://host/hooks/": {"secrets": ["whsec_..."], "lookup_url": "https://host/lookup"}}
     webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
+
+    # Signed outcome events (events/outcome_signing.py): the workers' Ed25519 signing key
+    # (base64 of 32 bytes; workers only), and the public keys every folding reader checks
+    # worker-written events against (JSON list; several during a rotation). Checking is on
+    # when either is set; ``ledger outcome-keys`` makes a pair.
+    outcome_signing_key: SecretStr | None = None
+    outcome_verify_keys: list[str] = Field(default_factory=list)
 
     # Per channel, replacing fields of that channel's default policy, as JSON:
     # {"webhook": {"base_delay_s": 5, "max_attempts": 4}}
@@ -170,6 +188,20 @@ class Settings(BaseSettings):
 
     # Fault-injection points (see events/faults.py). Off unless named here.
     faults: frozenset[str] = frozenset()
+
+    @field_validator("outcome_signing_key")
+    @classmethod
+    def _signing_key_parses(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            private_key(value.get_secret_value())  # ValueError says what, never the key
+        return value
+
+    @field_validator("outcome_verify_keys")
+    @classmethod
+    def _verify_keys_parse(cls, value: list[str]) -> list[str]:
+        for key in value:
+            public_key(key)
+        return value
 
     @field_validator("allowed_networks")
     @classmethod
@@ -288,3 +320,17 @@ def address_policy(settings: Settings) -> AddressPolicy:
             if origin is not None:
                 per_origin.setdefault(origin, []).extend(endpoint.allowed_networks)
     return AddressPolicy(settings.allowed_networks, settings.allowed_hosts, per_origin)
+
+
+def signer_for(settings: Settings) -> OutcomeSigner | None:
+    """The worker's outcome signer (None without a signing key)."""
+    key = settings.outcome_signing_key
+    return outcome_signer(None if key is None else key.get_secret_value())
+
+
+def verifier_for(settings: Settings) -> OutcomeVerifier | None:
+    """The outcome check of a folding reader (None when outcome signing is off)."""
+    key = settings.outcome_signing_key
+    return outcome_verifier(
+        settings.outcome_verify_keys, None if key is None else key.get_secret_value()
+    )

@@ -49,7 +49,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     if settings.dashboard_token is not None:
         env["LEDGER_DASHBOARD_TOKEN"] = settings.dashboard_token.get_secret_value()
     # model_dump masks SecretStr values: the Kafka credentials are passed on explicitly.
-    for name in ("sasl_password", "ssl_key_password"):
+    for name in ("sasl_password", "ssl_key_password", "outcome_signing_key"):
         secret = getattr(settings, name)
         if secret is not None:
             env[f"LEDGER_{name.upper()}"] = secret.get_secret_value()

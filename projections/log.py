@@ -16,7 +16,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from events.committed_log import CommittedLog
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
-from events.settings import Settings
+from events.settings import Settings, verifier_for
 from projections.records import LogRecord, decode_at
 from projections.store import Offsets
 
@@ -27,6 +27,7 @@ class LogReader:
     def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
         """``batch_size`` caps the records one ``read`` returns."""
         self._settings = settings
+        self._verifier = verifier_for(settings)
         self._batch_size = batch_size
         # Never jump silently: an offset the log no longer has is an error (below).
         self._log = CommittedLog(settings, reset="none", large_fetches=True)
@@ -89,6 +90,8 @@ class LogReader:
                         message.value,
                         message.key,
                         ExecutionEvent if tp.topic == self._settings.topic_runs else DeliveryEvent,
+                        self._verifier,
+                        message.headers,
                     )
                 )
         return records

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from events.codec import EventDecodeError, decode
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
+from events.outcome_signing import Headers, OutcomeVerifier
 from events.topics import record_key
 from projections.fold import Position
 
@@ -29,11 +30,15 @@ def decode_at(
     value: bytes | None,
     key: bytes | None = None,
     holds: type[ExecutionEvent] | type[DeliveryEvent] | None = None,
+    verifier: OutcomeVerifier | None = None,
+    headers: Headers | None = None,
 ) -> LogRecord:
     """Decode one record value; an undecodable one keeps its reason and bytes instead of
     raising. With ``holds`` (the topic's kind of event), the worker's record rules apply
     too: an event of the other kind, or a record key that is not the event's, is no event
-    of the log (the worker dead-letters such a record; the projection must not fold it)."""
+    of the log (the worker dead-letters such a record; the projection must not fold it).
+    With ``verifier`` (outcome signing on), neither is a worker-written event whose
+    signature (in ``headers``) does not verify."""
     where = Position(topic, partition, offset)
     try:
         event = decode(value)
@@ -46,4 +51,6 @@ def decode_at(
         which = "idempotency_key" if isinstance(event, DeliveryEvent) else "run_id"
         reason = f"record key does not match the event's {which}"
         return LogRecord(where, None, reason, key, value)
+    if verifier is not None and (forged := verifier.refuses(event, value or b"", headers)):
+        return LogRecord(where, None, forged, key, value)
     return LogRecord(where, event)

@@ -28,8 +28,10 @@ from events.codec import encode
 from events.committed_log import TRANSIENT
 from events.deadletter import DeadLetter
 from events.delivery_state import DeliveryState
+from events.errors import LedgerError
 from events.kafka_security import faust_credentials
-from events.settings import Settings, open_claims_limit
+from events.outcome_signing import private_key, public_text
+from events.settings import Settings, open_claims_limit, signer_for, verifier_for
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
 from streams.context import worker_context
@@ -94,10 +96,31 @@ class TableStore:
                 yield loads(value)
 
 
+def check_outcome_keys(settings: Settings) -> None:
+    """A worker that checks outcome signatures must sign its own events with a key the
+    other readers accept, or every one of its claims would be refused."""
+    if not settings.outcome_verify_keys:
+        return
+    key = settings.outcome_signing_key
+    if key is None:
+        raise LedgerError(
+            "LEDGER_OUTCOME_VERIFY_KEYS is set but LEDGER_OUTCOME_SIGNING_KEY is not: this "
+            "worker's own events would be refused",
+            "give the workers the signing key of the pair (ledger outcome-keys makes one)",
+        )
+    if public_text(private_key(key.get_secret_value())) not in settings.outcome_verify_keys:
+        raise LedgerError(
+            "LEDGER_OUTCOME_SIGNING_KEY is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS "
+            "entry: the projector would refuse this worker's events",
+            "add its public key to LEDGER_OUTCOME_VERIFY_KEYS everywhere",
+        )
+
+
 class Worker:
     """One ``ledger worker`` process: the faust app and the handlers it calls."""
 
     def __init__(self, settings: Settings, name: str = "worker") -> None:
+        check_outcome_keys(settings)
         self.settings = settings
         self.worker_id = new_worker_id(name)
         self.owned: set[int] = set()
@@ -118,6 +141,7 @@ class Worker:
         )
         self.store = TableStore(self.table)
         self.outcomes = OutcomeProducer(settings)
+        self.signer = signer_for(settings)
         self.registry = ChannelRegistry(settings)
         self.metrics = WorkerMetrics()
         ctx = worker_context(
@@ -157,6 +181,7 @@ class Worker:
             continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,
+            verifier=verifier_for(settings),
         )
         self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
@@ -204,7 +229,9 @@ class Worker:
     async def append_claims(self, events: Sequence[Event]) -> None:
         """Claims, through the agent's producer (at-least-once: the fold dedupes)."""
         for event in events:
-            await self.deliveries.send(key=record_key(event), value=encode(event))  # type: ignore[arg-type]
+            value = encode(event)
+            headers = None if self.signer is None else self.signer.headers(value)
+            await self.deliveries.send(key=record_key(event), value=value, headers=headers)  # type: ignore[arg-type]
 
     async def dead_letter(self, record: Record, reason: str) -> None:
         """A record the processor cannot use, with the reason, to ``ledger.deadletter``."""
@@ -229,6 +256,7 @@ class Worker:
                 offset=message.offset,
                 key=message.key,
                 value=message.value,
+                headers=_headers(message.headers),
             )
             try:
                 self.continuity.note(record.partition, record.offset)
@@ -377,3 +405,11 @@ def _raw_topic(app: Any, name: str, partitions: int | None) -> Any:
         value_serializer="raw",
         **({"partitions": partitions} if partitions is not None else {}),
     )
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    """faust's message headers (a list of pairs, or a mapping) as a tuple of pairs."""
+    if not raw:
+        return ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple((str(name), bytes(value or b"")) for name, value in pairs)

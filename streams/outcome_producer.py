@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 from events.base import Event
 from events.codec import encode
 from events.kafka_security import client_options
-from events.settings import Settings
+from events.settings import Settings, signer_for
 from events.topics import record_key
 
 
@@ -24,6 +24,7 @@ class OutcomeProducer:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+        self._signer = signer_for(settings)
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
         self.appended = 0
@@ -48,10 +49,13 @@ class OutcomeProducer:
             return
         producer = await self._started()
         topic = self._settings.topic_deliveries
-        futures = [
-            await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
-            for event in events
-        ]
+        futures = []
+        for event in events:
+            value = encode(event)
+            headers = None if self._signer is None else self._signer.headers(value)
+            futures.append(
+                await producer.send(topic, value, key=record_key(event), headers=headers)  # type: ignore[arg-type]
+            )
         await asyncio.gather(*futures)
         self.appended += len(events)
 

@@ -19,6 +19,7 @@ from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
+from events.outcome_signing import OutcomeVerifier
 from streams.decisions import Context, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
@@ -71,6 +72,7 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 Append = Callable[[Sequence[Event]], Awaitable[None]]
@@ -95,8 +97,11 @@ class DeliveryProcessor:
         continuous: Callable[[int], bool] = lambda _partition: True,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
+        verifier: OutcomeVerifier | None = None,
     ) -> None:
         self.ctx = ctx
+        # Signed outcome events (events/outcome_signing.py): None when checking is off.
+        self._verifier = verifier
         # Admission control: claims this worker proposed and has not read back, plus the
         # sends and lookups it runs, stay under this. A claim read back after its lease
         # could only be refused; a backlog of them would expire faster than it is sent.
@@ -128,6 +133,11 @@ class DeliveryProcessor:
             return
         if record.key is not None and record.key != event.idempotency_key.encode():
             await self._reject(record, "record key does not match the event's idempotency_key")
+            return
+        if self._verifier is not None and (
+            forged := self._verifier.refuses(event, record.value or b"", record.headers)
+        ):
+            await self._reject(record, forged)
             return
         key = event.idempotency_key
         before = self._store.get(key)

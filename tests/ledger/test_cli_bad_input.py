@@ -74,6 +74,7 @@ CASES: dict[str, list[Case]] = {
         Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "outcome-keys": [Case(("--format", "xml"), 2, "Invalid value for '--format'")],
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
     "fake-provider": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),

@@ -1,0 +1,116 @@
+"""Signed outcome events: only a worker can write what a delivery's state follows.
+
+Kafka ACLs are per topic, and an agent needs Write on ``ledger.deliveries`` for its
+requests, so an agent's principal could also append a ``DeliveryConfirmed`` with a forged
+provider id. With outcome signing on, every event a worker writes there (claims,
+outcomes, reconciliations, duplicate reports: every delivery event but
+``DeliveryRequested``) carries an Ed25519 signature over its record value in the
+``ledger-signature`` header, made with a key only the workers hold. Every reader that
+folds the log (the worker, the projector, ``rebuild``, ``verify``) checks it against the
+public keys it is given: an outcome without a valid signature is no event of the log —
+the worker dead-letters it, the projector skips it. The public keys are not secret, so a
+reader can check but not sign. Several keys may be listed during a rotation.
+
+Keys are 32 raw bytes, base64: ``ledger outcome-keys`` makes a pair.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Sequence
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from events.delivery import DeliveryEvent, DeliveryRequested
+
+HEADER = "ledger-signature"
+Headers = Sequence[tuple[str, bytes]]
+
+
+def _key_bytes(text: str, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{what} is not base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"{what} is {len(raw)} bytes, not the 32 of an Ed25519 key")
+    return raw
+
+
+def private_key(text: str) -> Ed25519PrivateKey:
+    """The signing key from its base64 text; ValueError says what is wrong (never the key)."""
+    return Ed25519PrivateKey.from_private_bytes(_key_bytes(text, "the outcome signing key"))
+
+
+def public_key(text: str) -> Ed25519PublicKey:
+    """A verification key from its base64 text; ValueError names what is wrong."""
+    return Ed25519PublicKey.from_public_bytes(_key_bytes(text, "an outcome verify key"))
+
+
+def public_text(key: Ed25519PrivateKey) -> str:
+    """The base64 public key of a signing key."""
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def new_pair() -> tuple[str, str]:
+    """A fresh (signing key, verify key), both base64."""
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes_raw()
+    return base64.b64encode(raw).decode(), public_text(key)
+
+
+def needs_signature(event: object) -> bool:
+    """Written by workers only: every delivery event but the agents' requests."""
+    return isinstance(event, DeliveryEvent) and not isinstance(event, DeliveryRequested)
+
+
+class OutcomeSigner:
+    """Signs the record values of worker-written events."""
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        self._key = key
+
+    def headers(self, value: bytes) -> list[tuple[str, bytes]]:
+        """The record headers that carry ``value``'s signature."""
+        return [(HEADER, self._key.sign(value))]
+
+
+class OutcomeVerifier:
+    """Checks worker-written events against the given public keys."""
+
+    def __init__(self, keys: Iterable[Ed25519PublicKey]) -> None:
+        self._keys = tuple(keys)
+
+    def refuses(self, event: object, value: bytes, headers: Headers | None) -> str | None:
+        """Why this event is not a worker's (no or a bad signature), or None."""
+        if not needs_signature(event):
+            return None
+        signatures = [v for name, v in headers or () if name == HEADER]
+        if not signatures:
+            return f"{getattr(event, 'type', 'event')} carries no outcome signature"
+        for signature in signatures:
+            for key in self._keys:
+                try:
+                    key.verify(signature, value)
+                except InvalidSignature:
+                    continue
+                return None
+        return f"{getattr(event, 'type', 'event')} has an outcome signature no verify key accepts"
+
+
+def outcome_signer(signing_key: str | None) -> OutcomeSigner | None:
+    """The worker's signer, if it has a signing key."""
+    return None if signing_key is None else OutcomeSigner(private_key(signing_key))
+
+
+def outcome_verifier(verify_keys: Iterable[str], signing_key: str | None) -> OutcomeVerifier | None:
+    """The check every folding reader makes: on when any key is configured (the verify
+    keys, and a worker's own public key), else off (None)."""
+    keys = [public_key(k) for k in verify_keys]
+    if signing_key is not None:
+        keys.append(private_key(signing_key).public_key())
+    return OutcomeVerifier(keys) if keys else None
