@@ -15,3 +15,9 @@ class LedgerError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class ConfigError(LedgerError):
+    """Settings that cannot work, found at start: a usage error (exit code 2)."""
+
+    exit_code = 2

@@ -35,14 +35,7 @@ class RunsDeadLetters:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            enable_idempotence=True,
-            # A dead letter carries the whole original record (up to the codec's 1 MiB).
-            max_request_size=4 * 1024 * 1024,
-            **client_options(settings),
-        )
-        self._started = False
+        self._producer: AIOKafkaProducer | None = None  # made on the first bad record
         self.sent = 0
 
     async def __aenter__(self) -> Self:
@@ -51,7 +44,7 @@ class RunsDeadLetters:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._started:
+        if self._producer is not None:
             await self._producer.stop()
 
     async def send(self, records: Sequence[LogRecord]) -> int:
@@ -79,9 +72,21 @@ class RunsDeadLetters:
             return 0
 
     async def _send(self, records: Sequence[LogRecord]) -> int:
-        if not self._started:
-            await self._producer.start()
-            self._started = True
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._settings.bootstrap_servers,
+                enable_idempotence=True,
+                # A dead letter carries the whole original record (up to the codec's 1 MiB).
+                max_request_size=4 * 1024 * 1024,
+                **client_options(self._settings),
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+        producer = self._producer
         futures = []
         for record in records:
             where = record.position
@@ -95,7 +100,7 @@ class RunsDeadLetters:
                 detected_by=DETECTED_BY,
             )
             futures.append(
-                await self._producer.send(
+                await producer.send(
                     self._settings.topic_deadletter,
                     key=record.key,
                     value=letter.model_dump_json().encode(),

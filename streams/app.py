@@ -28,7 +28,7 @@ from events.codec import encode
 from events.committed_log import TRANSIENT
 from events.deadletter import DeadLetter
 from events.delivery_state import DeliveryState
-from events.errors import LedgerError
+from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
 from events.settings import Settings, open_claims_limit, signer_for, verifier_for
@@ -103,13 +103,13 @@ def check_outcome_keys(settings: Settings) -> None:
         return
     key = settings.outcome_signing_key
     if key is None:
-        raise LedgerError(
+        raise ConfigError(
             "LEDGER_OUTCOME_VERIFY_KEYS is set but LEDGER_OUTCOME_SIGNING_KEY is not: this "
             "worker's own events would be refused",
             "give the workers the signing key of the pair (ledger outcome-keys makes one)",
         )
     if public_text(private_key(key.get_secret_value())) not in settings.outcome_verify_keys:
-        raise LedgerError(
+        raise ConfigError(
             "LEDGER_OUTCOME_SIGNING_KEY is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS "
             "entry: the projector would refuse this worker's events",
             "add its public key to LEDGER_OUTCOME_VERIFY_KEYS everywhere",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 from standardwebhooks import Webhook
 
-from events.errors import LedgerError
+from events.errors import ConfigError
 from events.settings import Settings, WebhookEndpoint
 from streams.channels.signature import signer
 
@@ -121,14 +121,14 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
         prefix = endpoint_prefix(key)
     except ValueError as exc:
         # The key itself is not repeated: a malformed one may carry a credential.
-        raise LedgerError(
+        raise ConfigError(
             f"webhook endpoint number {number} in LEDGER_WEBHOOK_ENDPOINTS {exc}",
             "an endpoint key is a URL prefix such as https://hooks.example/hooks/",
         ) from None
     try:
         signers = tuple(signer(secret) for secret in endpoint.signing_secrets())
     except ValueError as exc:
-        raise LedgerError(
+        raise ConfigError(
             f"webhook endpoint {_shown(prefix)!r}: {exc}",
             "a Standard Webhooks secret is 'whsec_' followed by base64",
         ) from None
@@ -145,7 +145,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
         try:
             default_signers = (signer(settings.webhook_secret),)
         except ValueError as exc:
-            raise LedgerError(f"LEDGER_WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
+            raise ConfigError(f"LEDGER_WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
         _resolve(key, number, endpoint)
         for number, (key, endpoint) in enumerate(settings.webhook_endpoints.items(), 1)
@@ -154,7 +154,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
     for endpoint in endpoints:
         assert endpoint.prefix is not None
         if endpoint.prefix in seen:
-            raise LedgerError(
+            raise ConfigError(
                 f"webhook endpoints: {_shown(endpoint.prefix)!r} is configured twice",
                 "keep one entry per URL prefix in LEDGER_WEBHOOK_ENDPOINTS",
             )
@@ -167,7 +167,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
                 if unsigned and unsigned[0].prefix is not None
                 else ""
             )
-            raise LedgerError(
+            raise ConfigError(
                 f"no webhook signing secret: LEDGER_WEBHOOK_SECRET is not set{which}",
                 SIGNING_HINT,
             )

@@ -74,6 +74,8 @@ CASES: dict[str, list[Case]] = {
         Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "acls show": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
+    "acls grant": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
     "outcome-keys": [Case(("--format", "xml"), 2, "Invalid value for '--format'")],
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
     "fake-provider": [
@@ -104,7 +106,13 @@ CASES: dict[str, list[Case]] = {
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
     ],
     "worker": [
-        Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
+        Case(
+            (),
+            1,
+            f"no Kafka broker answers at {NO_BROKER}",
+            {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVz"},
+        ),
+        Case((), 2, "webhook secret is empty", {"LEDGER_WEBHOOK_SECRET": ""}),
         Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),
         Case(("--metrics-port", "99999"), 2, "Invalid value for '--metrics-port'"),
         Case(

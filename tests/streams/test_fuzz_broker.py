@@ -195,9 +195,14 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
     await wait_for(settled, 150, "every hostile record dead-lettered, every valid one received")
 
     found = await letters()
+    repeated = 0
     for where, item in positions.items():
-        [letter] = found[where]  # exactly one dead letter per hostile record
-        assert letter.original_value() == item.value
+        # At least one dead letter per hostile record (at-least-once: a reader that stops
+        # between sending it and committing past the record sends it again), all alike.
+        here = found[where]
+        letter = here[0]
+        repeated += len(here) - 1
+        assert {(d.reason, d.original_value()) for d in here} == {(letter.reason, item.value)}
         assert (letter.detected_by == "projector") is item.runs, letter.detected_by
         assert letter.reason
         assert "\n" not in letter.reason
@@ -230,6 +235,6 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
         f"fuzz: {len(hostile_records)} hostile records "
         f"({', '.join(f'{t}/{k}: {n}' for (t, k), n in sorted(kinds.items()))}), "
         f"{too_large} refused by the broker as too large, "
-        f"{len(found)} dead-lettered, {len(expected)} valid deliveries received once, "
+        f"{len(found)} dead-lettered ({repeated} letters repeated), {len(expected)} valid deliveries received once, "
         "crashes 0"
     )

@@ -218,7 +218,7 @@ async def test_a_worker_that_checks_but_cannot_sign_refuses_to_start(
         worker = worker_factory.start("w1")
         code = await asyncio.to_thread(worker.process.wait, 60)
         output = worker.output()
-        assert code == 1, output
+        assert code == 2, output
         assert says in output
         assert "Traceback" not in output
         assert OTHER_SIGNING not in output
