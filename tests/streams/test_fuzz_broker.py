@@ -235,6 +235,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
         f"fuzz: {len(hostile_records)} hostile records "
         f"({', '.join(f'{t}/{k}: {n}' for (t, k), n in sorted(kinds.items()))}), "
         f"{too_large} refused by the broker as too large, "
-        f"{len(found)} dead-lettered ({repeated} letters repeated), {len(expected)} valid deliveries received once, "
+        f"{len(found)} dead-lettered ({repeated} letters repeated), "
+        f"{len(expected)} valid deliveries received once, "
         "crashes 0"
     )
