@@ -43,8 +43,8 @@ async def test_the_kit_accepts_what_the_official_library_signs_and_rejects_the_r
         tampered = await post(
             "k-t", signed_headers("k-t", body, SECRET_A), body_of({"text": "run failed"})
         )
-        stale = await post("k-s", signed_headers("k-s", body, SECRET_A, timestamp=now - 301))
-        future = await post("k-f", signed_headers("k-f", body, SECRET_A, timestamp=now + 301))
+        stale = await post("k-s", signed_headers("k-s", body, SECRET_A, timestamp=now - 330))
+        future = await post("k-f", signed_headers("k-f", body, SECRET_A, timestamp=now + 330))
         unknown = await post("k-u", signed_headers("k-u", body, UNKNOWN_SECRET))
         other_id = await post("k-x", signed_headers("k-y", body, SECRET_A) | {"webhook-id": "k-x"})
     for accepted in (old_only, new_only, unknown_and_new):
