@@ -1,0 +1,25 @@
+"""The receiver kit: the receiving half of the ledger's exactly-once protocol.
+
+Verify Standard Webhooks signatures, record the idempotency key at receipt, run the
+handler once per key, refuse stale fencing tokens, serve the lookup the ledger settles
+UNKNOWN deliveries with. Needs neither faust nor Kafka (``delivery-ledger[receiver]``).
+"""
+
+from receiver.kit import FENCING_TOKEN_HEADER, ReceivedWebhook, Reply, WebhookReceiver
+from receiver.records import KeyRecord, KeyStatus
+from receiver.sqlite import SqliteStore
+from receiver.store import IdempotencyStore, open_store
+from receiver.verification import SignatureVerifier
+
+__all__ = [
+    "FENCING_TOKEN_HEADER",
+    "IdempotencyStore",
+    "KeyRecord",
+    "KeyStatus",
+    "ReceivedWebhook",
+    "Reply",
+    "SignatureVerifier",
+    "SqliteStore",
+    "WebhookReceiver",
+    "open_store",
+]

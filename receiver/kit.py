@@ -1,0 +1,202 @@
+"""The receiver's side of the protocol, framework-neutral: verify, dedupe, fence, look up.
+
+``WebhookReceiver.receive`` takes the request's headers and raw body and returns a
+``Reply`` (status, JSON body, headers) that an adapter (``receiver.asgi``,
+``receiver.aiohttp_adapter``) writes out. The key is recorded before the handler runs,
+so a lookup never says "not found" about a request that is being processed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from receiver.records import Admission, KeyStatus
+from receiver.store import IdempotencyStore
+from receiver.verification import SignatureVerifier
+
+# The header the ledger's worker puts its attempt's fencing token in (it grows per key).
+FENCING_TOKEN_HEADER = "fencing-token"  # noqa: S105 - a header name
+log = logging.getLogger("receiver")
+MAX_POLLS = 1000  # with the deadline: a bound on the wait for a concurrent first request
+
+
+@dataclass(frozen=True)
+class ReceivedWebhook:
+    """One verified request, as the user's handler sees it."""
+
+    webhook_id: str  # the idempotency key
+    timestamp: int
+    payload: Any  # the JSON body, parsed
+    body: bytes
+    fencing_token: int | None
+    route: str = ""  # the path below the prefix (``/hooks/{route}``), "" for the prefix
+
+
+Handler = Callable[[ReceivedWebhook], Awaitable[str] | str]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to answer: status, JSON body, extra headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json_bytes(self) -> bytes:
+        """The body as JSON bytes."""
+        return json.dumps(self.body, separators=(",", ":")).encode()
+
+
+class WebhookReceiver:
+    """Runs ``handler`` once per idempotency key, however many times the key arrives.
+
+    ``handler`` returns the id of what it made (an order id, a ticket id): it is the
+    ``id`` of every later answer for that key and of the lookup.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        secrets: list[str] | tuple[str, ...],
+        store: IdempotencyStore,
+        tolerance_s: float = 300.0,
+        in_progress_wait_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._handler = handler
+        self.verifier = SignatureVerifier(secrets, tolerance_s=tolerance_s)
+        self.store = store
+        self._wait_s = in_progress_wait_s
+        self._clock = clock
+        self._settled: dict[str, asyncio.Event] = {}  # keys this process is running
+
+    async def start(self) -> None:
+        """Start the store."""
+        await self.store.start()
+
+    async def close(self) -> None:
+        """Close the store."""
+        await self.store.close()
+
+    async def receive(self, headers: Mapping[str, str], body: bytes, route: str = "") -> Reply:
+        """Handle one POST: 401 bad signature, 400 bad body, 409 stale token, else the answer."""
+        problem = self.verifier.problem(headers, body, now=self._clock())
+        if problem is not None:
+            return Reply(401, {"error": "invalid webhook signature", "detail": problem})
+        key = headers["webhook-id"]
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return Reply(400, {"error": "the body is not JSON", "webhook_id": key})
+        raw_token = headers.get(FENCING_TOKEN_HEADER)
+        token: int | None = None
+        if raw_token is not None:
+            if not raw_token.strip().isdigit():
+                return Reply(
+                    400,
+                    {"error": f"{FENCING_TOKEN_HEADER} must be a non-negative integer"},
+                )
+            token = int(raw_token)
+        decision = await self.store.admit(key, token)
+        if decision.admission is Admission.STALE:
+            return Reply(
+                409,
+                {
+                    "error": "stale fencing token",
+                    "detail": f"fencing token {token} is older than {decision.seen_token}, "
+                    f"already seen for webhook-id {key}; this attempt was superseded",
+                    "webhook_id": key,
+                },
+            )
+        if decision.admission is Admission.DUPLICATE:
+            return _done(key, decision.record.result_id, duplicate=True)
+        if decision.admission is Admission.IN_PROGRESS:
+            return await self._await_first(key)
+        event = ReceivedWebhook(
+            key, int(headers["webhook-timestamp"]), payload, body, token, route.strip("/")
+        )
+        return await self._run(event)
+
+    async def _run(self, event: ReceivedWebhook) -> Reply:
+        settled = self._settled.setdefault(event.webhook_id, asyncio.Event())
+        try:
+            try:
+                result = self._handler(event)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                # The exception's text may hold anything (even secrets): log it, answer its type.
+                log.exception("handler failed for webhook-id %s", event.webhook_id)
+                await self.store.fail(event.webhook_id, type(exc).__name__)
+                return Reply(
+                    500,
+                    {
+                        "error": f"the handler failed ({type(exc).__name__}); "
+                        "the next attempt runs it again",
+                        "webhook_id": event.webhook_id,
+                    },
+                )
+            result_id = str(result)
+            await self.store.complete(event.webhook_id, result_id)
+            return _done(event.webhook_id, result_id, duplicate=False)
+        finally:
+            settled.set()
+            self._settled.pop(event.webhook_id, None)
+
+    async def _await_first(self, key: str) -> Reply:
+        """Another request is running the handler: wait (bounded) for its answer.
+
+        A run in this process wakes its waiters at once; one in another process is seen
+        by polling the store, backing off so that many waiters do not flood it.
+        """
+        deadline = time.monotonic() + self._wait_s
+        pause = 0.05
+        for _ in range(MAX_POLLS):
+            record = await self.store.get(key)
+            if record is not None and record.status is KeyStatus.DONE:
+                return _done(key, record.result_id, duplicate=True)
+            remaining = deadline - time.monotonic()
+            if record is None or record.status is not KeyStatus.PROCESSING or remaining <= 0:
+                break
+            local = self._settled.get(key)
+            if local is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(local.wait(), timeout=remaining)
+            else:
+                await asyncio.sleep(min(remaining, pause))
+                pause = min(pause * 2, 1.0)
+        return Reply(
+            409,
+            {
+                "status": "processing",
+                "error": "a request with this webhook-id is still being processed",
+                "webhook_id": key,
+            },
+            {"Retry-After": "1"},
+        )
+
+    async def lookup(self, key: str) -> Reply:
+        """The lookup contract: 200 done + id, 202 processing, 404 not received (or failed)."""
+        record = await self.store.get(key)
+        if record is None:
+            return Reply(404, {"status": "not_found", "webhook_id": key})
+        if record.status is KeyStatus.PROCESSING:
+            return Reply(202, {"status": "processing", "webhook_id": key})
+        if record.status is KeyStatus.FAILED:
+            # Not done: a retry is safe and will run the handler again.
+            return Reply(404, {"status": "failed", "webhook_id": key})
+        return Reply(200, {"status": "done", "id": record.result_id, "webhook_id": key})
+
+
+def _done(key: str, result_id: str | None, *, duplicate: bool) -> Reply:
+    return Reply(200, {"id": result_id, "webhook_id": key, "duplicate": duplicate})

@@ -1,0 +1,123 @@
+"""The SQLite idempotency store (the default): one file, shared safely by several processes.
+
+``BEGIN IMMEDIATE`` takes SQLite's write lock before the key is read, so the read, the
+decision and the write of one admission are one step for every process using the file.
+Calls run in a worker thread so the event loop never waits on the file lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+from receiver.records import Decision, KeyRecord, KeyStatus, admit
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS receiver_keys (
+    key TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    fencing_token INTEGER,
+    result_id TEXT,
+    error TEXT
+)
+"""
+BUSY_TIMEOUT_S = 30.0
+
+
+class SqliteStore:
+    """Idempotency records in a SQLite file (``":memory:"`` for one process only)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._path = str(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # one connection: one statement sequence at a time
+
+    async def start(self) -> None:
+        """Open the file (WAL mode) and create the table."""
+        await asyncio.to_thread(self._open)
+
+    def _open(self) -> None:
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(SCHEMA)
+        self._conn = conn
+
+    async def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            with self._lock:
+                self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the store is not started: call 'await store.start()' first")
+        return self._conn
+
+    async def admit(self, key: str, fencing_token: int | None) -> Decision:
+        """Read, decide and write the key under SQLite's write lock."""
+        return await asyncio.to_thread(self._admit, key, fencing_token)
+
+    def _admit(self, key: str, fencing_token: int | None) -> Decision:
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                decision = admit(_read(conn, key), key, fencing_token)
+                _write(conn, decision.record)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return decision
+
+    async def complete(self, key: str, result_id: str) -> None:
+        """Mark the key done with the handler's result id."""
+        await asyncio.to_thread(self._settle, key, KeyStatus.DONE, result_id, None)
+
+    async def fail(self, key: str, error: str) -> None:
+        """Mark the key failed."""
+        await asyncio.to_thread(self._settle, key, KeyStatus.FAILED, None, error)
+
+    def _settle(
+        self, key: str, status: KeyStatus, result_id: str | None, error: str | None
+    ) -> None:
+        with self._lock:
+            self._connection().execute(
+                "UPDATE receiver_keys SET status = ?, result_id = ?, error = ? WHERE key = ?",
+                (status.value, result_id, error, key),
+            )
+
+    async def get(self, key: str) -> KeyRecord | None:
+        """The key's record, if any."""
+        return await asyncio.to_thread(self._get, key)
+
+    def _get(self, key: str) -> KeyRecord | None:
+        with self._lock:
+            return _read(self._connection(), key)
+
+
+def _read(conn: sqlite3.Connection, key: str) -> KeyRecord | None:
+    row = conn.execute(
+        "SELECT status, fencing_token, result_id, error FROM receiver_keys WHERE key = ?",
+        (key,),
+    ).fetchone()
+    if row is None:
+        return None
+    return KeyRecord(key, KeyStatus(row[0]), row[1], row[2], row[3])
+
+
+def _write(conn: sqlite3.Connection, record: KeyRecord) -> None:
+    conn.execute(
+        "INSERT INTO receiver_keys (key, status, fencing_token, result_id, error) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET status = excluded.status, "
+        "fencing_token = excluded.fencing_token, result_id = excluded.result_id, "
+        "error = excluded.error",
+        (record.key, record.status.value, record.fencing_token, record.result_id, record.error),
+    )

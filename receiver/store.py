@@ -1,0 +1,55 @@
+"""The one small interface every idempotency store implements, and how to open one by URL.
+
+A store must make ``admit`` atomic per key across every process that shares it: two
+simultaneous requests for one key get RUN at most once between them.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from receiver.records import Decision, KeyRecord
+
+
+class IdempotencyStore(Protocol):
+    """Keys recorded at receipt, settled by the handler's outcome."""
+
+    async def start(self) -> None:
+        """Open connections and create the table if it is missing."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    async def admit(self, key: str, fencing_token: int | None) -> Decision:
+        """Record a request for ``key`` and decide it (``receiver.records.admit``), atomically."""
+        ...
+
+    async def complete(self, key: str, result_id: str) -> None:
+        """The handler returned: the key is ``done`` with ``result_id``."""
+        ...
+
+    async def fail(self, key: str, error: str) -> None:
+        """The handler raised: the key is ``failed`` (the next attempt may run it again)."""
+        ...
+
+    async def get(self, key: str) -> KeyRecord | None:
+        """The key's record, or None if no request with it was received."""
+        ...
+
+
+def open_store(url: str) -> IdempotencyStore:
+    """A store for ``sqlite:///path/to/file`` or ``postgresql://...`` (psycopg needed)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from receiver.postgres import PostgresStore  # psycopg only when asked for
+
+        return PostgresStore(url)
+    if url.startswith("sqlite://"):
+        from receiver.sqlite import SqliteStore
+
+        return SqliteStore(url.removeprefix("sqlite://"))
+    raise ValueError(
+        "receiver store URL must start with sqlite:// or postgresql:// "
+        "(e.g. sqlite:///var/lib/app/receiver.sqlite3)"
+    )

@@ -1,0 +1,70 @@
+"""Standard Webhooks verification by the official ``standardwebhooks`` library.
+
+Several secrets are accepted at once, for rotation: the sender puts one ``v1,`` signature
+per secret it holds into ``webhook-signature``, and a request is authentic when any of
+them matches any of ours. Freshness is checked here first, so the tolerance can be
+narrower than the library's own five minutes.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Mapping, Sequence
+
+from standardwebhooks import Webhook, WebhookVerificationError
+from standardwebhooks.webhooks import EmptyWebhookSecretError
+
+LIBRARY_TOLERANCE_S = 300.0  # the library refuses timestamps more than 5 minutes away
+
+
+class SignatureVerifier:
+    """Checks ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` on a request."""
+
+    def __init__(self, secrets: Sequence[str], *, tolerance_s: float = LIBRARY_TOLERANCE_S):
+        if not secrets:
+            raise ValueError("the receiver needs at least one webhook secret (whsec_...)")
+        if not 0 < tolerance_s <= LIBRARY_TOLERANCE_S:
+            raise ValueError(f"tolerance_s must be above 0 and at most {LIBRARY_TOLERANCE_S:.0f}")
+        self._webhooks = [_webhook(secret, n) for n, secret in enumerate(secrets, 1)]
+        self.tolerance_s = tolerance_s
+
+    def problem(self, headers: Mapping[str, str], body: bytes, *, now: float) -> str | None:
+        """None if the request is authentic and fresh; else why not (one line, no secret)."""
+        msg_id = headers.get("webhook-id")
+        timestamp = headers.get("webhook-timestamp")
+        signatures = headers.get("webhook-signature")
+        if not msg_id or not timestamp or not signatures:
+            return "missing webhook-id, webhook-timestamp or webhook-signature header"
+        try:
+            sent_at = int(timestamp)
+        except ValueError:
+            return "webhook-timestamp is not an integer (unix seconds)"
+        if abs(now - sent_at) > self.tolerance_s:
+            return (
+                f"webhook-timestamp {sent_at} is {abs(now - sent_at):.0f}s away from now, "
+                f"outside the {self.tolerance_s:.0f}s tolerance (check the sender's clock)"
+            )
+        wanted = {
+            "webhook-id": msg_id,
+            "webhook-timestamp": timestamp,
+            "webhook-signature": signatures,
+        }
+        for webhook in self._webhooks:
+            try:
+                webhook.verify(body, wanted, json_parse=False)
+            except WebhookVerificationError:
+                continue
+            except (ValueError, binascii.Error):  # an entry without ",", bad base64, not UTF-8
+                return "webhook-signature or body is malformed"
+            return None
+        return "no v1 signature matches any of the receiver's secrets"
+
+
+def _webhook(secret: str, position: int) -> Webhook:
+    try:
+        return Webhook(secret)
+    except EmptyWebhookSecretError:
+        raise ValueError(f"webhook secret #{position} is empty") from None
+    except (binascii.Error, ValueError, RuntimeError):
+        # Never echo the secret: it would end up in logs.
+        raise ValueError(f"webhook secret #{position} is not 'whsec_' followed by base64") from None

@@ -1,0 +1,128 @@
+"""Requests signed by the official ``standardwebhooks`` library (not the ledger's signer),
+and the kit served on 127.0.0.1 by real servers: aiohttp in the test's loop, uvicorn in a
+thread of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import uvicorn
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from events.ports import free_port
+from receiver import ReceivedWebhook, WebhookReceiver
+from receiver.aiohttp_adapter import aiohttp_app
+from receiver.asgi import asgi_app
+from receiver.store import IdempotencyStore
+
+SECRET_A = "whsec_" + base64.b64encode(b"receiver-kit-tests-secret-a").decode()
+SECRET_B = "whsec_" + base64.b64encode(b"receiver-kit-tests-secret-b").decode()
+UNKNOWN_SECRET = "whsec_" + base64.b64encode(b"a-secret-nobody-configured").decode()
+
+
+def signed_headers(
+    key: str,
+    body: bytes,
+    *secrets: str,
+    timestamp: int | None = None,
+    fencing_token: int | None = None,
+) -> dict[str, str]:
+    """Standard Webhooks headers: one ``v1,`` signature per secret, by the official library."""
+    at = int(time.time()) if timestamp is None else timestamp
+    when = datetime.fromtimestamp(at, tz=UTC)
+    signatures = " ".join(Webhook(s).sign(key, when, body.decode()) for s in secrets)
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": key,
+        "webhook-timestamp": str(at),
+        "webhook-signature": signatures,
+    }
+    if fencing_token is not None:
+        headers["fencing-token"] = str(fencing_token)
+    return headers
+
+
+def body_of(payload: Any) -> bytes:
+    return json.dumps(payload).encode()
+
+
+class CountingHandler:
+    """The user's handler: counts runs per key, may sleep (a slow handler) or raise."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.runs: Counter[str] = Counter()
+        self.delay_s = delay_s
+        self.fail_next: set[str] = set()
+        self.seen: list[ReceivedWebhook] = []
+
+    async def __call__(self, event: ReceivedWebhook) -> str:
+        self.runs[event.webhook_id] += 1
+        self.seen.append(event)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if event.webhook_id in self.fail_next:
+            self.fail_next.discard(event.webhook_id)
+            raise RuntimeError("the order service is down")
+        return f"order-{event.webhook_id}-{self.runs[event.webhook_id]}"
+
+
+def kit(handler: CountingHandler, store: IdempotencyStore, **options: Any) -> WebhookReceiver:
+    options.setdefault("secrets", [SECRET_A])
+    return WebhookReceiver(handler, store=store, **options)
+
+
+@asynccontextmanager
+async def aiohttp_server(receiver: WebhookReceiver, prefix: str = "/hooks") -> AsyncIterator[str]:
+    """Serve ``receiver`` with aiohttp on 127.0.0.1; yields the base URL."""
+    runner = web.AppRunner(aiohttp_app(receiver, prefix))
+    await runner.setup()
+    port = free_port()
+    # A backlog for 1,000 connections opened at once (the default 128 drops SYNs).
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=2048)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+class UvicornServer:
+    """``asgi_app(receiver)`` under uvicorn on 127.0.0.1, in its own thread and loop."""
+
+    def __init__(self, receiver: WebhookReceiver, prefix: str = "/hooks") -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            asgi_app(receiver, prefix),
+            host="127.0.0.1",
+            port=self.port,
+            lifespan="on",
+            log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> UvicornServer:
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            time.sleep(0.05)
+        raise AssertionError("uvicorn did not start within 10 s")
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
