@@ -58,6 +58,7 @@ class Summary:
     by_status: dict[str, int]
     unknowns_reconciled: int
     accepted_twice: int
+    repeats_absorbed: int  # POSTs the receiver kit answered as duplicates, not processed
     requests_per_delivery: float
     elapsed_s: float
     dashboard: str
@@ -109,6 +110,8 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
             "0",
             "--control-port",
             "0",
+            "--hooks",
+            "kit",
             "--no-dedupe",
             "--seed",
             str(options.seed),
@@ -144,7 +147,11 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
             "lease_seconds": 8.0,
         }
     )
-    out.print(f"[bold]fake provider[/] {urls['base']} (no dedupe: a double send would show)")
+    # A second send shows either way: the kit counts it as a repeat it absorbed, the
+    # provider (no dedupe) accepts it twice.
+    out.print(
+        f"[bold]fake provider[/] {urls['base']} · webhooks: receiver-kit apps · provider: no dedupe"
+    )
     workers = {
         name: stack.start(name, ["worker", "--name", name], settings)
         for name in ("demo-w1", "demo-w2")
@@ -311,12 +318,14 @@ def _summary(
     mine = set(published)
     posts = sum(1 for r in state["requests"] if r["method"] == "POST" and r["key"] in mine)
     twice = sum(1 for k, e in state["events"].items() if k in mine and e["accepted"] > 1)
+    repeats = sum(1 for r in state["requests"] if r["key"] in mine and r["result"] == "duplicate")
     return Summary(
         runs=runs,
         deliveries=len(published),
         by_status=dict(observer.by_status()),
         unknowns_reconciled=observer.unknowns_reconciled(),
         accepted_twice=twice,
+        repeats_absorbed=repeats,
         requests_per_delivery=posts / max(1, len(published)),
         elapsed_s=time.monotonic() - began,
         dashboard=dashboard,
@@ -336,6 +345,10 @@ def _print_summary(out: Console, summary: Summary) -> None:
     style = "green" if summary.accepted_twice == 0 else "bold red"
     table.add_row(
         "logical events the receiver accepted twice", f"[{style}]{summary.accepted_twice}[/]"
+    )
+    style = "green" if summary.repeats_absorbed == 0 else "yellow"
+    table.add_row(
+        "second sends the receiver kit absorbed", f"[{style}]{summary.repeats_absorbed}[/]"
     )
     table.add_row("requests per delivery", f"{summary.requests_per_delivery:.2f}")
     table.add_row("worker SIGKILLed mid-run", summary.killed_worker or "-")

@@ -187,15 +187,20 @@ class WebhookReceiver:
 
     async def lookup(self, key: str) -> Reply:
         """The lookup contract: 200 done + id, 202 processing, 404 not received (or failed)."""
-        record = await self.store.get(key)
-        if record is None:
-            return Reply(404, {"status": "not_found", "webhook_id": key})
-        if record.status is KeyStatus.PROCESSING:
-            return Reply(202, {"status": "processing", "webhook_id": key})
-        if record.status is KeyStatus.FAILED:
-            # Not done: a retry is safe and will run the handler again.
-            return Reply(404, {"status": "failed", "webhook_id": key})
-        return Reply(200, {"status": "done", "id": record.result_id, "webhook_id": key})
+        return await lookup_reply(self.store, key)
+
+
+async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
+    """The lookup contract's answer for ``key`` from ``store`` (no secret needed)."""
+    record = await store.get(key)
+    if record is None:
+        return Reply(404, {"status": "not_found", "webhook_id": key})
+    if record.status is KeyStatus.PROCESSING:
+        return Reply(202, {"status": "processing", "webhook_id": key})
+    if record.status is KeyStatus.FAILED:
+        # Not done: a retry is safe and will run the handler again.
+        return Reply(404, {"status": "failed", "webhook_id": key})
+    return Reply(200, {"status": "done", "id": record.result_id, "webhook_id": key})
 
 
 def _done(key: str, result_id: str | None, *, duplicate: bool) -> Reply:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import os
 import signal
@@ -12,6 +13,13 @@ import typer
 
 from events.errors import LedgerError
 from ledger.simulator import FaultMix, Simulator, SimulatorConfig
+
+
+class Hooks(enum.StrEnum):
+    """Which webhook receivers the simulator runs."""
+
+    KIT = "kit"
+    PLAIN = "plain"
 
 
 async def serve(config: SimulatorConfig, mix: FaultMix | None, as_json: bool) -> None:
@@ -46,7 +54,17 @@ def register(app: typer.Typer) -> None:
         control_port: Annotated[
             int, typer.Option(min=0, max=65535, help="Control API port (0: any).")
         ] = 8781,
-        dedupe: Annotated[bool, typer.Option(help="Dedupe by idempotency key.")] = True,
+        hooks: Annotated[
+            Hooks,
+            typer.Option(
+                help="Webhook receivers: 'kit' = receiver-kit apps (verify, dedupe on "
+                "webhook-id, fencing, lookup 200/202/404), 'plain' = the simulator's own."
+            ),
+        ] = Hooks.PLAIN,
+        dedupe: Annotated[
+            bool,
+            typer.Option(help="Dedupe by idempotency key (with --hooks kit: the provider only)."),
+        ] = True,
         delivered_after: Annotated[
             float, typer.Option(help="Seconds a provider message stays queued (-1: forever).")
         ] = 0.5,
@@ -71,6 +89,7 @@ def register(app: typer.Typer) -> None:
         config = SimulatorConfig(
             port=port,
             control_port=control_port,
+            hooks=hooks.value,
             dedupe=dedupe,
             # The secret the workers sign with, from the same variable (never argv).
             webhook_secret=os.environ.get("LEDGER_WEBHOOK_SECRET") or None,

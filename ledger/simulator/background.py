@@ -156,8 +156,7 @@ class BackgroundSimulator:
 
     def reset(self) -> None:
         """Disarm faults, forget everything seen, listen again."""
-        self.simulator.receiver.faults.clear()
-        self.simulator.receiver.recorder.reset()
+        self._call(self.simulator.receiver.reset)
         self.resume()
 
     # -- observations -------------------------------------------------------------------------

@@ -90,8 +90,7 @@ def control_routes(receiver: Receiver, listener: Listener) -> list[web.RouteDef]
         return receiver.config.model_dump(mode="json", exclude={"webhook_secret", "hook_secrets"})
 
     async def reset(_body: Any) -> Any:
-        receiver.faults.clear()
-        receiver.recorder.reset()
+        await receiver.reset()
         await listener.resume()
         return None
 

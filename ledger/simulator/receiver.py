@@ -8,12 +8,13 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ledger.simulator.faults import Fault, FaultKind, FaultPlan
+from ledger.simulator.kit_hooks import KitHooks, lookup_result, send_result
 from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
 from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_signature
 
@@ -32,7 +33,12 @@ class SimulatorConfig(BaseModel):
     # built-in secret either; without one every hook is answered 401).
     webhook_secret: str | None = None
     hook_secrets: dict[str, str] = Field(default_factory=dict)  # per /hooks/{name}
-    dedupe: bool = True  # False: every valid request is processed (to expose double sends)
+    # "kit": /hooks are receiver-kit apps (the kit verifies, dedupes on webhook-id, refuses
+    # stale fencing tokens, answers lookups 200/202/404); "plain": the simulator's own.
+    hooks: Literal["kit", "plain"] = "plain"
+    # False: every valid request is processed (to expose double sends). With hooks="kit"
+    # it applies to the provider only: the kit always dedupes.
+    dedupe: bool = True
     delivered_after_s: float | None = Field(default=0.5, ge=0)  # None: stays "queued"
     # Lookups answer 202 {"status": "processing"} while a request for the key is still
     # being processed (the receiver kit's contract); plain receivers answer 404 then.
@@ -77,6 +83,24 @@ class Receiver:
         self.config = config
         self.recorder = Recorder()
         self.faults = FaultPlan()
+        self.kit = KitHooks(self.recorder) if config.hooks == "kit" else None
+
+    async def start(self) -> None:
+        """Open what the receivers keep (the kit's store)."""
+        if self.kit is not None:
+            await self.kit.start()
+
+    async def stop(self) -> None:
+        """Close it again."""
+        if self.kit is not None:
+            await self.kit.stop()
+
+    async def reset(self) -> None:
+        """Disarm every fault and forget every request, event and kit record."""
+        self.faults.clear()
+        self.recorder.reset()
+        if self.kit is not None:
+            await self.kit.reset()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -217,6 +241,8 @@ class Receiver:
         ) -> web.StreamResponse | object:
             name = request.match_info["name"]
             secret = self.config.hook_secrets.get(name, self.config.webhook_secret)
+            if self.kit is not None:
+                return await self._kit_hook(request, record, fault, secret, raw)
             problem = verify_signature(
                 secret,
                 request.headers,
@@ -244,6 +270,36 @@ class Receiver:
 
         return await self._guarded(request, key, body)
 
+    async def _kit_hook(
+        self,
+        request: web.Request,
+        record: RequestRecord,
+        fault: Fault | None,
+        secret: str | None,
+        raw: bytes,
+    ) -> web.StreamResponse | object:
+        """The kit decides; faults that strike after acceptance apply to its answer."""
+        assert self.kit is not None
+        if secret is None:
+            record.signature_ok = False
+            return self._invalid(
+                record, self.recorder, "unauthorized", 401, "the simulator has no webhook secret"
+            )
+        reply = await self.kit.receive(
+            secret,
+            self.config.timestamp_tolerance_s,
+            request.headers,
+            raw,
+            request.match_info["name"],
+        )
+        record.signature_ok = reply.status != 401
+        result = send_result(reply)
+        answer = web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        if result in ("accepted", "duplicate"):
+            return await self._after_accept(request, record, fault, result, answer)
+        self.recorder.finish(record, result, reply.status)
+        return answer
+
     async def hook_lookup(self, request: web.Request) -> web.StreamResponse:
         """GET /hooks/lookup/{key}: 200 with the receiver's id if accepted, else 404."""
         key = request.match_info["key"]
@@ -251,6 +307,12 @@ class Receiver:
         async def body(
             raw: bytes, record: RequestRecord, fault: Fault | None
         ) -> web.StreamResponse | object:
+            if self.kit is not None:
+                reply = await self.kit.lookup(key)
+                answer = web.json_response(reply.body, status=reply.status)
+                return await self._after_accept(
+                    request, record, fault, lookup_result(reply), answer
+                )
             event = self.recorder.event(key)
             if event is None and self._processing(key):
                 return await self._after_accept(

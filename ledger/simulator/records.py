@@ -125,6 +125,16 @@ class Recorder:
             event.accepted += 1
             return event, True
 
+    def repeated(self, key: str, payload: Any) -> None:
+        """A valid request for ``key`` that a deduping receiver answered without processing."""
+        with self._lock:
+            event = self.events.get(key)
+            if event is None:
+                return
+            event.received += 1
+            if payload != event.payload:
+                event.conflicts += 1
+
     def event(self, key: str) -> AcceptedEvent | None:
         """The accepted event for ``key``, if any."""
         with self._lock:

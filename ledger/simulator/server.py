@@ -79,6 +79,7 @@ class Simulator:
 
     async def start(self) -> None:
         """Bind the receiver port (and the control port) and start serving."""
+        await self.receiver.start()
         main = web.Application()
         main.add_routes(self.receiver.routes())
         main.add_routes(control_routes(self.receiver, self))
@@ -106,6 +107,7 @@ class Simulator:
             if runner is not None:
                 await runner.cleanup()
         self._main = self._control = self._site = None
+        await self.receiver.stop()
 
     async def refuse(self, for_s: float | None = None) -> None:
         """Stop listening on the receiver port and cut its open connections (ECONNREFUSED).

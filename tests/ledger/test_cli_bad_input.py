@@ -82,6 +82,7 @@ CASES: dict[str, list[Case]] = {
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
         Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
+        Case(("--hooks", "fancy"), 2, "Invalid value for '--hooks'"),
     ],
     "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
     "rebuild": [

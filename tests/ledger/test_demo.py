@@ -1,5 +1,6 @@
-"""``ledger demo --once`` end to end, twice: the receiver accepts nothing twice, and the
-demo stops every process it started."""
+"""``ledger demo --once`` end to end, twice: its receiver-kit webhook apps and its provider
+process nothing twice, no second send reaches the kit, and the demo stops every process it
+started."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def test_demo_once_twice(settings: Settings) -> None:
         assert "reused" in out  # the test broker was already running
         assert re.search(r"deliveries\s*│\s*24\b", out), out
         assert re.search(r"accepted twice\s*│\s*0\b", out), out
+        assert "receiver-kit apps" in out
+        assert re.search(r"kit absorbed\s*│\s*0\b", out), out
         assert re.search(r"PENDING\s*│\s*0\b", out), out
         assert re.search(r"dashboard\s*│\s*http://127\.0\.0\.1:\d+/", out), out
         assert "SIGKILL demo-w1" in out

@@ -21,7 +21,15 @@ from ledger.stack import settings_env
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory
-from tests.streams.matrix import posts, publish, settled_once, until, use
+from tests.streams.matrix import (  # the fixture: every row against plain and kit receivers
+    PLAIN_ONLY,
+    plain_and_kit_receivers,  # noqa: F401 - the receiver_factory fixture of this module
+    posts,
+    publish,
+    settled_once,
+    until,
+    use,
+)
 
 
 async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
@@ -115,6 +123,7 @@ async def test_row3_timeout_is_unknown_then_settled_by_lookup(
     await live_projection.matches(await ledger_view())
 
 
+@PLAIN_ONLY  # the provider alone: no webhook receiver in this row
 async def test_row3_timeout_not_found_by_lookup_is_retried_safely(
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,

@@ -18,7 +18,15 @@ from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
-from tests.streams.matrix import posts, publish, settled_once, until, use
+from tests.streams.matrix import (  # the fixture: every row against plain and kit receivers
+    PLAIN_ONLY,
+    plain_and_kit_receivers,  # noqa: F401 - the receiver_factory fixture of this module
+    posts,
+    publish,
+    settled_once,
+    until,
+    use,
+)
 
 
 def hooks(receiver: BackgroundSimulator, n: int, tag: str) -> list[DeliverySpec]:
@@ -124,6 +132,7 @@ async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
         assert held < settings.send_deadline_s + 1.0, f"request held {held:.1f}s"
 
 
+@PLAIN_ONLY  # the provider alone: no webhook receiver in this row
 async def test_sent_is_not_forever_and_a_provider_failure_is_final(
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
