@@ -120,7 +120,13 @@ class Sender:
         """
         if self.has_open_send(state.idempotency_key, state.fencing_token):
             return False
-        marker = (state.idempotency_key, state.fencing_token * 1000 + state.lookups, "lookup")
+        # One per lookup the state asks for: the polls of a SENT that an UNKNOWN's lookup
+        # found count from 0 again, so the status is part of what makes a lookup new.
+        marker = (
+            state.idempotency_key,
+            state.fencing_token,
+            f"lookup:{state.status.value}:{state.lookups}",
+        )
         if not self._mark(marker):
             return False
         work = _Work(state.idempotency_key, state.fencing_token, partition, "lookup")

@@ -208,3 +208,33 @@ async def test_without_a_lookup_an_unknown_stays_for_an_operator(
         assert posts(receiver, key) == 1, "an UNKNOWN without lookup or declared dedupe stays"
     assert [receiver.accepted(k) for k in keys] == [1, 1, 0, 1]
     await live_projection.matches(await ledger_view())
+
+
+@PLAIN_ONLY  # the provider alone: no webhook receiver in this row
+async def test_an_unknown_found_queued_is_polled_until_delivered(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    # The provider takes the message at once, answers after the 1.5 s deadline (UNKNOWN),
+    # and reports it "queued" for 6 s: the first lookup (after the 2 s settle window)
+    # finds it queued, which makes it SENT; polling must then go on until "delivered".
+    receiver = receiver_factory(dedupe=False, delivered_after_s=6.0)
+    settings = use(worker_factory, receiver, live_projection)
+    keys = await publish(
+        settings,
+        "run-found-queued",
+        [DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={"to": "q"})],
+    )
+    receiver.fault("delay", key=keys[0], delay_s=3.0)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, keys, {Status.CONFIRMED}, [worker], "CONFIRMED by polling")
+    state = states[keys[0]]
+    assert state.attempt == 1
+    assert receiver.accepted(keys[0]) == 1
+    assert posts(receiver, keys[0]) == 1
+    answers = [r.result for r in receiver.requests(key=keys[0], method="GET")]
+    assert answers[0] == "found", answers  # queued: it became SENT
+    assert len(answers) >= 2, answers  # polled on until delivered
+    await live_projection.matches(await ledger_view())
