@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,6 @@ from events.base import Event
 from events.codec import encode
 from events.committed_log import TRANSIENT
 from events.deadletter import DeadLetter
-from events.delivery_state import DeliveryState
 from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
@@ -40,7 +39,7 @@ from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
 from streams.sender import Sender
-from streams.state_codec import dumps, loads
+from streams.table_store import TableStore
 from streams.timers import DueIndex
 from streams.transport import LedgerApp
 from streams.watchdog import ConsumerLag, Watchdog
@@ -68,32 +67,6 @@ def utc_now() -> datetime:
 def new_worker_id(name: str) -> str:
     """Unique per process: a claim is acted on only by the process that made it."""
     return f"{name}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-class TableStore:
-    """The faust table as the processor's StateStore (values are state_codec bytes)."""
-
-    def __init__(self, table: Any) -> None:
-        self._table = table
-
-    def get(self, key: str) -> DeliveryState | None:
-        """The state of ``key``."""
-        raw = self._table.get(key)
-        return None if raw is None else loads(raw)
-
-    def put(self, key: str, state: DeliveryState) -> None:
-        """Replace the state of ``key`` (inside the agent: goes to the changelog)."""
-        self._table[key] = dumps(state)
-
-    def partition_states(self, partition: int) -> Iterator[DeliveryState]:
-        """Every state stored for one partition, streamed (used to rebuild timers)."""
-        db = self._table.data._dbs.get(partition)  # faust has no public per-partition API
-        if db is None:
-            return
-        offset_key = self._table.data.offset_key
-        for key, value in db.items():
-            if key != offset_key:
-                yield loads(value)
 
 
 def check_outcome_keys(settings: Settings) -> None:
@@ -284,6 +257,7 @@ class Worker:
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
         await self.continuity.on_assigned(mine)
@@ -296,9 +270,11 @@ class Worker:
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        self.store.forget()
 
     async def on_recovered(self) -> None:
         """Tables recovered: timers are derived state, rebuilt from the table."""
+        self.store.forget()  # recovery wrote the table behind the cache
         total = sum(self.processor.reindex(p, self.store.partition_states(p)) for p in self.owned)
         log.info("rebuilt %d timers for partitions %s", total, sorted(self.owned))
         self.watchdog.ready()
