@@ -244,9 +244,7 @@ async def wait_owned(
                     raise RuntimeError(f"{child.name} exited: see {child.log}")
                 try:
                     text = (
-                        await client.get(
-                            f"http://127.0.0.1:{ports[child.name[-1]]}/metrics"
-                        )
+                        await client.get(f"http://127.0.0.1:{ports[child.name[-1]]}/metrics")
                     ).text
                 except httpx.HTTPError:
                     owned.append(0.0)

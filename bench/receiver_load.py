@@ -82,15 +82,13 @@ async def load_round(
     requests = signed_requests(base, secret, count, uuid.uuid4().hex[:8])
     parts = urlsplit(base)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    next_index, statuses = [0], []
+    next_index: list[int] = [0]
+    statuses: list[int] = []
     receiver_before, self_before = cpu_seconds(receiver_pid), cpu_seconds(os.getpid())
     began = time.perf_counter()
     async with asyncio.timeout(timeout_s):
         await asyncio.gather(
-            *(
-                _connection(host, port, requests, next_index, statuses)
-                for _ in range(concurrency)
-            )
+            *(_connection(host, port, requests, next_index, statuses) for _ in range(concurrency))
         )
     seconds = time.perf_counter() - began
     receiver_cpu = cpu_seconds(receiver_pid) - receiver_before

@@ -90,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: VerifyingServer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: a log line per request would be most of the receiver's work."""
 
     def _answer(self, status: int, document: object) -> None:
@@ -104,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """One webhook: verified by the standardwebhooks library, then recorded."""
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        headers = {name: value for name, value in self.headers.items()}
+        headers = dict(self.headers.items())
         try:
             self.server.webhook.verify(body, headers)
         except (WebhookVerificationError, ValueError):
