@@ -63,7 +63,7 @@ from ledger.topics import create_topics
 
 BROKER_PORT = 29592  # this benchmark's own when run alone (run_all passes its broker)
 RECEIVER_PORT = 18592
-METRICS_PORTS = {"1": 18595, "2": 18596}
+METRICS_PORT = 18595  # and the next free one: the two workers' metrics
 SECRET_ENV = "BENCH_PEER_SECRET"
 HOOKS = 8
 SETTLE_S = 1.0  # after the last arrival, so the outcome events' CPU is counted too
@@ -260,8 +260,11 @@ async def measure_system(
     """Peak rounds, then paced rounds at half the median delivered/s, of one system."""
     settings = fresh_settings(base_settings, f"peer-{kind}")
     await create_topics(settings)
+    ports: dict[str, int] = {}
     if kind == "worker":
-        children = [e2e.start_worker(stack, settings, f"{kind}-{i}", METRICS_PORTS) for i in (1, 2)]
+        ports["1"] = free_port(METRICS_PORT)
+        ports["2"] = free_port(ports["1"] + 1)
+        children = [e2e.start_worker(stack, settings, f"{kind}-{i}", ports) for i in (1, 2)]
     else:
         env = settings_env(settings)
         args = ["-m", "bench.bare_loop", "--bootstrap", settings.bootstrap_servers]
@@ -271,7 +274,7 @@ async def measure_system(
     pids = {**pids, "workers": [c.process.pid for c in children]}
     try:
         if kind == "worker":
-            await e2e.wait_owned(children, settings.partitions, ports=METRICS_PORTS)
+            await e2e.wait_owned(children, settings.partitions, ports=ports)
         async with (
             httpx.AsyncClient(trust_env=False, timeout=30) as client,
             contextlib.AsyncExitStack() as publishers_open,
@@ -312,10 +315,19 @@ async def measure_system(
             await reader.refresh()
             measured = [k for r in peaks + paced for k in r.pop("keys")]
             twice = sum(1 for k in measured if reader.count[k] > 1)
+            once = sum(1 for k in measured if reader.count[k] == 1)
     finally:
         for child in children:
             stop_child(stack, child)
-    return {"peak": peaks, "paced": paced, "half_peak_per_s": half, "twice": twice, **rss}
+    return {
+        "peak": peaks,
+        "paced": paced,
+        "half_peak_per_s": half,
+        "keys": len(measured),
+        "exactly_once": once,
+        "twice": twice,
+        **rss,
+    }
 
 
 async def measure(
