@@ -163,6 +163,32 @@ async def wait_listening(child: Child, base: str, timeout_s: float = 30.0) -> No
     raise TimeoutError(f"{child.name} did not listen on {base} in {timeout_s:.0f}s")
 
 
+# Worker counters that explain a slow or uneven round (summed over labels and workers).
+WORKER_COUNTERS = (
+    "ledger_worker_sends_total",
+    "ledger_worker_timer_events_total",
+    "ledger_worker_refused_sends_total",
+    "ledger_worker_skipped_records_recovered_total",
+    "ledger_worker_lookups_total",
+)
+
+
+async def worker_counters(client: httpx.AsyncClient, ports: dict[str, int]) -> dict[str, float]:
+    """``WORKER_COUNTERS`` from the workers' /metrics, summed (a worker that does not
+    answer counts nothing: these are diagnostics, not figures)."""
+    totals = dict.fromkeys(WORKER_COUNTERS, 0.0)
+    for port in ports.values():
+        try:
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in totals:
+                totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def cpu_by_group(pids: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds used so far, per group of processes."""
     return {group: sum(cpu_seconds(pid) for pid in ids) for group, ids in pids.items()}
@@ -228,7 +254,7 @@ async def shape_round(
     label: str,
 ) -> dict[str, Any]:
     """One round: publish, wait for every arrival, and the figures of the round."""
-    before = cpu_by_group(pids)
+    before, began_at = cpu_by_group(pids), time.time()
     called, accepted = await publish(publishers, base, runs, rate, progress, label + " publish")
     keys = list(called)
     await reader.wait(keys, max(60.0, runs / 20), progress, label + " arrivals")
@@ -237,6 +263,7 @@ async def shape_round(
     latencies = [reader.first[k] - called[k] for k in keys]
     q = statistics.quantiles(latencies, n=100)
     return {
+        "began_at": began_at,
         "runs": runs,
         "offered_per_s": rate,
         "accepted_per_s": accepted,
@@ -244,6 +271,7 @@ async def shape_round(
         "p50_ms": q[49] * 1000,
         "p99_ms": q[98] * 1000,
         "cpu_ms_per_delivery": {g: (used[g] - before[g]) * 1000 / runs for g in GROUPS},
+        "latency_deciles_ms": [x * 1000 for x in statistics.quantiles(latencies, n=10)],
         "keys": keys,
     }
 
@@ -313,6 +341,7 @@ async def measure_system(
             }
             await asyncio.sleep(SETTLE_S)
             await reader.refresh()
+            counters = await worker_counters(client, ports) if ports else {}
             measured = [k for r in peaks + paced for k in r.pop("keys")]
             twice = sum(1 for k in measured if reader.count[k] > 1)
             once = sum(1 for k in measured if reader.count[k] == 1)
@@ -326,6 +355,7 @@ async def measure_system(
         "keys": len(measured),
         "exactly_once": once,
         "twice": twice,
+        "worker_counters": counters,
         **rss,
     }
 
@@ -382,6 +412,7 @@ async def measure(
         "shape": shape.__dict__,
         "receiver_alone": alone,
         "receiver_rejected": stats["rejected"],
+        "receiver_lookups": stats["lookups"],
         **systems,
     }
 
@@ -468,6 +499,12 @@ def note(results: dict[str, Any]) -> str:
             f"{', '.join(f'{x:.0f}' for x in system['hwm_mb'])}); keys arriving twice "
             f"{system['twice']}."
         )
+    if w.get("worker_counters"):
+        shown = ", ".join(
+            f"{name.removeprefix('ledger_worker_').removesuffix('_total')} {value:,.0f}"
+            for name, value in w["worker_counters"].items()
+        )
+        parts.append(f"Worker counters at the end (both workers, warm-up included): {shown}.")
     alone = results["receiver_alone"]
     parts.append(
         f"Receiver alone ({alone[0]['requests']:,} signed requests, "
@@ -476,7 +513,7 @@ def note(results: dict[str, Any]) -> str:
         + " requests/s, receiver "
         + ", ".join(f"{r['receiver_cpu_ms_per_request']:.2f}" for r in alone)
         + f" CPU ms/request. Requests the receiver refused (bad signature): "
-        f"{results['receiver_rejected']}."
+        f"{results['receiver_rejected']}; lookups it answered: {results['receiver_lookups']}."
     )
     return " ".join(parts)
 
@@ -492,6 +529,7 @@ def main() -> None:
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
                         help="own broker on this port and the next")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the raw results here")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = parser.parse_args()
     shape = QUICK if args.quick else FULL
     update = {
@@ -521,7 +559,10 @@ def main() -> None:
             raise
         finally:
             stack.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+    if args.keep:
+        console.print(f"logs kept in {tmp}/logs")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     lines = ["| figure | ours | bare loop | ratio | target | met |", "|---|---|---|---|---|---|"]

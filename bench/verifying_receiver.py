@@ -12,7 +12,7 @@ Besides ``POST <any path>`` it serves, for the benchmark:
 
 * ``GET /_arrivals?since=N``: ``{"total": T, "arrivals": [[key, unix_time], ...]}``, the
   arrivals from index N on (poll with the last ``total`` to fetch only what is new);
-* ``GET /_stats``: ``{"total": T, "rejected": R}`` (cheap, for progress bars);
+* ``GET /_stats``: ``{"total": T, "rejected": R, "lookups": L}`` (cheap);
 * ``GET /lookup/<key>``: the lookup contract (200 ``{status: delivered, id}`` or 404), so
   the workers' UNKNOWN path has a lookup if it is ever needed.
 
@@ -45,6 +45,7 @@ class Arrivals:
         self._log: list[tuple[str, float]] = []
         self._first: set[str] = set()
         self.rejected = 0
+        self.lookups = 0
 
     def record(self, key: str, at: float) -> None:
         """Append one arrival (a repeated key is appended again: nothing is deduped)."""
@@ -58,8 +59,9 @@ class Arrivals:
             self.rejected += 1
 
     def seen(self, key: str) -> bool:
-        """Has ``key`` arrived at least once?"""
+        """Has ``key`` arrived at least once? (a lookup: counted)"""
         with self._lock:
+            self.lookups += 1
             return key in self._first
 
     def since(self, index: int) -> tuple[int, list[tuple[str, float]]]:
@@ -125,7 +127,9 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(200, {"total": total, "arrivals": new})
         elif url.path == "/_stats":
             total, _ = arrivals.since(sys.maxsize)
-            self._answer(200, {"total": total, "rejected": arrivals.rejected})
+            self._answer(
+                200, {"total": total, "rejected": arrivals.rejected, "lookups": arrivals.lookups}
+            )
         elif url.path.startswith("/lookup/"):
             key = url.path.removeprefix("/lookup/")
             if arrivals.seen(key):
