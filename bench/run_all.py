@@ -221,7 +221,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         mark = "" if met is None else ("yes" if met else "**no**")
         out.append(f"| {label} | {value} | {base} | {r} | {target} | {mark} |")
         if met is not None:
-            targets.append(f"{label}: {'met' if met else 'NOT met'} ({value} vs {base})")
+            against = f"baseline {base}, target {target}" if base else f"target {target}"
+            targets.append(f"{label}: {'met' if met else 'NOT met'} ({value}; {against})")
 
     if "e2e_worker" in results and "e2e_bare" in results:
         w, b = results["e2e_worker"], results["e2e_bare"]
