@@ -218,14 +218,22 @@ Starter = Callable[[Stack, Settings, str], Child]
 METRICS_PORTS = {"1": 29695, "2": 29696}
 
 
-def start_worker(stack: Stack, settings: Settings, name: str) -> Child:
+def start_worker(
+    stack: Stack, settings: Settings, name: str, ports: dict[str, int] = METRICS_PORTS
+) -> Child:
     """One ``ledger worker`` at its default log level (WARNING: at INFO, httpx logs every
-    request), with metrics on a bench port so readiness can be read."""
-    port = METRICS_PORTS[name[-1]]
+    request), with metrics on a bench port (``ports`` by the name's last character) so
+    readiness can be read."""
+    port = ports[name[-1]]
     return stack.start(name, ["worker", "--name", name, "--metrics-port", str(port)], settings)
 
 
-async def wait_owned(children: list[Child], partitions: int, timeout_s: float = 90.0) -> None:
+async def wait_owned(
+    children: list[Child],
+    partitions: int,
+    timeout_s: float = 90.0,
+    ports: dict[str, int] = METRICS_PORTS,
+) -> None:
     """Until every worker owns partitions and together they own all ``partitions``."""
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(trust_env=False) as client:
@@ -236,9 +244,7 @@ async def wait_owned(children: list[Child], partitions: int, timeout_s: float = 
                     raise RuntimeError(f"{child.name} exited: see {child.log}")
                 try:
                     text = (
-                        await client.get(
-                            f"http://127.0.0.1:{METRICS_PORTS[child.name[-1]]}/metrics"
-                        )
+                        await client.get(f"http://127.0.0.1:{ports[child.name[-1]]}/metrics")
                     ).text
                 except httpx.HTTPError:
                     owned.append(0.0)

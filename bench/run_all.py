@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.run_all            # full sizes, 3 rounds each
     .venv/bin/python -m bench.run_all --quick    # smaller sizes, fewer rounds (smoke)
 
-Starts its own broker on 127.0.0.1:29692 (controller 29693) in a temp dir and the fake
-provider (no faults) on free loopback ports; every figure and its baseline run on that
+Starts its own broker on 127.0.0.1:29692 (controller 29693; ``--broker-port`` moves it) in
+a temp dir and the fake provider (no faults) on free loopback ports (the peer section
+starts its own verifying receiver); every figure and its baseline run on that
 broker and that receiver in the same invocation. Everything started is stopped again.
 The hand-written sections of BENCHMARKS.md below the marker line are kept as they are.
 """
@@ -25,13 +26,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import chaos, e2e, memory, publisher, rebuild, timers
-from bench.common import bench_broker, dump, fresh_settings, machine, median, start_receiver
+from bench import chaos, e2e, memory, peer, publisher, rebuild, timers
+from bench.common import (
+    BROKER_PORT,
+    bench_broker,
+    dump,
+    fresh_settings,
+    machine,
+    median,
+    start_receiver,
+)
 from events import Settings
 from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
-SECTIONS = ("publisher", "rebuild", "e2e", "memory", "timers", "chaos")
+SECTIONS = ("publisher", "rebuild", "e2e", "peer", "memory", "timers", "chaos")
 
 
 @dataclass(frozen=True)
@@ -46,13 +55,16 @@ class Sizes:
     open_deliveries: tuple[int, ...]
     timer_sizes: tuple[int, ...]
     chaos: tuple[str, ...]  # bench.chaos options
+    peer: peer.Shape = peer.FULL
 
 
 FULL = Sizes(
     3, 1000, 200_000, 4000, 20.0, (10_000, 1_000_000), (10_000, 1_000_000),
     ("--deliveries", "20000", "--workers", "3", "--seed", "1", "--nemesis-interval", "10"),
 )  # fmt: skip
-QUICK = Sizes(2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",))
+QUICK = Sizes(
+    2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",), peer.QUICK
+)
 
 
 def ratio(value: float, baseline: float) -> str:
@@ -70,6 +82,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller, fewer rounds")
     parser.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--output", type=Path, default=Path("BENCHMARKS.md"))
+    parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
+                        help="the suite's broker on this port and the next")  # fmt: skip
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     wanted = set(args.only or SECTIONS)
@@ -78,7 +92,7 @@ def main() -> None:
     results: dict[str, Any] = {"sizes": sizes.__dict__, "quick": args.quick}
     began = time.monotonic()
     try:
-        with bench_broker(tmp) as settings:
+        with bench_broker(tmp, args.broker_port) as settings:
             results["machine"] = machine(settings)
             console.print(f"[bold]broker[/] {settings.bootstrap_servers} in {tmp}")
             stack = Stack(tmp / "logs")
@@ -163,6 +177,9 @@ async def run_section(
                 latency_s=sizes.latency_s,
                 progress=progress,
             )
+    if "peer" in wanted:
+        say("[bold]peer shape[/] (issue 12): receiver alone, then bare loops, then workers")
+        results["peer"] = await peer.measure(settings, stack, sizes.peer, progress)
     if "memory" in wanted:
         say("[bold]worker memory[/] with open deliveries (and timer ticks inside it)")
         results["memory"] = await memory.measure(
@@ -204,7 +221,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         mark = "" if met is None else ("yes" if met else "**no**")
         out.append(f"| {label} | {value} | {base} | {r} | {target} | {mark} |")
         if met is not None:
-            targets.append(f"{label}: {'met' if met else 'NOT met'} ({value} vs {base})")
+            against = f"baseline {base}, target {target}" if base else f"target {target}"
+            targets.append(f"{label}: {'met' if met else 'NOT met'} ({value}; {against})")
 
     if "e2e_worker" in results and "e2e_bare" in results:
         w, b = results["e2e_worker"], results["e2e_bare"]
@@ -276,6 +294,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
             f"Rebuild: {rb['records']:,} records (runs of 14 events); SQLite "
             f"{rounds_of(rb['sqlite_per_s'])}, raw {rounds_of(rb['raw_per_s'])} events/s."
         )
+    if "peer" in results:
+        peer.rows(results["peer"], row)
+        notes.append(peer.note(results["peer"]))
     if "memory" in results:
         memory.rows(results["memory"], row)
         notes.append(memory.note(results["memory"]))
