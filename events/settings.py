@@ -159,8 +159,9 @@ class Settings(BaseSettings):
     # Lookups of one UNKNOWN attempt before it is left to an operator (stays UNKNOWN).
     max_lookups: int = Field(default=12, ge=2)
     # Claims a worker keeps open at once (proposed and not read back, plus sends and
-    # lookups running). 0: as many as its sends can finish within a lease, at worst
-    # send_concurrency * (lease - deadline - margin) / deadline.
+    # lookups running). 0: as many as its sends can finish within a lease, learnt from
+    # the sends it sees (streams/claim_budget.py): send_concurrency rounds of
+    # (lease - deadline - margin) / (2 x the average send), 1 to 16 of them.
     max_open_claims: int = Field(default=0, ge=0)
     # Lookups of a SENT delivery before it becomes UNKNOWN ("polling gave up").
     max_sent_polls: int = Field(default=20, ge=1)
@@ -297,16 +298,6 @@ def check_lease(settings: Settings) -> None:
             f"http_timeout_s={settings.http_timeout_s:g} must not exceed send_deadline_s="
             f"{settings.send_deadline_s:g} (the hard total deadline bounds every phase)"
         )
-
-
-def open_claims_limit(settings: Settings) -> int:
-    """``max_open_claims``, or what the sends can finish within one lease (at least the
-    send concurrency)."""
-    if settings.max_open_claims:
-        return settings.max_open_claims
-    usable = settings.lease_seconds - settings.send_deadline_s - settings.clock_skew_margin_s
-    per_slot = max(1, int(usable / settings.send_deadline_s))
-    return settings.send_concurrency * per_slot
 
 
 def address_policy(settings: Settings) -> AddressPolicy:

@@ -30,9 +30,10 @@ from events.deadletter import DeadLetter
 from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
-from events.settings import Settings, open_claims_limit, signer_for, verifier_for
+from events.settings import Settings, signer_for, verifier_for
 from events.topics import record_key
 from streams.channels.registry import ChannelRegistry
+from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
 from streams.metrics import WorkerMetrics
@@ -123,6 +124,13 @@ class Worker:
             producer=f"ledger-worker/{name}",
             channels=self.registry.channels,
         )
+        self.budget = ClaimBudget(
+            concurrency=settings.send_concurrency,
+            lease_s=settings.lease_seconds,
+            deadline_s=settings.send_deadline_s,
+            margin_s=settings.clock_skew_margin_s,
+            fixed=settings.max_open_claims,
+        )
         self.sender = Sender(
             channels=self.registry.channels,
             ctx=ctx,
@@ -136,6 +144,7 @@ class Worker:
             max_payload_bytes=settings.max_payload_bytes,
             faults=settings.faults,
             metrics=self.metrics,
+            observe=self.budget.observe,
         )
         self.due = DueIndex(self.datadir / "due-index")
         self.continuity = ContinuityGuard(
@@ -150,7 +159,7 @@ class Worker:
             sender=self.sender,
             due=self.due,
             clock=utc_now,
-            max_open_claims=open_claims_limit(settings),
+            max_open_claims=self.budget.limit,
             continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,

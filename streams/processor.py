@@ -20,7 +20,7 @@ from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from events.outcome_signing import OutcomeVerifier
-from streams.decisions import Context, due_at, on_request, on_timer
+from streams.decisions import Context, claim, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
 from streams.timers import DueIndex
@@ -93,7 +93,7 @@ class DeliveryProcessor:
         sender: Sender,
         due: DueIndex,
         clock: Callable[[], datetime],
-        max_open_claims: int = 1_000_000,
+        max_open_claims: int | Callable[[], int] = 1_000_000,
         continuous: Callable[[int], bool] = lambda _partition: True,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
@@ -120,6 +120,9 @@ class DeliveryProcessor:
         self._due = due
         self._clock = clock
         self._proposed: dict[str, tuple[str, int, int, str]] = {}
+        # New deliveries held back for want of room, oldest first (key -> partition): they
+        # are claimed as soon as room frees, not when their claim-grace timer fires.
+        self._waiting: dict[str, int] = {}
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order."""
@@ -157,16 +160,55 @@ class DeliveryProcessor:
             crash_if_enabled(BEFORE_CLAIM, self.faults)
             if AGENT_RAISES in self.faults:
                 raise RuntimeError(f"fault injection: {AGENT_RAISES}")
-            if decided and (self._room() > 0 or not isinstance(decided[0], DeliveryClaimed)):
+            claiming = bool(decided) and isinstance(decided[0], DeliveryClaimed)
+            if claiming and (self._waiting or self._room() <= 0):
+                # No room now (or others wait first): it stays PENDING in the waiting room;
+                # its claim-grace timer is the backstop.
+                self._waiting[key] = record.partition
+            elif decided:
                 await self._append_claims(decided)
-                if isinstance(decided[0], DeliveryClaimed):
+                if claiming:
                     self._claims_out.add(key)
                     # The tick must not propose the same claim again before it is read back.
                     self._proposed[key] = _proposal(after, decided)
-            # else: no room now; it stays PENDING and a timer claims it when there is.
         elif self._is_my_live_claim(before, after, event):
             self._sender.submit_send(after, record.partition)
         self._due.schedule(record.partition, key, due_at(after, self.ctx))
+        if self._waiting and self._room() > 0:
+            await self.claim_waiting()
+
+    async def claim_waiting(self) -> int:
+        """Claim the deliveries waiting for room, oldest first, as far as room allows;
+        returns how many claims were appended."""
+        room = self._room()
+        if room <= 0 or not self._waiting:
+            return 0
+        now = self._clock()
+        claims: list[Event] = []
+        proposed: dict[str, tuple[str, int, int, str]] = {}
+        taken: list[tuple[str, int]] = []
+        for key, partition in self._waiting.items():
+            if len(taken) >= room:
+                break
+            # Like the timers: a partition that may be missing records waits.
+            if self._continuous(partition):
+                taken.append((key, partition))
+        for key, partition in taken:
+            del self._waiting[key]
+            state = self._store.get(key)
+            if state is None or state.status is not Status.PENDING:
+                continue  # claimed meanwhile (a timer, another worker) or settled
+            event = claim(state, now, self.ctx)
+            if self._proposed.get(key) == _proposal(state, [event]):
+                continue
+            claims.append(event)
+            proposed[key] = _proposal(state, [event])
+            self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
+        if claims:
+            await self._append_claims(claims)
+            self._proposed.update(proposed)
+            self._claims_out.update(proposed)
+        return len(claims)
 
     def _is_my_live_claim(
         self, before: DeliveryState | None, after: DeliveryState, event: Event
@@ -224,11 +266,15 @@ class DeliveryProcessor:
             # Remembered only once appended: a failed append is proposed again next tick.
             self._proposed.update(proposed)
             self._claims_out.update(claims)
+        await self.claim_waiting()
         return len(due)
 
     def _room(self) -> int:
         """How many more claims this worker may propose now."""
-        return self._max_open_claims - len(self._claims_out) - self._sender.in_flight
+        limit = self._max_open_claims
+        if callable(limit):
+            limit = limit()
+        return limit - len(self._claims_out) - self._sender.in_flight
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
         """Rebuild the timers of a newly assigned partition from its table states."""
@@ -243,6 +289,8 @@ class DeliveryProcessor:
     def forget(self, partition: int) -> None:
         """Drop the timers of a revoked partition (and what this worker proposed there)."""
         self._due.drop_partition(partition)
+        for key in [k for k, p in self._waiting.items() if p == partition]:
+            del self._waiting[key]
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
         self._claims_out.clear()
 

@@ -70,7 +70,9 @@ class Sender:
         max_payload_bytes: int = 256 * 1024,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
+        observe: Callable[[float], None] = lambda _seconds: None,
     ) -> None:
+        self._observe = observe  # how long admitted sends take (the claim budget learns)
         self._channels = channels
         self._ctx = ctx
         self._append = append
@@ -259,6 +261,8 @@ class Sender:
                 ErrorClass.FENCED,
             )
         crash_if_enabled(AFTER_RESPONSE, self._faults)
+        if result.error_class is not ErrorClass.FENCED:
+            self._observe(time.perf_counter() - began)
         if self._metrics is not None:
             if result.error_class is ErrorClass.FENCED:
                 self._metrics.refused_sends.labels(_refusal_label(result.evidence)).inc()

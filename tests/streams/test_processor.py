@@ -128,3 +128,41 @@ async def test_the_tick_waits_while_a_partition_may_be_missing_records(
     assert await processor.tick({0}) == 1
     assert len(appended.of(DeliveryClaimed)) == 1
     due.close()
+
+
+async def test_a_delivery_held_back_for_room_is_claimed_as_soon_as_room_frees(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    """Not when its claim-grace timer fires (10 s later): the next record after room frees
+    claims it, oldest first, with no tick and no time passing."""
+    store = MemoryStore()
+    due = DueIndex(tmp_path / "due")
+    processor = processor_for(store, clock, appended, due)
+    processor._max_open_claims = 2
+    requests = [requested(n) for n in range(5)]
+    for n, request in enumerate(requests):
+        await processor.handle(Record("t", 0, n, request.idempotency_key.encode(), encode(request)))
+    claims = appended.of(DeliveryClaimed)
+    assert [c.idempotency_key for c in claims] == [r.idempotency_key for r in requests[:2]]
+    offset = 10
+    for claimed in claims:  # each claim read back, its send done, its outcome read back
+        await processor.handle(
+            Record("t", 0, offset, claimed.idempotency_key.encode(), encode(claimed))
+        )
+        await eventually(
+            lambda k=claimed.idempotency_key: [
+                c for c in appended.of(DeliveryConfirmed) if c.idempotency_key == k
+            ]
+        )
+        [confirmed] = [
+            c
+            for c in appended.of(DeliveryConfirmed)
+            if c.idempotency_key == claimed.idempotency_key
+        ]
+        await processor.handle(
+            Record("t", 0, offset + 1, confirmed.idempotency_key.encode(), encode(confirmed))
+        )
+        offset += 2
+    claims = appended.of(DeliveryClaimed)
+    assert [c.idempotency_key for c in claims] == [r.idempotency_key for r in requests[:4]]
+    due.close()
