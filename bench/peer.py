@@ -335,6 +335,15 @@ async def measure_system(
                 )
                 for r in range(shape.rounds)
             ]  # fmt: skip
+            # Part 5 of issue 12: latency at a quarter and at 90% of the own peak too.
+            fractions = {}
+            for fraction in (0.25, 0.9):
+                rate = 2 * half * fraction
+                runs = max(50, min(shape.runs, int(rate * shape.paced_s)))
+                fractions[f"{fraction:g}"] = await shape_round(
+                    publishers, base, reader, pids, runs, rate, progress,
+                    f"{kind} paced @ {fraction:.0%} of peak ({rate:.0f}/s)",
+                )  # fmt: skip
             rss = {
                 "rss_mb": [rss_mb(pid) for pid in pids["workers"]],
                 "hwm_mb": [rss_mb(pid, "VmHWM") for pid in pids["workers"]],
@@ -342,7 +351,7 @@ async def measure_system(
             await asyncio.sleep(SETTLE_S)
             await reader.refresh()
             counters = await worker_counters(client, ports) if ports else {}
-            measured = [k for r in peaks + paced for k in r.pop("keys")]
+            measured = [k for r in peaks + paced + list(fractions.values()) for k in r.pop("keys")]
             twice = sum(1 for k in measured if reader.count[k] > 1)
             once = sum(1 for k in measured if reader.count[k] == 1)
     finally:
@@ -352,6 +361,7 @@ async def measure_system(
         "peak": peaks,
         "paced": paced,
         "half_peak_per_s": half,
+        "fractions": fractions,
         "keys": len(measured),
         "exactly_once": once,
         "twice": twice,
@@ -455,6 +465,11 @@ def rows(results: dict[str, Any], row: Row) -> None:
         wl = _figure(w, "paced", f"{q}_ms")
         pair(f"publish -> arrival {q} at half of own peak (ms)", wl,
              _figure(b, "paced", f"{q}_ms"), "{:,.0f}", f"<= {limit}", wl <= limit)  # fmt: skip
+    for fraction in ("0.25", "0.9"):
+        for q in ("p50", "p99"):
+            wf, bf = w["fractions"][fraction], b["fractions"][fraction]
+            pair(f"publish -> arrival {q} at {float(fraction):.0%} of own peak (ms)",
+                 wf[f"{q}_ms"], bf[f"{q}_ms"], "{:,.0f}")  # fmt: skip
     ours = _cpu(w, ("workers", "broker"))
     pair("CPU ms/delivery, 2 workers + broker (at peak)", ours, _cpu(b, ("workers", "broker")),
          "{:.2f}", "<= 5 (Svix 2.3-2.6)", ours <= 5)  # fmt: skip
@@ -495,7 +510,12 @@ def note(results: dict[str, Any]) -> str:
             f" ms, p99 {rounds(system, 'peak', 'p99_ms')} ms; paced at "
             f"{system['half_peak_per_s']:.0f}/s ({system['paced'][0]['runs']:,} runs): p50 "
             f"{rounds(system, 'paced', 'p50_ms')} ms, p99 {rounds(system, 'paced', 'p99_ms')} ms; "
-            f"RSS {', '.join(f'{x:.0f}' for x in system['rss_mb'])} MB (peak "
+            + "".join(
+                f" at {float(f):.0%} of peak ({r['runs']:,} runs): p50 {r['p50_ms']:,.0f} ms, "
+                f"p99 {r['p99_ms']:,.0f} ms;"
+                for f, r in system["fractions"].items()
+            )
+            + f" RSS {', '.join(f'{x:.0f}' for x in system['rss_mb'])} MB (peak "
             f"{', '.join(f'{x:.0f}' for x in system['hwm_mb'])}); keys arriving twice "
             f"{system['twice']}."
         )
