@@ -14,6 +14,8 @@ Configurations (``--only NAME ...`` picks some):
 
 * ``httpcore``: ``streams.channels.http.create_http_client``, what the worker uses (httpx,
   httpcore pool, the SSRF-guarded network backend, keep-alive 2 s, pool = concurrency).
+* ``guarded-aiohttp``: ``create_http_client`` with ``LEDGER_HTTP_POOL=aiohttp``
+  (``streams/channels/aiohttp_transport.py``: the same guards over aiohttp's pool).
 * ``httpcore-ka30``: the same pool with keep-alive 30 s.
 * ``httpcore-pool16``: the same with 16 connections for 64 sends in flight.
 * ``httpcore-nokeep``: the same with no keep-alive (a new connection per request).
@@ -50,6 +52,7 @@ from events.settings import Settings, address_policy
 
 CONFIGS = (
     "httpcore",
+    "guarded-aiohttp",
     "httpcore-ka30",
     "httpcore-pool16",
     "httpcore-nokeep",
@@ -69,15 +72,25 @@ def serve(port: int) -> None:
     from aiohttp import web
 
     counter = 0
+    peers: set[object] = set()
 
     async def hook(request: web.Request) -> web.Response:
         nonlocal counter
         await request.read()
         counter += 1
+        if request.transport is not None:
+            peers.add(request.transport.get_extra_info("peername"))
         return web.json_response({"id": f"r{counter}"})
+
+    async def connections(request: web.Request) -> web.Response:
+        # How many client connections carried requests since the last call (then reset).
+        seen = len(peers)
+        peers.clear()
+        return web.json_response({"connections": seen})
 
     app = web.Application()
     app.router.add_post("/hooks/{name}", hook)
+    app.router.add_get("/connections", connections)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, backlog=1024)
 
 
@@ -110,7 +123,9 @@ def build_client(name: str, settings: Settings) -> httpx.AsyncClient:
     from streams.channels import http
 
     if name == "httpcore":
-        return http.create_http_client(settings)
+        return http.create_http_client(settings.model_copy(update={"http_pool": "httpcore"}))
+    if name.startswith("guarded-aiohttp"):
+        return http.create_http_client(settings.model_copy(update={"http_pool": "aiohttp"}))
     concurrency = settings.send_concurrency
     limits = {
         "httpcore-ka30": httpx.Limits(
@@ -216,13 +231,16 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
             result = await channel.send(delivery(index))
             return result.outcome is SendOutcome.CONFIRMED
 
+    stats = url.split("/hooks/")[0] + "/connections"
     try:
         await run_sends(warm, concurrency, send)
+        await _connections(stats)
         began_cpu = _cpu()
         began = time.perf_counter()
         failed = await run_sends(count, concurrency, send)
         wall = time.perf_counter() - began
         cpu = _cpu() - began_cpu
+        connections = await _connections(stats)
     finally:
         await closer()
     return {
@@ -230,7 +248,15 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
         "rate": count / wall,
         "cpu_us": cpu * 1e6 / count,
         "failed": failed,
+        "connections": connections,
     }
+
+
+async def _connections(url: str) -> int:
+    """The receiver's count of client connections since the last ask (outside the timing)."""
+    async with httpx.AsyncClient(trust_env=False) as probe:
+        answer = await probe.get(url)
+    return int(answer.json()["connections"])
 
 
 def _cpu() -> float:
@@ -274,8 +300,9 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.requests:,} signed POSTs per round, {args.concurrency} in flight, "
         f"{args.rounds} rounds (median; rounds in brackets)",
         "",
-        "| client | loop | requests/s | client CPU us/request | rounds (us/request) |",
-        "|---|---|---|---|---|",
+        "| client | loop | requests/s | client CPU us/request | rounds (us/request) "
+        "| connections used |",
+        "|---|---|---|---|---|---|",
     ]
     keys = list(dict.fromkeys((r["config"], r["loop"]) for r in results))
     for name, loop in keys:
@@ -283,9 +310,10 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         rate = statistics.median(r["rate"] for r in mine)
         cpu = statistics.median(r["cpu_us"] for r in mine)
         rounds = ", ".join(f"{r['cpu_us']:.0f}" for r in mine)
+        used = ", ".join(str(r["connections"]) for r in mine)
         failed = sum(r["failed"] for r in mine)
         note = f" ({failed} failed)" if failed else ""
-        lines.append(f"| {name}{note} | {loop} | {rate:,.0f} | {cpu:,.0f} | {rounds} |")
+        lines.append(f"| {name}{note} | {loop} | {rate:,.0f} | {cpu:,.0f} | {rounds} | {used} |")
     return "\n".join(lines)
 
 
@@ -328,7 +356,8 @@ def main() -> None:
                     results.append(result)
                     print(
                         f"round {round_number} {name:16} {loop:8} {result['rate']:7,.0f}/s "
-                        f"{result['cpu_us']:6,.0f} us/request",
+                        f"{result['cpu_us']:6,.0f} us/request, "
+                        f"{result['connections']} connections",
                         flush=True,
                     )
         print()
