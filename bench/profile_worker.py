@@ -33,8 +33,16 @@ from bench.common import (
     produce_keyed,
     start_receiver,
 )
-from bench.e2e import Confirmations, requests_for, start_worker, trimmed_rate, wait_owned
+from bench.e2e import (
+    METRICS_PORTS,
+    Confirmations,
+    requests_for,
+    start_worker,
+    trimmed_rate,
+    wait_owned,
+)
 from events import Settings
+from events.ports import free_port
 from ledger.stack import Child, Stack
 from ledger.topics import create_topics
 
@@ -153,6 +161,9 @@ def main() -> None:
     parser.add_argument("--loops", nargs="+", choices=("asyncio", "uvloop"), default=["asyncio"])
     parser.add_argument("--pools", nargs="+", choices=("aiohttp", "httpcore"), default=["aiohttp"])
     args = parser.parse_args()
+    # Not e2e's fixed metrics ports: another benchmark's workers may hold them (and would
+    # answer the readiness check in place of ours).
+    METRICS_PORTS.update({"1": free_port(), "2": free_port()})
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-prof-"))
     try:
