@@ -62,7 +62,6 @@ class _Attempt:
     connect_timeout: float | None
     connecting: bool = False
     written: bool = False
-    stale: bool = False
 
 
 _ATTEMPT: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("ledger_http_attempt")
@@ -176,8 +175,9 @@ class _StatusLineHandler(ResponseHandler):
             max_field_size=max_field_size,
             max_headers=max_headers,
         )
-        # Nothing was buffered for the C parser to have consumed: a connection with bytes
-        # waiting before the request is written is stale (``_GuardedRequest.send``).
+        # super() hands bytes the protocol buffered before this response to the parser it
+        # built; a healthy HTTP/1.1 connection has none before the request is written (the
+        # server speaks only when asked), and bytes still on the socket make it stale.
         self._parser = HttpResponseParserPy(
             self,
             self._loop,
@@ -214,7 +214,6 @@ class _GuardedRequest(aiohttp.ClientRequest):
             raise RuntimeError("a guarded request outside GuardedAiohttpTransport")
         transport = conn.transport
         if _readable(transport.get_extra_info("socket") if transport is not None else None):
-            attempt.stale = True
             raise _StaleConnection
         if attempt.guard is not None:
             attempt.guard.before_first_byte()  # raises SendRefused; aiohttp closes conn
