@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import shutil
 import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -95,25 +98,77 @@ async def measure(
     return sdk, raw
 
 
+def loop_rounds(settings: Settings, runs: int, repeat: int, loops: list[str]) -> None:
+    """The SDK's rounds on each event loop, interleaved: runs/s and this process's CPU per run."""
+    import resource
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    asyncio.run(create_topics(settings))
+    results: dict[str, list[tuple[float, float]]] = {loop: [] for loop in loops}
+    for _ in range(repeat):
+        for loop in loops:
+            factory = None
+            if loop == "uvloop":
+                import uvloop
+
+                factory = uvloop.new_event_loop
+            began = cpu()
+            with asyncio.Runner(loop_factory=factory) as runner:
+                rate = runner.run(sdk_round(settings, runs))
+            results[loop].append((rate, (cpu() - began) * 1000 / runs))
+    print("| loop | publisher runs/s | publisher CPU ms per run | rounds (ms) |")
+    print("|---|---|---|---|")
+    for loop, rounds in results.items():
+        rate = statistics.median(r for r, _ in rounds)
+        ms = statistics.median(c for _, c in rounds)
+        each = ", ".join(f"{c:.2f}" for _, c in rounds)
+        print(f"| {loop} | {rate:.0f} | {ms:.2f} | {each} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--port", type=int, default=None, help="broker port (and port + 1)")
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        choices=("asyncio", "uvloop"),
+        default=None,
+        help="compare the SDK on these event loops (CPU per run) instead of the baseline",
+    )
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
+    # With --port: a broker of its own, in a temp data dir.
+    ports: dict[str, Any] = {}
+    if args.port is not None:
+        ports = {
+            "broker_port": args.port,
+            "controller_port": args.port + 1,
+            "data_dir": Path(tempfile.mkdtemp(prefix="bench-pub-")),
+        }
     settings = Settings(
         topic_runs=f"bench.runs.{tag}",
         topic_deliveries=f"bench.deliveries.{tag}",
         topic_deadletter=f"bench.dl.{tag}",
         allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
+        **ports,
     )
     broker = LocalBroker(settings)
     started = not broker.start().already_running
     try:
+        if args.loops:
+            loop_rounds(settings, args.runs, args.repeat, args.loops)
+            return
         sdk, raw = asyncio.run(measure(settings, args.runs, args.repeat))
     finally:
         if started:
             broker.stop()
+        if "data_dir" in ports:
+            shutil.rmtree(ports["data_dir"], ignore_errors=True)
     s, r = statistics.median(sdk), statistics.median(raw)
     print(
         f"machine: {platform.machine()} {platform.python_version()} runs/round={args.runs} "

@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     http_connect_timeout_s: float = Field(default=2.0, gt=0)
     http_timeout_s: float = Field(default=5.0, gt=0)
     send_concurrency: int = Field(default=64, ge=1)
+    # The connection pool under httpx (streams/channels/http.py): aiohttp's, or httpcore's
+    # (httpx's own). Both guard addresses and writes the same way and classify alike.
+    http_pool: Literal["aiohttp", "httpcore"] = "aiohttp"
+    # The event loop of `ledger worker` and the CLI's publishing (ledger/event_loop.py).
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "asyncio"
 
     # Every send and every lookup ends within this many seconds, all phases together
     # (pool wait, connect, write, wait, body): the hard total deadline.

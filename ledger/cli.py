@@ -14,6 +14,7 @@ from rich.console import Console
 from events.errors import LedgerError
 from events.publisher import DeliverySpec, Publisher, parse_payload
 from events.settings import Settings
+from ledger import event_loop
 from ledger.broker import LocalBroker
 from ledger.commands import register_all
 from ledger.errors import run_app
@@ -161,7 +162,7 @@ def publish(
         async with Publisher(settings) as publisher:
             return await publisher.run_succeeded(run_id, result_hash, specs)
 
-    requests = asyncio.run(go())
+    requests = event_loop.run(go(), settings)
     out.print(f"run {run_id}: RunSucceeded + {len(requests)} DeliveryRequested committed")
     for request in requests:
         out.print(f"  {request.channel}:{request.recipient} key {request.idempotency_key}")

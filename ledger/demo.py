@@ -26,6 +26,7 @@ from rich.table import Table
 from events.kafka_security import client_options
 from events.publisher import DeliverySpec, Publisher
 from events.settings import Settings, WebhookEndpoint
+from ledger import event_loop
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok
 from ledger.observe import LedgerObserver
@@ -89,7 +90,7 @@ def run_demo(settings: Settings, out: Console, options: DemoOptions | None = Non
     stack = Stack(settings.data_dir / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     try:
         asyncio.run(create_topics(settings))
-        return asyncio.run(_demo(settings, stack, out, options))
+        return event_loop.run(_demo(settings, stack, out, options), settings)
     finally:
         killed = stack.stop()
         if killed:

@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
         from events.kafka_security import ensure_reachable
         from events.settings import Settings
+        from ledger import event_loop
         from streams.app import create_app
 
         if loglevel.upper() not in logging.getLevelNamesMapping():
@@ -42,6 +43,8 @@ def register(app: typer.Typer) -> None:
             settings = settings.model_copy(update={"data_dir": data_dir})
         if metrics_port is not None:
             settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+        # Before the app exists: faust and mode take their loop from the policy.
+        loop_name = event_loop.install(settings)
         # Settings and secrets are checked (create_app) before the first connection; a
         # broker that refuses us (or none) is one line, not faust's traceback.
         built = create_app(settings, name=name)
@@ -56,7 +59,8 @@ def register(app: typer.Typer) -> None:
             )
         print(
             f"ledger worker {built.worker_id}: group {settings.worker_group}, "
-            f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}",
+            f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}, "
+            f"{loop_name} loop",
             flush=True,
         )
         _run(built.app, loglevel)

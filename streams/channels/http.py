@@ -1,4 +1,9 @@
-"""The one pooled httpx client a worker shares across every channel and every send."""
+"""The one pooled httpx client a worker shares across every channel and every send.
+
+Its pool is aiohttp's (``aiohttp_transport.py``) or httpcore's (``LEDGER_HTTP_POOL``);
+both connect only to addresses the SSRF policy allows and run the write guard right
+before the first byte, so a failure classifies the same way on either.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import httpx
 from events.addresses import AddressPolicy
 from events.settings import Settings, address_policy
 from streams.channels.address_guard import GuardedBackend
+from streams.channels.aiohttp_transport import GuardedAiohttpTransport
 
 USER_AGENT = "delivery-ledger/0.1"
 
@@ -32,9 +38,15 @@ def create_http_client(settings: Settings) -> httpx.AsyncClient:
         keepalive_expiry=2.0,
     )
     policy = address_policy(settings)
+    transport: httpx.AsyncBaseTransport
+    if settings.http_pool == "aiohttp":
+        ssl_context = httpx.create_ssl_context(trust_env=False)
+        transport = GuardedAiohttpTransport(limits, policy, ssl_context)
+    else:
+        transport = _GuardedTransport(limits, policy)
     return httpx.AsyncClient(
         timeout=timeout,
-        transport=_GuardedTransport(limits, policy),
+        transport=transport,
         # No proxies from the environment: "connection refused, nothing left" is only
         # true when we connect to the receiver itself, not to a proxy in between.
         trust_env=False,

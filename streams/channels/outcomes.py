@@ -151,7 +151,9 @@ async def request(
     guard = guard if guard is not None else unguarded()
     loop = asyncio.get_running_loop()
     ends = loop.time() + deadline_s
-    built = client.build_request(method, url, extensions={"trace": guard.trace}, **kwargs)
+    # httpcore runs the guard from its trace hook; the aiohttp transport reads it directly.
+    extensions = {"trace": guard.trace, "write_guard": guard}
+    built = client.build_request(method, url, extensions=extensions, **kwargs)
     try:
         async with asyncio.timeout_at(ends):
             response = await client.send(built, stream=True)

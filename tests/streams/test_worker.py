@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from events import DeliverySpec, Publisher
@@ -109,3 +110,32 @@ async def test_a_recipient_on_an_internal_address_fails_blocked_and_is_never_con
         assert "127.0.0.1, a loopback address" in (states[key].last_reason or "")
         assert states[key].attempt == 1  # no retry: the address stays what it is
     assert receiver.requests() == []
+
+
+@pytest.mark.parametrize("pool", ["aiohttp", "httpcore"])
+async def test_a_worker_on_uvloop_delivers_and_says_so(
+    pool: str,
+    worker_factory: WorkerFactory,
+    receiver: BackgroundSimulator,
+    ledger_view: LedgerView,
+) -> None:
+    settings = receiver.settings(worker_factory.settings)
+    worker_factory.settings = settings
+    keys = await publish(
+        settings,
+        f"run-uvloop-{pool}",
+        [
+            DeliverySpec(channel="webhook", recipient=receiver.webhook_url("ops"), payload={}),
+            DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={}),
+        ],
+    )
+    worker = worker_factory.start("w1", event_loop="uvloop", http_pool=pool)
+
+    async def done() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        return await settled(ledger_view, keys, Status.CONFIRMED)
+
+    await wait_for(done, 60, "both deliveries CONFIRMED on uvloop")
+    for key in keys:
+        assert receiver.accepted(key) == 1
+    assert "uvloop loop" in worker.output()
