@@ -76,6 +76,7 @@ class GroupCommit:
         # Set once the producer can commit nothing more (fenced, or the loop ended).
         self._dead: tuple[str, str] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._last_end = 0.0  # loop time the previous transaction ended
         self.transactions = 0
         self.runs = 0
 
@@ -158,9 +159,11 @@ class GroupCommit:
             self._wakeup.clear()
             await self._wakeup.wait()
         loop = asyncio.get_running_loop()
-        # The linger counts from the oldest run's arrival: runs that queued up during the
-        # previous transaction have waited long enough and go at once.
-        deadline = self._queue[0].arrived + self._linger_s
+        # The linger counts from the oldest run's arrival, or from the end of the previous
+        # transaction if that is later: right after a commit the coordinator is still
+        # writing its markers and answers a new transaction's first partitions with
+        # CONCURRENT_TRANSACTIONS, which aiokafka retries only after 20 ms (KAFKA-5477).
+        deadline = max(self._queue[0].arrived, self._last_end) + self._linger_s
         while not self._closing and not self._full() and (left := deadline - loop.time()) > 0:
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
@@ -196,12 +199,14 @@ class GroupCommit:
                 crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
                 committing = True  # leaving the block commits
         except BaseException as exc:
+            self._last_end = asyncio.get_running_loop().time()
             # Before the commit was asked for, the transaction can never commit: aborted
             # here, or by the broker (timeout, fencing). During the commit, nobody knows.
             self._fail(batch, exc, written=None if committing else False)
             if not isinstance(exc, Exception):
                 raise  # cancelled: stop gave up waiting
             return
+        self._last_end = asyncio.get_running_loop().time()
         self.transactions += 1
         self.runs += len(batch)
         for pending in batch:
