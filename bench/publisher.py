@@ -1,10 +1,14 @@
-"""Publisher throughput: runs/s (3 deliveries each, one transaction per run) vs raw aiokafka.
+"""Publisher throughput: runs/s with 1 and with 8 concurrent callers vs raw aiokafka.
 
-The baseline produces the very same pre-encoded records with a bare transactional
-AIOKafkaProducer, one transaction per run, so the ratio is the cost of the SDK
-(validation, key derivation, hashing, encoding). Median of --repeat rounds.
+A run is the issue's shape: one ``RunSucceeded`` and one webhook ``DeliveryRequested``
+(``--deliveries`` for more). The SDK's callers share one ``Publisher``, whose group commit
+puts concurrent runs into one transaction. The baselines produce the very same
+pre-encoded records with bare transactional AIOKafkaProducers, one transaction per run:
+one producer, and 8 producers side by side (one transactional id each, like 8 agents),
+so the ratios are the cost of the SDK (validation, keys, hashing, encoding) and what
+group commit buys over one transaction per run. Median of --repeat rounds.
 
-    .venv/bin/python -m bench.publisher --runs 2000 --repeat 3
+    .venv/bin/python -m bench.publisher --runs 2000 --repeat 3 --port 29992
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
-import shutil
 import statistics
 import tempfile
 import time
@@ -22,162 +25,157 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from bench.common import BROKER_PORT
 from events import DeliverySpec, Publisher, RunSucceeded, Settings, encode
 from events.kafka_security import client_options
 from events.topics import record_key
 from ledger.broker import LocalBroker
+from ledger.broker.process import metadata_ok
 from ledger.topics import create_topics
 
+CALLERS = 8
+Records = list[tuple[str, bytes, bytes]]
 
-def specs(run: int) -> list[DeliverySpec]:
+
+def specs(run: int, deliveries: int) -> list[DeliverySpec]:
     return [
         DeliverySpec(
             channel="webhook",
             recipient=f"http://127.0.0.1:9/hooks/{i}",
             payload={"run": run, "text": "report ready", "i": i},
         )
-        for i in range(3)
+        for i in range(deliveries)
     ]
 
 
-async def sdk_round(settings: Settings, runs: int) -> float:
+async def sdk_round(settings: Settings, runs: int, callers: int, deliveries: int) -> float:
+    """Runs/s of ``callers`` tasks sharing one Publisher, each awaiting its run in turn."""
+    tag = uuid.uuid4().hex[:8]
+    all_specs = [specs(n, deliveries) for n in range(runs)]  # built before the clock starts
     async with Publisher(settings, producer_name="bench") as publisher:
+
+        async def caller(c: int) -> None:
+            for n in range(c, runs, callers):
+                await publisher.run_succeeded(f"bench-{tag}-{n}", "h", all_specs[n])
+
         began = time.perf_counter()
-        for n in range(runs):
-            await publisher.run_succeeded(f"bench-{uuid.uuid4().hex[:8]}-{n}", "h", specs(n))
+        await asyncio.gather(*(caller(c) for c in range(callers)))
         return runs / (time.perf_counter() - began)
 
 
-async def raw_round(settings: Settings, runs: int) -> float:
-    # Same records, encoded before the clock starts: the baseline does no SDK work.
-    batches = []
+def raw_batches(settings: Settings, runs: int, deliveries: int) -> list[Records]:
     publisher = Publisher(settings, producer_name="bench")
+    batches = []
     for n in range(runs):
         run_id = f"raw-{uuid.uuid4().hex[:8]}-{n}"
         run = RunSucceeded(run_id=run_id, result_hash="h", producer="bench")
         records = [(settings.topic_runs, encode(run), record_key(run))]
         records += [
             (settings.topic_deliveries, encode(r), record_key(r))
-            for r in publisher.delivery_requests(run_id, specs(n))
+            for r in publisher.delivery_requests(run_id, specs(n, deliveries))
         ]
         batches.append(records)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        transactional_id=f"raw-{uuid.uuid4().hex}",
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=0,
-        **client_options(settings),
-    )
-    await producer.start()
+    return batches
+
+
+async def raw_round(settings: Settings, runs: int, producers: int, deliveries: int) -> float:
+    """Runs/s of ``producers`` bare transactional producers side by side, one transaction
+    per run, on records encoded before the clock starts (no SDK work)."""
+    batches = raw_batches(settings, runs, deliveries)
+    started: list[AIOKafkaProducer] = []
     try:
+        for _ in range(producers):
+            producer = AIOKafkaProducer(
+                bootstrap_servers=settings.bootstrap_servers,
+                transactional_id=f"raw-{uuid.uuid4().hex}",
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=0,
+                **client_options(settings),
+            )
+            await producer.start()
+            started.append(producer)
+
+        async def one(producer: AIOKafkaProducer, mine: list[Records]) -> None:
+            for records in mine:
+                async with producer.transaction():
+                    futures = [await producer.send(t, v, key=k) for t, v, k in records]
+                    await asyncio.gather(*futures)
+
         began = time.perf_counter()
-        for records in batches:
-            async with producer.transaction():
-                futures = [await producer.send(t, v, key=k) for t, v, k in records]
-                await asyncio.gather(*futures)
+        await asyncio.gather(*(one(p, batches[i::producers]) for i, p in enumerate(started)))
         return runs / (time.perf_counter() - began)
     finally:
-        await producer.stop()
+        for producer in started:
+            await producer.stop()
 
 
 async def measure(
-    settings: Settings, runs: int, repeat: int, progress: Any = None
-) -> tuple[list[float], list[float]]:
-    """``repeat`` rounds of each; runs/s of the SDK and of the raw baseline, every round."""
+    settings: Settings, runs: int, repeat: int, progress: Any = None, deliveries: int = 1
+) -> dict[str, list[float]]:
+    """``repeat`` rounds of each figure; runs/s per round: ``raw_1``/``sdk_1`` (one caller)
+    and ``raw_8``/``sdk_8`` (8 producers, 8 callers of one publisher)."""
     await create_topics(settings)
-    sdk, raw = [], []
+    figures: dict[str, list[float]] = {"raw_1": [], "sdk_1": [], "raw_8": [], "sdk_8": []}
     task = progress.add_task("publisher rounds", total=repeat) if progress else None
     for r in range(repeat):
         if progress is not None:
             progress.update(task, completed=r)
-        raw.append(await raw_round(settings, runs))
-        sdk.append(await sdk_round(settings, runs))
+        figures["raw_1"].append(await raw_round(settings, runs, 1, deliveries))
+        figures["sdk_1"].append(await sdk_round(settings, runs, 1, deliveries))
+        figures["raw_8"].append(await raw_round(settings, runs, CALLERS, deliveries))
+        figures["sdk_8"].append(await sdk_round(settings, runs, CALLERS, deliveries))
     if progress is not None:
         progress.remove_task(task)
-    return sdk, raw
-
-
-def loop_rounds(settings: Settings, runs: int, repeat: int, loops: list[str]) -> None:
-    """The SDK's rounds on each event loop, interleaved: runs/s and this process's CPU per run."""
-    import resource
-
-    def cpu() -> float:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-
-    asyncio.run(create_topics(settings))
-    results: dict[str, list[tuple[float, float]]] = {loop: [] for loop in loops}
-    for _ in range(repeat):
-        for loop in loops:
-            factory = None
-            if loop == "uvloop":
-                import uvloop
-
-                factory = uvloop.new_event_loop
-            began = cpu()
-            with asyncio.Runner(loop_factory=factory) as runner:
-                rate = runner.run(sdk_round(settings, runs))
-            results[loop].append((rate, (cpu() - began) * 1000 / runs))
-    print("| loop | publisher runs/s | publisher CPU ms per run | rounds (ms) |")
-    print("|---|---|---|---|")
-    for loop, rounds in results.items():
-        rate = statistics.median(r for r, _ in rounds)
-        ms = statistics.median(c for _, c in rounds)
-        each = ", ".join(f"{c:.2f}" for _, c in rounds)
-        print(f"| {loop} | {rate:.0f} | {ms:.2f} | {each} |")
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--port", type=int, default=None, help="broker port (and port + 1)")
+    parser.add_argument("--deliveries", type=int, default=1)
+    parser.add_argument("--linger-ms", type=float, default=None, help="publisher_linger_ms")
     parser.add_argument(
-        "--loops",
-        nargs="+",
-        choices=("asyncio", "uvloop"),
-        default=None,
-        help="compare the SDK on these event loops (CPU per run) instead of the baseline",
+        "--port", type=int, default=BROKER_PORT, help="broker port (reused if one runs there)"
     )
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
-    # With --port: a broker of its own, in a temp data dir.
-    ports: dict[str, Any] = {}
-    if args.port is not None:
-        ports = {
-            "broker_port": args.port,
-            "controller_port": args.port + 1,
-            "data_dir": Path(tempfile.mkdtemp(prefix="bench-pub-")),
-        }
-    settings = Settings(
-        topic_runs=f"bench.runs.{tag}",
-        topic_deliveries=f"bench.deliveries.{tag}",
-        topic_deadletter=f"bench.dl.{tag}",
-        allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
-        **ports,
-    )
-    broker = LocalBroker(settings)
-    started = not broker.start().already_running
-    try:
-        if args.loops:
-            loop_rounds(settings, args.runs, args.repeat, args.loops)
-            return
-        sdk, raw = asyncio.run(measure(settings, args.runs, args.repeat))
-    finally:
+    with tempfile.TemporaryDirectory(prefix="bench-publisher-") as tmp:
+        settings = Settings(
+            broker_port=args.port,
+            controller_port=args.port + 1,
+            data_dir=Path(tmp) / "data",
+            topic_runs=f"bench.runs.{tag}",
+            topic_deliveries=f"bench.deliveries.{tag}",
+            topic_deadletter=f"bench.dl.{tag}",
+            allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
+        )
+        if args.linger_ms is not None:
+            settings = settings.model_copy(update={"publisher_linger_ms": args.linger_ms})
+        broker = LocalBroker(settings)
+        # A broker that already answers there is used as it is (and left running).
+        started = not metadata_ok(settings.bootstrap_servers, timeout=2.0)
         if started:
-            broker.stop()
-        if "data_dir" in ports:
-            shutil.rmtree(ports["data_dir"], ignore_errors=True)
-    s, r = statistics.median(sdk), statistics.median(raw)
+            broker.start()
+        try:
+            figures = asyncio.run(measure(settings, args.runs, args.repeat, None, args.deliveries))
+        finally:
+            if started:
+                broker.stop()
+    m = {name: statistics.median(values) for name, values in figures.items()}
+    shape = f"1 RunSucceeded + {args.deliveries} DeliveryRequested"
     print(
         f"machine: {platform.machine()} {platform.python_version()} runs/round={args.runs} "
-        f"rounds={args.repeat}"
+        f"rounds={args.repeat} run={shape} linger_ms={settings.publisher_linger_ms}"
     )
-    print("| figure | median | baseline (raw aiokafka txn) | ratio |")
+    print("| figure | median | baseline (raw aiokafka, 1 txn/run) | ratio |")
     print("|---|---|---|---|")
-    print(f"| publisher runs/s (3 deliveries, 1 txn/run) | {s:.0f} | {r:.0f} | {s / r:.2f}x |")
-    print(f"all rounds sdk={[round(x) for x in sdk]} raw={[round(x) for x in raw]}")
+    print(f"| publisher runs/s, 1 caller | {m['sdk_1']:.0f} | {m['raw_1']:.0f} (1 producer) "
+          f"| {m['sdk_1'] / m['raw_1']:.2f}x |")  # fmt: skip
+    print(f"| publisher runs/s, {CALLERS} callers | {m['sdk_8']:.0f} | {m['raw_8']:.0f} "
+          f"({CALLERS} producers) | {m['sdk_8'] / m['raw_8']:.2f}x |")  # fmt: skip
+    print("all rounds " + " ".join(f"{k}={[round(x) for x in v]}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from events.execution import (
     RunSucceeded,
 )
 from events.keys import canonical_json, idempotency_key, payload_hash
-from events.publisher import DeliverySpec, Publisher, PublishRejected
+from events.publisher import DeliverySpec, Publisher, PublishFailed, PublishRejected
 from events.settings import Settings
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Event",
     "EventDecodeError",
     "ExecutionEvent",
+    "PublishFailed",
     "PublishRejected",
     "Publisher",
     "RunFailed",

@@ -13,7 +13,6 @@ A crash before the commit leaves nothing visible to ``read_committed`` consumers
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from types import TracebackType
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from events.admission import payload_too_large
@@ -30,10 +30,16 @@ from events.channels import CHANNELS, check_channel, check_recipient, credential
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
-from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
+from events.group_commit import GroupCommit, Record
+from events.group_commit import PublishFailed as PublishFailed  # part of the SDK
 from events.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
 from events.settings import Settings, address_policy
 from events.topics import record_key
+
+# The producer refuses a larger record (aiokafka's default), and the broker's
+# message.max.bytes is about the same: such a run is refused alone, before it can fail
+# the transaction it would share with others.
+MAX_RECORD_BYTES = 1024 * 1024
 
 
 class PublishRejected(ValueError):
@@ -113,7 +119,12 @@ def parse_payload(text: str) -> JsonValue:
 
 
 class Publisher:
-    """Async context manager over an aiokafka transactional producer."""
+    """Async context manager over an aiokafka transactional producer.
+
+    Concurrent calls share Kafka transactions (group commit, events/group_commit.py): each
+    returns once the transaction carrying its run committed, or raises ``PublishFailed``
+    if that transaction failed; a ``PublishRejected`` run is refused alone, unwritten.
+    """
 
     def __init__(
         self,
@@ -131,6 +142,7 @@ class Publisher:
             f"ledger-publisher-{self._producer_name}-{uuid.uuid4().hex[:12]}"
         )
         self._producer: AIOKafkaProducer | None = None
+        self._group: GroupCommit | None = None
 
     async def start(self) -> None:
         """Connect and initialise the transactional producer."""
@@ -144,6 +156,7 @@ class Publisher:
             # Restarting with the same transactional_id aborts it at once.
             transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
             linger_ms=0,
+            max_request_size=MAX_RECORD_BYTES,
             **client_options(self._settings),
         )
         try:
@@ -158,12 +171,27 @@ class Publisher:
             await producer.stop()  # or aiokafka warns of an unclosed producer at exit
             raise
         self._producer = producer
+        self._group = GroupCommit(producer, self._settings, self._transactional_id)
+        self._group.start()
 
     async def stop(self) -> None:
-        """Flush and disconnect."""
+        """Commit what callers have queued, then disconnect; a caller whose run could not
+        be committed gets ``PublishFailed``."""
+        if self._group is not None:
+            await self._group.close()
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+
+    @property
+    def transactions_committed(self) -> int:
+        """Kafka transactions this publisher committed (fewer than runs under concurrency)."""
+        return self._group.transactions if self._group is not None else 0
+
+    @property
+    def runs_committed(self) -> int:
+        """Runs (and lifecycle events) this publisher committed."""
+        return self._group.runs if self._group is not None else 0
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -276,22 +304,25 @@ class Publisher:
         return requests
 
     async def _commit(self, batch: list[tuple[str, Event]]) -> None:
-        producer = self._require_started()
-        try:
-            async with producer.transaction():
-                futures = [
-                    await producer.send(topic, encode(event), key=record_key(event))  # type: ignore[arg-type]
-                    for topic, event in batch
-                ]
-                await asyncio.gather(*futures)
-                crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
-        except NOT_AUTHORIZED as exc:
-            raise not_allowed(self._settings, exc) from None
+        """Encode one run's events, refuse any the producer would, and wait for the
+        transaction that carries them all."""
+        group = self._require_started()
+        records: list[Record] = []
+        for topic, event in batch:
+            value, key = encode(event), record_key(event)  # type: ignore[arg-type]
+            size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+            if size > MAX_RECORD_BYTES:
+                raise PublishRejected(
+                    f"{type(event).__name__} would be a {size}-byte Kafka record, over the "
+                    f"limit of {MAX_RECORD_BYTES} (lower the payload)"
+                )
+            records.append((topic, value, key))
+        await group.submit(batch[0][1].run_id, records)  # type: ignore[attr-defined]
 
-    def _require_started(self) -> AIOKafkaProducer:
-        if self._producer is None:
+    def _require_started(self) -> GroupCommit:
+        if self._group is None or self._producer is None:
             raise RuntimeError("Publisher is not started: use 'async with Publisher(...)'")
-        return self._producer
+        return self._group
 
 
 def _run_id(run_id: str) -> str:

@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
     default_slo_seconds: int = Field(default=300, ge=1)
     publisher_transaction_timeout_ms: int = Field(default=15000, ge=1000)
+    # Group commit (events/group_commit.py): concurrent runs of one publisher share one
+    # Kafka transaction of at most this many runs and bytes; the first run of a
+    # transaction waits at most ``publisher_linger_ms`` for company (0: none), counted
+    # from the previous commit too: 1 ms also spares most transactions the broker's
+    # CONCURRENT_TRANSACTIONS answer right after a commit (bench/publisher.py measures it).
+    publisher_max_runs_per_transaction: int = Field(default=256, ge=1)
+    publisher_max_transaction_bytes: int = Field(default=1024 * 1024, ge=1)
+    publisher_linger_ms: float = Field(default=1.0, ge=0, le=1000)
 
     # Standard Webhooks signing secret ("whsec_" + base64) for recipients whose endpoint
     # has none of its own. No default: a worker refuses to start unless this is set or
