@@ -8,6 +8,7 @@ narrower than the library's own five minutes.
 
 from __future__ import annotations
 
+import base64
 import binascii
 from collections.abc import Mapping, Sequence
 
@@ -57,7 +58,27 @@ class SignatureVerifier:
             except (ValueError, binascii.Error):  # an entry without ",", bad base64, not UTF-8
                 return "webhook-signature or body is malformed"
             return None
-        return "no v1 signature matches any of the receiver's secrets"
+        return signature_header_problem(signatures) or (
+            "no v1 signature matches any of the receiver's secrets"
+        )
+
+
+def signature_header_problem(signatures: str) -> str | None:
+    """Why a ``webhook-signature`` header is not space-separated ``version,base64`` entries.
+
+    Asked only when no signature matched (one authentic entry beside a garbled one is
+    accepted, as the library does), to say why in the 401: standardwebhooks 1.1 raised
+    ValueError on an entry without a comma, 1.3 just finds no match.
+    """
+    for entry in signatures.split(" "):
+        version, comma, signature = entry.partition(",")
+        if not comma or not version or not signature:
+            return "webhook-signature is malformed: an entry is not 'version,signature'"
+        try:
+            base64.b64decode(signature, validate=True)
+        except binascii.Error:
+            return "webhook-signature is malformed: a signature is not base64"
+    return None
 
 
 def _webhook(secret: str, position: int) -> Webhook:

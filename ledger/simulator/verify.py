@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from standardwebhooks import Webhook, WebhookVerificationError
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
+from receiver.verification import signature_header_problem
+
 LIBRARY_TOLERANCE_S = 300.0  # standardwebhooks accepts timestamps within 5 minutes
 
 
@@ -49,7 +51,7 @@ def verify_signature(
         webhook.verify(body, wanted, json_parse=False)
     except WebhookVerificationError as exc:
         if "signature" in str(exc).lower():
-            return "no v1 signature matches"
+            return signature_header_problem(signatures) or "no v1 signature matches"
         return f"rejected by standardwebhooks: {exc}"
     except ValueError:  # an entry without "," or with bad base64, a body that is not UTF-8
         return "webhook-signature or body is malformed"

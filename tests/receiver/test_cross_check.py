@@ -47,13 +47,26 @@ async def test_the_kit_accepts_what_the_official_library_signs_and_rejects_the_r
         future = await post("k-f", signed_headers("k-f", body, SECRET_A, timestamp=now + 330))
         unknown = await post("k-u", signed_headers("k-u", body, UNKNOWN_SECRET))
         other_id = await post("k-x", signed_headers("k-y", body, SECRET_A) | {"webhook-id": "k-x"})
-    for accepted in (old_only, new_only, unknown_and_new):
+        no_comma = await post(
+            "k-m", signed_headers("k-m", body, SECRET_A) | {"webhook-signature": "v1"}
+        )
+        not_base64 = await post(
+            "k-m", signed_headers("k-m", body, SECRET_A) | {"webhook-signature": "v1,%%%"}
+        )
+        garbled = signed_headers("k-g", body, SECRET_A)
+        beside_garbled = await post(
+            "k-g", garbled | {"webhook-signature": f"v1,%%% {garbled['webhook-signature']}"}
+        )
+    for accepted in (old_only, new_only, unknown_and_new, beside_garbled):
         assert accepted.status_code == 200, accepted.text
-    assert handler.runs == Counter({"k-old": 1, "k-new": 1, "k-both": 1})
+    assert handler.runs == Counter({"k-old": 1, "k-new": 1, "k-both": 1, "k-g": 1})
     assert handler.seen[0].payload == {"text": "run finished", "emoji": "\u2705"}
     for rejected in (tampered, unknown, other_id):
         assert rejected.status_code == 401
         assert rejected.json()["detail"] == "no v1 signature matches any of the receiver's secrets"
+    for malformed in (no_comma, not_base64):
+        assert malformed.status_code == 401
+        assert malformed.json()["detail"].startswith("webhook-signature is malformed")
     for late in (stale, future):
         assert late.status_code == 401
         assert "outside the 300s tolerance (check the sender's clock)" in late.json()["detail"]
