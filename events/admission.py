@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from events.channels import credentials_in
+from events.channels import recipient_refusal
 from events.keys import canonical_json
 
 
@@ -24,7 +24,7 @@ def payload_too_large(payload: JsonValue, max_payload_bytes: int) -> str | None:
     )
 
 
-def refusal(recipient: str, payload: JsonValue, max_payload_bytes: int) -> str | None:
-    """Why this request must not be sent (credentials in the recipient, an oversized
-    payload), or None. The reason never repeats a secret."""
-    return credentials_in(recipient) or payload_too_large(payload, max_payload_bytes)
+def refusal(channel: str, recipient: str, payload: JsonValue, max_payload_bytes: int) -> str | None:
+    """Why this request must not be sent (the channel refuses the recipient, e.g. an URL
+    carrying credentials; an oversized payload), or None. The reason never repeats a secret."""
+    return recipient_refusal(channel, recipient) or payload_too_large(payload, max_payload_bytes)

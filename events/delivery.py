@@ -136,15 +136,23 @@ class DeliveryReconciled(DeliveryEvent):
 
 
 class DeliveryRetryScheduled(DeliveryEvent):
-    """The next attempt is due at ``retry_at``; ``safety`` says why a retry is safe."""
+    """The next attempt is due at ``retry_at``; ``safety`` says why a retry is safe.
+
+    ``dedupe_rule`` names the channel's dedupe rule (``events.channels.DedupeRule``) when
+    the receiver's declared dedupe is what makes it safe (a retry after UNKNOWN without a
+    lookup); None otherwise. Version 2 added it; version 1 records are upcast to None.
+    """
 
     TYPE: ClassVar[str] = "delivery.retry_scheduled"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["delivery.retry_scheduled"] = "delivery.retry_scheduled"
+    schema_version: int = 2
     attempt: int = Field(ge=1)
     next_attempt: int = Field(ge=2)
     retry_at: AwareDatetime
     error_class: ErrorClass
     safety: str = Field(min_length=1, max_length=4000)
+    dedupe_rule: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
 
 
 class DeliveryFailed(DeliveryEvent):

@@ -26,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
-from events.channels import CHANNELS, check_channel, check_recipient, credentials_in, shown
+from events.channels import (
+    channel_names,
+    check_channel,
+    check_recipient,
+    recipient_refusal,
+    shown,
+)
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
@@ -69,9 +75,11 @@ class DeliverySpec(BaseModel):
         channel = info.data.get("channel")
         if channel is None:
             return value
-        if (why := credentials_in(value)) is not None:
+        # The form first (what the reader of the log will check), then the policy.
+        check_recipient(channel, value)
+        if (why := recipient_refusal(channel, value)) is not None:
             raise ValueError(why)
-        return check_recipient(channel, value)
+        return value
 
     @classmethod
     def parse(cls, spec: str, payload: JsonValue) -> DeliverySpec:
@@ -79,7 +87,7 @@ class DeliverySpec(BaseModel):
         channel, sep, recipient = spec.partition(":")
         if channel.lower() in ("http", "https") and recipient.startswith("//"):
             # The spec is not repeated: a recipient may carry a secret.
-            known = ", ".join(sorted(CHANNELS))
+            known = ", ".join(channel_names())
             raise PublishRejected(
                 f"a delivery needs a channel prefix, like webhook:{channel}://... "
                 f"(channels: {known})"

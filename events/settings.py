@@ -6,7 +6,16 @@ from pathlib import Path
 from typing import Literal
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    Secret,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from events.addresses import AddressPolicy, Origin, origin_of, parse_network
@@ -129,6 +138,11 @@ class Settings(BaseSettings):
     # URL: scheme, host and port exactly, path on a segment boundary; the longest wins:
     # {"https://host/hooks/": {"secrets": ["whsec_..."], "lookup_url": "https://host/lookup"}}
     webhook_endpoints: dict[str, WebhookEndpoint] = Field(default_factory=dict)
+    # Per channel plugin, its configuration (tokens, hosts, secrets) as JSON, by channel
+    # name: {"slack": {"bot_token": "xoxb-..."}}. Each entry is kept hidden whole (shown
+    # as asterisks, never logged); the channel's plugin validates it into its own
+    # settings model, with SecretStr fields for its secrets (events.channels.channel_config).
+    channel_settings: dict[str, Secret[dict[str, JsonValue]]] = Field(default_factory=dict)
 
     # Signed outcome events (events/outcome_signing.py): the workers' Ed25519 signing key
     # (base64 of 32 bytes; workers only), and the public keys every folding reader checks

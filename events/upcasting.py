@@ -27,8 +27,17 @@ def _delivery_requested_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+def _retry_scheduled_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    # v1 named no dedupe rule: its retries after UNKNOWN say why only in ``safety``.
+    upgraded = dict(record)
+    upgraded.setdefault("dedupe_rule", None)
+    upgraded["schema_version"] = 2
+    return upgraded
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("delivery.requested", 1): _delivery_requested_v1_to_v2,
+    ("delivery.retry_scheduled", 1): _retry_scheduled_v1_to_v2,
 }
 
 

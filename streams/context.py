@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from events.channels import DedupeRule, channel_plugin
 from events.settings import Settings
 from streams.channels.base import Channel
 from streams.decisions import Context
@@ -15,8 +16,12 @@ def worker_context(
 ) -> Context:
     """Every tunable from ``settings``; per-endpoint answers from the channel adapters."""
 
-    def receiver_dedupes(channel: str, recipient: str) -> bool:
-        return channels[channel].receiver_dedupes(recipient)
+    def dedupe_rule(channel: str, recipient: str) -> DedupeRule | None:
+        # The channel names its rule; the adapter says whether this recipient's endpoint
+        # declares it. An adapter that says so for a channel without a rule gets none.
+        if not channels[channel].receiver_dedupes(recipient):
+            return None
+        return channel_plugin(channel).capabilities.dedupe_rule
 
     def settle_s(channel: str, recipient: str) -> float:
         own = channels[channel].settle_s(recipient)
@@ -26,7 +31,7 @@ def worker_context(
         worker_id=worker_id,
         producer=producer,
         rules=rules_for(settings),
-        receiver_dedupes=receiver_dedupes,
+        dedupe_rule=dedupe_rule,
         settle_s=settle_s,
         lease_s=settings.lease_seconds,
         claim_grace_s=settings.claim_grace_seconds,

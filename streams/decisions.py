@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from events.base import Event
+from events.channels import DedupeRule
 from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -49,8 +50,8 @@ class Context:
     worker_id: str
     producer: str
     rules: Callable[[str], RetryRules]
-    # (channel, recipient) -> the endpoint declares its receiver dedupes on the key.
-    receiver_dedupes: Callable[[str, str], bool]
+    # (channel, recipient) -> the dedupe rule this recipient's endpoint declares, if any.
+    dedupe_rule: Callable[[str, str], DedupeRule | None]
     # (channel, recipient) -> seconds after an UNKNOWN before the first lookup.
     settle_s: Callable[[str, str], float]
     lease_s: float
@@ -178,7 +179,7 @@ def after_lookup(
             evidence=result.evidence,
         )
     ]
-    dedupes = ctx.receiver_dedupes(state.channel, state.recipient)
+    rule = ctx.dedupe_rule(state.channel, state.recipient)
     if result.outcome == "found" and result.delivered:
         events.append(
             DeliveryConfirmed(
@@ -210,13 +211,23 @@ def after_lookup(
             f"{settle:g}s after the attempt ended: {result.evidence}"
         )
         events.append(retry_or_fail(state, _cause(state), safety, now, ctx))
-    elif state.status is Status.UNKNOWN and result.outcome == "unsupported" and dedupes:
-        safety = (
-            "no lookup; a retry is safe because the endpoint declares that its receiver "
-            "dedupes on the idempotency key (webhook-id): receiver_dedupes=true"
-        )
-        events.append(retry_or_fail(state, _cause(state), safety, now, ctx))
+    elif (
+        state.status is Status.UNKNOWN
+        and result.outcome == "unsupported"
+        and rule is not None
+        and remembered(rule, state, now)
+    ):
+        safety = f"no lookup; a retry is safe by the dedupe rule {rule.name}: {rule.description}"
+        events.append(retry_or_fail(state, _cause(state), safety, now, ctx, dedupe_rule=rule.name))
     return events
+
+
+def remembered(rule: DedupeRule, state: DeliveryState, now: datetime) -> bool:
+    """True while the receiver still remembers the key under ``rule``: its window counts
+    from the request, which is no later than the first send carrying the key."""
+    if rule.window_s is None:
+        return True
+    return (now - state.requested_at).total_seconds() < rule.window_s
 
 
 def _cause(state: DeliveryState) -> ErrorClass:
@@ -232,8 +243,10 @@ def retry_or_fail(
     now: datetime,
     ctx: Context,
     retry_after_s: float | None = None,
+    dedupe_rule: str | None = None,
 ) -> Event:
-    """Schedule the next attempt, or fail when the channel's policy is exhausted."""
+    """Schedule the next attempt, or fail when the channel's policy is exhausted.
+    ``dedupe_rule`` names the receiver's rule when that is what makes the retry safe."""
     rules = ctx.rules(state.channel)
     common = _common(state, ctx, now)
     if rules.exhausted(state.attempt, state.requested_at, now):
@@ -251,6 +264,7 @@ def retry_or_fail(
         retry_at=now + timedelta(seconds=delay),
         error_class=error_class,
         safety=safety,
+        dedupe_rule=dedupe_rule,
     )
 
 

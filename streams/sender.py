@@ -274,7 +274,7 @@ class Sender:
         await self._append(events)
 
     async def _send_admitted(self, state: DeliveryState, work: _Work) -> SendResult:
-        why = refusal(state.recipient, state.payload, self._max_payload_bytes)
+        why = refusal(state.channel, state.recipient, state.payload, self._max_payload_bytes)
         if why is not None:
             return SendResult(SendOutcome.REJECTED, f"not sent: {why}", ErrorClass.REFUSED_REQUEST)
         return await self._channels[state.channel].send(self._outbound(state), work.guard)

@@ -2,16 +2,25 @@
 
 A send never raises for delivery problems: it returns a ``SendResult`` whose ``outcome``
 says what we now know, and whose ``error_class`` names why (recorded in the log).
+
+An adapter is the heavy half of a channel plugin (``events.channels.plugin``): the
+plugin's ``adapter`` is an ``AdapterFactory``, called once per worker with an
+``AdapterBuild``.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pydantic import JsonValue
+if TYPE_CHECKING:
+    from events.settings import Settings
 
+import httpx
+from pydantic import BaseModel, JsonValue
+
+from events.channels.plugin import ChannelPlugin
 from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.write_guard import WriteGuard
 
@@ -92,4 +101,25 @@ class Channel(Protocol):
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
         """Ask the receiver/provider whether it accepted this idempotency key."""
+        ...
+
+
+@dataclass(frozen=True)
+class AdapterBuild:
+    """What a channel's adapter factory gets from the worker that builds it."""
+
+    plugin: ChannelPlugin
+    # The one pooled client every channel shares: its transport enforces the address
+    # policy and runs the ``WriteGuard`` right before the first byte (the lease rule).
+    client: httpx.AsyncClient
+    settings: Settings
+    # The channel's LEDGER_CHANNEL_SETTINGS entry, validated by ``plugin.settings_model``.
+    config: BaseModel | None
+
+
+class AdapterFactory(Protocol):
+    """Builds a channel's adapter at worker start; raise ``ConfigError`` to refuse."""
+
+    def __call__(self, build: AdapterBuild, /) -> Channel:
+        """The adapter for ``build.plugin``."""
         ...

@@ -18,6 +18,7 @@ from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from streams.channels.base import (
     FENCING_TOKEN_HEADER,
+    AdapterBuild,
     LookupResult,
     OutboundDelivery,
     SendOutcome,
@@ -130,3 +131,8 @@ class ProviderChannel:
             delivered=is_delivered,
             failed=FAILED_STATUSES.__contains__,
         )
+
+
+def adapter(build: AdapterBuild) -> ProviderChannel:
+    """The provider channel's adapter factory (its plugin: events/channels/builtin.py)."""
+    return ProviderChannel(build.client, deadline_s=build.settings.send_deadline_s)

@@ -1,38 +1,86 @@
-"""Build the channel adapters a worker uses, by name, over one shared httpx client."""
+"""Build the adapters of every installed channel plugin, over one shared httpx client."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 import httpx
 
-from events.channels import CHANNELS
+from events.channels import (
+    ChannelPlugin,
+    ChannelPluginError,
+    channel_config,
+    channel_names,
+    installed_plugins,
+)
+from events.errors import ConfigError
 from events.settings import Settings
-from streams.channels.base import Channel
+from streams.channels.base import AdapterBuild, AdapterFactory, Channel
 from streams.channels.http import create_http_client
-from streams.channels.provider import ProviderChannel
-from streams.channels.webhook import WebhookChannel
+
+# The built-ins: a worker without them was installed without its own entry points.
+BUILT_IN = frozenset({"webhook", "provider"})
+
+
+def adapter_factory(plugin: ChannelPlugin) -> AdapterFactory:
+    """The plugin's adapter factory, imported now if it names one as ``module:attribute``."""
+    if not isinstance(plugin.adapter, str):
+        return cast(AdapterFactory, plugin.adapter)
+    module_name, _, attribute = plugin.adapter.partition(":")
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ChannelPluginError(
+            f"channel {plugin.name!r}: adapter {plugin.adapter} cannot be imported: "
+            f"{type(exc).__name__}: {exc}",
+            "install the plugin's package completely (with its worker dependencies)",
+        ) from exc
+    if not callable(found):
+        raise ChannelPluginError(
+            f"channel {plugin.name!r}: adapter {plugin.adapter} is not callable"
+        )
+    return cast(AdapterFactory, found)
 
 
 def build_channels(
     settings: Settings, client: httpx.AsyncClient | None = None
 ) -> dict[str, Channel]:
-    """One adapter per name in ``events.channels.CHANNELS``, all sharing one client.
+    """One adapter per installed channel plugin, all sharing one client.
 
     Without ``client``, one is created from settings (``create_http_client``); call this
-    once per worker. ``ChannelRegistry`` does the same and also closes the client.
+    once per worker. ``ChannelRegistry`` does the same and also closes the client. A
+    plugin that cannot be built, or settings for a channel that is not installed, stop
+    the worker at start (``ConfigError``), never at its first send.
     """
+    missing = BUILT_IN - set(channel_names())
+    if missing:
+        raise ChannelPluginError(
+            f"no channel plugin registered for {', '.join(sorted(missing))}",
+            "reinstall the package so its entry points are registered: pip install -e .",
+        )
+    unknown = set(settings.channel_settings) - set(channel_names())
+    if unknown:
+        raise ConfigError(
+            f"LEDGER_CHANNEL_SETTINGS names channels that are not installed: "
+            f"{', '.join(sorted(unknown))}",
+            "see `ledger channels` for the installed ones",
+        )
     if client is None:
         client = create_http_client(settings)
-    channels: dict[str, Channel] = {
-        "webhook": WebhookChannel(client, settings),
-        "provider": ProviderChannel(client, deadline_s=settings.send_deadline_s),
-    }
-    missing = CHANNELS - channels.keys()
-    if missing:  # a channel the vocabulary accepts but nothing can send: fail at start-up
-        raise RuntimeError(f"no adapter for channel(s): {', '.join(sorted(missing))}")
+    channels: dict[str, Channel] = {}
+    for plugin in installed_plugins():
+        build = AdapterBuild(plugin, client, settings, channel_config(plugin, settings))
+        adapter = adapter_factory(plugin)(build)
+        if adapter.name != plugin.name:
+            raise ChannelPluginError(
+                f"channel {plugin.name!r}: its adapter calls itself {adapter.name!r}"
+            )
+        channels[plugin.name] = adapter
     return channels
 
 

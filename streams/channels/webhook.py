@@ -20,6 +20,7 @@ from events.outcomes import ErrorClass
 from events.settings import Settings
 from streams.channels.base import (
     FENCING_TOKEN_HEADER,
+    AdapterBuild,
     LookupResult,
     OutboundDelivery,
     SendOutcome,
@@ -140,3 +141,8 @@ class WebhookChannel:
             {"idempotency-key": delivery.idempotency_key},
             deadline_s=self._deadline_s,
         )
+
+
+def adapter(build: AdapterBuild) -> WebhookChannel:
+    """The webhook channel's adapter factory (its plugin: events/channels/builtin.py)."""
+    return WebhookChannel(build.client, build.settings)

@@ -192,3 +192,12 @@ def test_tampered_key_or_hash_is_rejected() -> None:
     record["payload"] = {"text": "changed"}
     with pytest.raises(EventDecodeError, match="payload_hash does not match"):
         decode(json.dumps(record).encode())
+
+
+def test_stored_v1_retry_scheduled_is_upcast_without_a_dedupe_rule() -> None:
+    stored = (DATA / "delivery_retry_scheduled_v1.json").read_bytes()
+    event = decode(stored)
+    assert event.type == "delivery.retry_scheduled"
+    assert event.schema_version == 2
+    assert event.dedupe_rule is None  # type: ignore[union-attr]
+    assert "receiver_dedupes=true" in event.safety  # type: ignore[union-attr]

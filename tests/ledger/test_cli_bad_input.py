@@ -74,6 +74,17 @@ CASES: dict[str, list[Case]] = {
         Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "channels": [
+        Case(("--jsn",), 2, "No such option: --jsn"),
+        Case((), 2, "LEDGER_CHANNEL_SETTINGS: ", {"LEDGER_CHANNEL_SETTINGS": "{not json"}),
+        # A channel's entry is checked by its plugin; the value is never repeated.
+        Case(
+            ("--json",),
+            2,
+            "LEDGER_CHANNEL_SETTINGS[webhook]: channel 'webhook' takes no settings",
+            {"LEDGER_CHANNEL_SETTINGS": '{"webhook": {"token": "xoxb-not-shown"}}'},
+        ),
+    ],
     "acls show": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
     "acls grant": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
     "outcome-keys": [Case(("--format", "xml"), 2, "Invalid value for '--format'")],

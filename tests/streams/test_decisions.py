@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from events.channels import DedupeRule
 from events.delivery import (
     DeliveryConfirmed,
     DeliveryFailed,
@@ -106,6 +107,24 @@ def test_found_processing_failed_and_unsupported() -> None:
     events = after_lookup(unknown(), result, T0, declared)
     assert [type(e) for e in events] == [DeliveryReconciled, DeliveryRetryScheduled]
     assert "receiver_dedupes=true" in events[1].safety  # type: ignore[attr-defined]
+    assert events[1].dedupe_rule == "webhook-id"  # type: ignore[attr-defined]
+    # A retry made safe by anything else names no dedupe rule.
+    two = after_lookup(unknown("not_found", 1), LookupResult("not_found", "404"), T0, CTX)
+    assert two[1].dedupe_rule is None  # type: ignore[attr-defined]
+
+
+def test_a_dedupe_rule_is_relied_on_only_within_its_window() -> None:
+    rule = DedupeRule("idempotency-key-24h", "the provider keeps keys 24 h", window_s=24 * 3600)
+    ctx = replace(CTX, dedupe_rule=lambda _channel, _recipient: rule)
+    state = unknown()
+    result = LookupResult("unsupported", "no lookup")
+    inside = state.requested_at + timedelta(hours=23)
+    events = after_lookup(state, result, inside, ctx)
+    assert [type(e) for e in events] == [DeliveryReconciled, DeliveryRetryScheduled]
+    assert events[1].dedupe_rule == "idempotency-key-24h"  # type: ignore[attr-defined]
+    # Past the window a repeat may be taken as new: UNKNOWN stays, for an operator.
+    past = state.requested_at + timedelta(hours=24)
+    assert [type(e) for e in after_lookup(state, result, past, ctx)] == [DeliveryReconciled]
 
 
 def test_the_first_lookup_waits_the_settle_window_then_the_spacing() -> None:

@@ -316,4 +316,5 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
     assert "receiver_dedupes=true" in retries[0].safety
+    assert retries[0].dedupe_rule == "webhook-id"  # the channel's rule, named in the event
     await live_projection.matches(await ledger_view())

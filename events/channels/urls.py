@@ -1,22 +1,10 @@
-"""The delivery channels the ledger knows, and what a valid recipient is for each."""
+"""Recipients that are http(s) URLs: their form, the credentials they may not carry, and
+how to show one without its secrets (the built-in channels' rules; a plugin may reuse them)."""
 
 from __future__ import annotations
 
 import re
 from urllib.parse import parse_qsl, urlsplit
-
-# webhook: Standard Webhooks POST to an endpoint URL.
-# provider: a messaging-provider API (message id + queued/delivered status + lookup).
-CHANNELS: frozenset[str] = frozenset({"webhook", "provider"})
-
-
-def check_channel(channel: str) -> str:
-    """Refuse a channel the ledger has no adapter for."""
-    if channel not in CHANNELS:
-        known = ", ".join(sorted(CHANNELS))
-        raise ValueError(f"unknown channel {channel!r} (known channels: {known})")
-    return channel
-
 
 # Query parameter names that carry credentials (matched on the lowercased name's end).
 _SECRET_PARAM = re.compile(
@@ -25,20 +13,15 @@ _SECRET_PARAM = re.compile(
 _ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_WEBHOOK_ENDPOINTS)"
 
 
-def check_recipient(channel: str, recipient: str) -> str:
-    """Both channels address an http(s) URL with a host."""
-    check_channel(channel)
+def check_http_url(recipient: str) -> None:
+    """An http(s) URL with a host, no whitespace, at most 2000 characters."""
     parts = urlsplit(recipient)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"recipient for channel {channel!r} must be an http(s) URL with a host, "
-            f"got {shown(recipient)!r}"
-        )
+        raise ValueError(f"recipient must be an http(s) URL with a host, got {shown(recipient)!r}")
     if any(ch.isspace() for ch in recipient) or len(recipient) > 2000:
         raise ValueError(
             f"recipient URL is malformed or longer than 2000 characters: {shown(recipient)!r}"
         )
-    return recipient
 
 
 def credentials_in(recipient: str) -> str | None:
