@@ -7,7 +7,31 @@ from urllib.parse import parse_qsl, urlsplit
 
 # webhook: Standard Webhooks POST to an endpoint URL.
 # provider: a messaging-provider API (message id + queued/delivered status + lookup).
-CHANNELS: frozenset[str] = frozenset({"webhook", "provider"})
+# slack: a message posted to a Slack conversation (Web API chat.postMessage).
+CHANNELS: frozenset[str] = frozenset({"webhook", "provider", "slack"})
+
+# A Slack recipient is ``WORKSPACE/CHANNEL_ID``: the workspace names its bot token in
+# LEDGER_SLACK_TOKENS (so no credential is ever in a recipient), the channel is a
+# conversation ID (C... public, G... private, D... direct), not a #name: names can be
+# renamed and conversations.history, the lookup, takes IDs only.
+SLACK_WORKSPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SLACK_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,20}")
+
+
+def slack_recipient(recipient: str) -> tuple[str, str]:
+    """Split a Slack recipient into (workspace, channel id); ValueError says what is wrong."""
+    workspace, sep, channel = recipient.partition("/")
+    if not sep or not SLACK_WORKSPACE.fullmatch(workspace):
+        raise ValueError(
+            "recipient for channel 'slack' must be WORKSPACE/CHANNEL_ID (workspace: 1-64 "
+            f"letters, digits, '_' or '-'), got {recipient[:100]!r}"
+        )
+    if not SLACK_CHANNEL_ID.fullmatch(channel):
+        raise ValueError(
+            f"Slack channel {channel[:40]!r} is not a conversation ID (C/G/D + 2-20 capitals "
+            "or digits, e.g. C0123ABCD); a #name cannot be looked up"
+        )
+    return workspace, channel
 
 
 def check_channel(channel: str) -> str:
@@ -26,8 +50,11 @@ _ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_WEBHOOK_END
 
 
 def check_recipient(channel: str, recipient: str) -> str:
-    """Both channels address an http(s) URL with a host."""
+    """Slack addresses ``WORKSPACE/CHANNEL_ID``; the others an http(s) URL with a host."""
     check_channel(channel)
+    if channel == "slack":
+        slack_recipient(recipient)
+        return recipient
     parts = urlsplit(recipient)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
