@@ -13,6 +13,7 @@ from events.settings import Settings
 from streams.channels.base import Channel
 from streams.channels.http import create_http_client
 from streams.channels.provider import ProviderChannel
+from streams.channels.slack import SlackChannel
 from streams.channels.webhook import WebhookChannel
 
 
@@ -29,6 +30,7 @@ def build_channels(
     channels: dict[str, Channel] = {
         "webhook": WebhookChannel(client, settings),
         "provider": ProviderChannel(client, deadline_s=settings.send_deadline_s),
+        "slack": SlackChannel(client, settings),
     }
     missing = CHANNELS - channels.keys()
     if missing:  # a channel the vocabulary accepts but nothing can send: fail at start-up
