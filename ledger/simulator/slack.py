@@ -224,12 +224,13 @@ class FakeSlack:
         except SlackError as exc:
             self._record(method, request.method, key, exc.status, exc.error)
             return _answer({"ok": False, "error": exc.error}, warnings, exc.status)
-        if fault is not None and fault.kind is SlackFaultKind.TIMEOUT_AFTER_POST:
-            await asyncio.sleep(fault.delay_s)
         if fault is not None and fault.kind is SlackFaultKind.ERROR_AFTER_POST:
             self._record(method, request.method, key, fault.status, "internal_error")
             return web.json_response({"ok": False, "error": "internal_error"}, status=fault.status)
+        # Recorded before a late answer: the client may hang up and cancel this handler.
         self._record(method, request.method, key, 200, None)
+        if fault is not None and fault.kind is SlackFaultKind.TIMEOUT_AFTER_POST:
+            await asyncio.sleep(fault.delay_s)
         return _answer(answer, warnings)
 
     async def _arguments(self, request: web.Request, warnings: list[str]) -> dict[str, Any]:
