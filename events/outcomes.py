@@ -31,6 +31,9 @@ class ErrorClass(enum.StrEnum):
     INVALID_RECIPIENT = "invalid_recipient"  # the URL cannot be requested at all
     HTTP_3XX = "http_3xx"  # a redirect: we never follow one with a signed POST
     PROVIDER_FAILED = "provider_failed"  # the provider reports the message failed/undelivered
+    # The provider refused the request in its answer, naming why (Slack's ok:false with
+    # channel_not_found, invalid_auth, ...): nothing was posted, and a retry would not help.
+    PROVIDER_REJECTED = "provider_rejected"
     # The sender refused to write the first byte (the lease rule): nothing left.
     FENCED = "fenced"
     # The hard total deadline struck before the first byte was written: nothing left.

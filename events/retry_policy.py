@@ -21,6 +21,7 @@ channel  base_delay multiplier max_delay jitter max_attempts max_age     max_ret
 ======== ========== ========== ========= ====== ============ =========== =================
 webhook  2 s        2          15 min    0.5    10           24 h        1 h
 provider 1 s        2          5 min     0.5    8            6 h         1 h
+slack    1 s        2          5 min     0.5    8            6 h         1 h
 ======== ========== ========== ========= ====== ============ =========== =================
 """
 
@@ -83,6 +84,8 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
         base_delay_s=2.0, max_delay_s=900.0, max_attempts=10, max_age_s=24 * 3600.0
     ),
     "provider": RetryPolicy(),  # the field defaults
+    # Slack answers a rate limit with Retry-After, which every delay honours anyway.
+    "slack": RetryPolicy(),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from platformdirs import user_cache_dir, user_data_dir
 from pydantic import (
@@ -19,6 +20,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from events.addresses import AddressPolicy, Origin, origin_of, parse_network
+from events.channels.urls import SLACK_WORKSPACE
 from events.outcome_signing import (
     OutcomeSigner,
     OutcomeVerifier,
@@ -144,6 +146,14 @@ class Settings(BaseSettings):
     # settings model, with SecretStr fields for its secrets (events.channels.channel_config).
     channel_settings: dict[str, Secret[dict[str, JsonValue]]] = Field(default_factory=dict)
 
+    # Slack (streams/channels/slack.py): one bot token (xoxb-...) per workspace, by the
+    # workspace name a recipient uses (``WORKSPACE/CHANNEL_ID``), as JSON:
+    # {"acme": "xoxb-..."}. The Web API's base URL (tests point it at the fake Slack), and
+    # how many pages of conversations.history (200 messages each) one lookup may read.
+    slack_tokens: dict[str, SecretStr] = Field(default_factory=dict)
+    slack_api_url: str = "https://slack.com/api/"
+    slack_lookup_max_pages: int = Field(default=10, ge=1, le=100)
+
     # Signed outcome events (events/outcome_signing.py): the workers' Ed25519 signing key
     # (base64 of 32 bytes; workers only), and the public keys every folding reader checks
     # worker-written events against (JSON list; several during a rotation). Checking is on
@@ -230,6 +240,25 @@ class Settings(BaseSettings):
         for key in value:
             public_key(key)
         return value
+
+    @field_validator("slack_tokens")
+    @classmethod
+    def _slack_workspaces(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for workspace, token in value.items():
+            if not SLACK_WORKSPACE.fullmatch(workspace):
+                raise ValueError(
+                    f"workspace {workspace[:64]!r} must be 1-64 letters, digits, '_' or '-'"
+                )
+            if not token.get_secret_value().strip():
+                raise ValueError(f"the token of workspace {workspace!r} is empty")
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_url(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
+            raise ValueError("must be an http(s) URL with a host")
+        return value if value.endswith("/") else value + "/"
 
     @field_validator("allowed_networks")
     @classmethod

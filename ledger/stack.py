@@ -49,6 +49,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env["LEDGER_CHANNEL_SETTINGS"] = json.dumps(
         {name: config.get_secret_value() for name, config in settings.channel_settings.items()}
     )
+    env["LEDGER_SLACK_TOKENS"] = json.dumps(
+        {workspace: token.get_secret_value() for workspace, token in settings.slack_tokens.items()}
+    )
     if settings.dashboard_token is not None:
         env["LEDGER_DASHBOARD_TOKEN"] = settings.dashboard_token.get_secret_value()
     # model_dump masks SecretStr values: the Kafka credentials are passed on explicitly.

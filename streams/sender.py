@@ -242,6 +242,7 @@ class Sender:
             payload=state.payload,
             attempt=state.attempt,
             fencing_token=state.fencing_token,
+            requested_at=state.requested_at,
         )
 
     async def _send(self, state: DeliveryState, work: _Work) -> None:

@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.secure_broker",
     "tests.fixtures.postgres",
     "tests.fixtures.receiver",
+    "tests.fixtures.slack",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
     "tests.fixtures.core",

@@ -3,7 +3,7 @@ entry-point group, and what a valid recipient is for each.
 
 Only the light half of a plugin (``events.channels.plugin.ChannelPlugin``) is loaded
 here, and only when a channel is first named; the adapter is the worker's business
-(``streams.channels.registry``). The built-ins (webhook, provider) register the same way,
+(``streams.channels.registry``). The built-ins (webhook, provider, slack) register the same way,
 in pyproject.toml.
 """
 
@@ -22,7 +22,7 @@ from events.channels.plugin import (
     FirstAnswer,
     Lookup,
 )
-from events.channels.urls import check_http_url, credentials_in, shown
+from events.channels.urls import check_http_url, credentials_in, shown, slack_recipient
 from events.errors import ConfigError, LedgerError
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ __all__ = [
     "installed_plugins",
     "recipient_refusal",
     "shown",
+    "slack_recipient",
 ]
 
 _INSTALL_HINT = (

@@ -4,7 +4,7 @@ pyproject.toml like any plugin. Their adapters live in ``streams/channels/``."""
 from __future__ import annotations
 
 from events.channels.plugin import Capabilities, ChannelPlugin, DedupeRule, FirstAnswer, Lookup
-from events.channels.urls import check_http_url, credentials_in
+from events.channels.urls import check_http_url, credentials_in, slack_recipient
 
 # The rule a webhook endpoint may declare (``receiver_dedupes``); its name is what a
 # retry's event records. Standard Webhooks receivers dedupe on webhook-id.
@@ -46,4 +46,27 @@ provider = ChannelPlugin(
     check_recipient=check_http_url,
     refuse=credentials_in,
     adapter="streams.channels.provider:adapter",
+)
+
+
+def check_slack_recipient(recipient: str) -> None:
+    """``WORKSPACE/CHANNEL_ID`` (the workspace names its bot token in LEDGER_SLACK_TOKENS)."""
+    slack_recipient(recipient)
+
+
+slack = ChannelPlugin(
+    name="slack",
+    description="a Slack message (Web API chat.postMessage), the key in its metadata",
+    capabilities=Capabilities(
+        key_carriers=("message metadata event_payload.idempotency_key",),
+        # conversations.history with include_all_metadata, from the request's time on.
+        lookup=Lookup.BY_KEY,
+        # ok + ts: the message is in the conversation.
+        first_answer=FirstAnswer.CONFIRMED,
+        # Slack posts a second message for a second request: no rule makes a blind retry safe.
+        dedupe_rule=None,
+    ),
+    check_recipient=check_slack_recipient,
+    adapter="streams.channels.slack:adapter",
+    settings_note="LEDGER_SLACK_TOKENS, LEDGER_SLACK_API_URL, LEDGER_SLACK_LOOKUP_MAX_PAGES",
 )

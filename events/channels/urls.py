@@ -6,6 +6,30 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlsplit
 
+# A Slack recipient is ``WORKSPACE/CHANNEL_ID``: the workspace names its bot token in
+# LEDGER_SLACK_TOKENS (so no credential is ever in a recipient), the channel is a
+# conversation ID (C... public, G... private, D... direct), not a #name: names can be
+# renamed and conversations.history, the lookup, takes IDs only.
+SLACK_WORKSPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SLACK_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,20}")
+
+
+def slack_recipient(recipient: str) -> tuple[str, str]:
+    """Split a Slack recipient into (workspace, channel id); ValueError says what is wrong."""
+    workspace, sep, channel = recipient.partition("/")
+    if not sep or not SLACK_WORKSPACE.fullmatch(workspace):
+        raise ValueError(
+            "recipient for channel 'slack' must be WORKSPACE/CHANNEL_ID (workspace: 1-64 "
+            f"letters, digits, '_' or '-'), got {recipient[:100]!r}"
+        )
+    if not SLACK_CHANNEL_ID.fullmatch(channel):
+        raise ValueError(
+            f"Slack channel {channel[:40]!r} is not a conversation ID (C/G/D + 2-20 capitals "
+            "or digits, e.g. C0123ABCD); a #name cannot be looked up"
+        )
+    return workspace, channel
+
+
 # Query parameter names that carry credentials (matched on the lowercased name's end).
 _SECRET_PARAM = re.compile(
     r"(^|[_.-])(api[_-]?key|token|secret|password|passwd|pwd|auth|authorization)$"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ class OutboundDelivery:
     payload: JsonValue
     attempt: int
     fencing_token: int
+    # When the delivery was requested: no attempt of it can be older, so a lookup that
+    # lists messages by time (Slack's conversations.history) starts here.
+    requested_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ CASES: dict[str, list[Case]] = {
             ("r1", "--result-hash", "h", "-d", "https://x.test/"),
             2,
             "a delivery needs a channel prefix, like webhook:https://... "
-            "(channels: provider, webhook)",
+            "(channels: provider, slack, webhook)",
         ),
         # Checked before connecting: the answer is about the run id, not the broker.
         Case(("r:1", "--result-hash", "h", "-d", "webhook:https://x.test/"), 2, "run_id must"),
@@ -72,6 +72,11 @@ CASES: dict[str, list[Case]] = {
             f"no Kafka broker answers at {NO_BROKER}",
         ),
         Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
+        Case(
+            ("r1", "--result-hash", "h", "-d", "slack:acme/#general"),
+            2,
+            "Slack channel '#general' is not a conversation ID",
+        ),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
     "channels": [
@@ -94,6 +99,18 @@ CASES: dict[str, list[Case]] = {
         Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
         Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
         Case(("--hooks", "fancy"), 2, "Invalid value for '--hooks'"),
+    ],
+    "fake-slack": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--channel", "general"), 2, "'general' is not a Slack conversation ID"),
+        Case(("--ratelimit-pct", "101"), 2, "Invalid value for '--ratelimit-pct'"),
+        Case((), 2, "LEDGER_SLACK_TOKENS: not valid JSON", {"LEDGER_SLACK_TOKENS": "xoxb"}),
+        Case(
+            (),
+            2,
+            "LEDGER_SLACK_TOKENS: workspace 'a b' must be",
+            {"LEDGER_SLACK_TOKENS": '{"a b": "xoxb-1"}'},
+        ),
     ],
     "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
     "rebuild": [

@@ -1,0 +1,319 @@
+"""The Slack channel: a message posted with the Web API, the idempotency key in its metadata.
+
+``chat.postMessage`` to the recipient's conversation (``WORKSPACE/CHANNEL_ID``) with the
+workspace's bot token, the payload's ``text``/``blocks``/``attachments``, and message
+``metadata`` (``event_type`` ``ledger_delivery``, ``event_payload`` with the idempotency
+key and the fencing token). ``ok: true`` with a ``ts`` means the message is in the
+conversation: CONFIRMED, provider message id ``CHANNEL/TS``. Slack does not dedupe, so a
+doubt is settled by a lookup: ``conversations.history`` with ``include_all_metadata``, from
+the time the delivery was requested, paged by ``response_metadata.next_cursor`` (bounded),
+matching the key in the metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import httpx
+from pydantic import JsonValue
+
+from events.channels import slack_recipient
+from events.keys import canonical_json
+from events.outcomes import ErrorClass
+from events.settings import Settings
+from streams.channels.base import (
+    AdapterBuild,
+    LookupResult,
+    OutboundDelivery,
+    SendOutcome,
+    SendResult,
+)
+from streams.channels.outcomes import (
+    Answer,
+    DeadlineExceeded,
+    attempt_failure,
+    non_success,
+    request,
+    retry_after_seconds,
+    string_field,
+)
+from streams.channels.write_guard import SendRefused, WriteGuard
+
+# The metadata event type of every message the ledger posts; a lookup matches only these.
+METADATA_EVENT_TYPE = "ledger_delivery"
+
+# Slack's ``error`` answers that say the message was refused before it was posted, and
+# that a retry would meet again: FAILED. (``ratelimited`` is the one "not now".)
+PERMANENT_ERRORS = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "invalid_auth",
+        "account_inactive",
+        "msg_too_long",
+        "invalid_blocks",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+        "missing_scope",
+        "no_text",
+        "invalid_arguments",
+        "invalid_metadata_format",
+        "invalid_metadata_schema",
+        "metadata_too_large",
+        "restricted_action",
+        "too_many_attachments",
+    }
+)
+RATELIMITED = "ratelimited"
+
+# Only these payload fields become message arguments. ``thread_ts`` is left out on purpose:
+# a thread reply is not in conversations.history, so the lookup could never find it.
+MESSAGE_FIELDS = ("text", "blocks", "attachments", "mrkdwn", "unfurl_links", "unfurl_media")
+
+PAGE_SIZE = 200  # Slack's recommended page size for conversations.history
+
+
+def message_arguments(delivery: OutboundDelivery, channel: str) -> dict[str, JsonValue]:
+    """The chat.postMessage arguments of one attempt (JSON body).
+
+    A payload object gives its ``text``/``blocks``/``attachments``/... fields; a payload
+    with none of text, blocks or attachments (or not an object) is sent as ``text``: a
+    string as it is, anything else as canonical JSON.
+    """
+    payload = delivery.payload
+    arguments: dict[str, JsonValue] = {"channel": channel}
+    if isinstance(payload, dict):
+        arguments.update({k: payload[k] for k in MESSAGE_FIELDS if k in payload})
+    if not any(k in arguments for k in ("text", "blocks", "attachments")):
+        text = payload if isinstance(payload, str) else canonical_json(payload).decode()
+        arguments["text"] = text
+    arguments["metadata"] = {
+        "event_type": METADATA_EVENT_TYPE,
+        "event_payload": {
+            "idempotency_key": delivery.idempotency_key,
+            "fencing_token": delivery.fencing_token,
+            "attempt": delivery.attempt,
+            "run_id": delivery.run_id,
+            "event_type": delivery.event_type,
+        },
+    }
+    return arguments
+
+
+def carries_key(message: JsonValue, key: str) -> bool:
+    """Is ``message`` (one of conversations.history's) a ledger post of ``key``?"""
+    if not isinstance(message, dict):
+        return False
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != METADATA_EVENT_TYPE:
+        return False
+    payload = metadata.get("event_payload")
+    return isinstance(payload, dict) and payload.get("idempotency_key") == key
+
+
+class SlackChannel:
+    """Slack Web API sender: CONFIRMED on ``ok`` + ``ts``, lookup by key in the metadata."""
+
+    name = "slack"
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._deadline_s = settings.send_deadline_s
+        self._tokens = settings.slack_tokens
+        self._api = settings.slack_api_url
+        self._max_pages = settings.slack_lookup_max_pages
+        # Slack's clock and ours may disagree: a lookup starts this much before the request.
+        self._skew_s = settings.clock_skew_margin_s
+
+    def receiver_dedupes(self, recipient: str) -> bool:
+        """False: Slack posts a second message for a second request, whatever its metadata."""
+        del recipient
+        return False
+
+    def settle_s(self, recipient: str) -> float | None:
+        """The default settle window applies."""
+        del recipient
+        return None
+
+    def _auth(self, workspace: str) -> dict[str, str] | None:
+        token = self._tokens.get(workspace)
+        if token is None:
+            return None
+        return {"authorization": f"Bearer {token.get_secret_value()}"}
+
+    async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
+        """chat.postMessage with the key and the fencing token in the message metadata."""
+        url = f"{self._api}chat.postMessage"
+        what = f"POST {url} ({delivery.recipient})"
+        try:
+            workspace, channel = slack_recipient(delivery.recipient)
+        except ValueError as exc:
+            return SendResult(
+                SendOutcome.REJECTED, f"not sent: {exc}", ErrorClass.INVALID_RECIPIENT
+            )
+        auth = self._auth(workspace)
+        if auth is None:
+            return SendResult(
+                SendOutcome.REJECTED,
+                f"not sent: {what}: no bot token for Slack workspace {workspace!r} "
+                "(LEDGER_SLACK_TOKENS)",
+                ErrorClass.INVALID_RECIPIENT,
+            )
+        headers = {"content-type": "application/json; charset=utf-8", **auth}
+        try:
+            answer = await request(
+                self._client,
+                "POST",
+                url,
+                deadline_s=self._deadline_s,
+                guard=guard,
+                content=canonical_json(message_arguments(delivery, channel)),
+                headers=headers,
+            )
+        except (httpx.RequestError, httpx.InvalidURL, SendRefused, DeadlineExceeded) as exc:
+            return attempt_failure(exc, what)
+        return self._classify(answer, what, channel)
+
+    def _classify(self, answer: Answer, what: str, channel: str) -> SendResult:
+        if not 200 <= answer.status <= 299:
+            # 429 ratelimited: not posted, retried after Retry-After; 5xx: it may have been
+            # posted before the failure, so the lookup decides (streams/decisions.py).
+            return non_success(answer, what, self._clock)
+        body = answer.json_object()
+        ok = body.get("ok") if body is not None else None
+        error = string_field(body, "error")
+        if ok is True:
+            ts = string_field(body, "ts")
+            posted_in = string_field(body, "channel") or channel
+            if ts is None:
+                return SendResult(
+                    SendOutcome.UNKNOWN,
+                    f"{what} -> {answer.status} ok without ts: {answer.excerpt()}"[:1000],
+                    ErrorClass.PROTOCOL_ERROR,
+                    answer.status,
+                )
+            evidence = f"{what} -> {answer.status} ok, ts {ts} in {posted_in}"
+            if warning := string_field(body, "warning"):
+                evidence += f", warning {warning}"
+            return SendResult(
+                SendOutcome.CONFIRMED,
+                evidence,
+                http_status=answer.status,
+                provider_message_id=f"{posted_in}/{ts}",
+                provider_status="posted",
+            )
+        evidence = f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
+        if ok is False and error in PERMANENT_ERRORS:
+            return SendResult(
+                SendOutcome.REJECTED, evidence, ErrorClass.PROVIDER_REJECTED, answer.status
+            )
+        if ok is False and error == RATELIMITED:
+            return SendResult(
+                SendOutcome.TRANSIENT,
+                evidence,
+                ErrorClass.HTTP_429,
+                answer.status,
+                retry_after_s=retry_after_seconds(answer.headers.get("retry-after"), self._clock),
+            )
+        # An answer we cannot read, or an error we do not know (internal_error,
+        # fatal_error, ...): Slack may have posted before failing. Look it up, never guess.
+        return SendResult(SendOutcome.UNKNOWN, evidence, ErrorClass.PROTOCOL_ERROR, answer.status)
+
+    async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
+        """conversations.history since the request, page by page (at most
+        ``LEDGER_SLACK_LOOKUP_MAX_PAGES``), for a message whose metadata carries the key.
+
+        All pages share the hard deadline. "Not found" only when the history since the
+        request was read to its end; a history longer than the page bound is an error.
+        """
+        url = f"{self._api}conversations.history"
+        try:
+            workspace, channel = slack_recipient(delivery.recipient)
+        except ValueError as exc:
+            return LookupResult("lookup_error", str(exc))
+        auth = self._auth(workspace)
+        if auth is None:
+            return LookupResult(
+                "lookup_error",
+                f"no bot token for Slack workspace {workspace!r} (LEDGER_SLACK_TOKENS)",
+            )
+        params = {
+            "channel": channel,
+            "include_all_metadata": "true",
+            "limit": str(PAGE_SIZE),
+        }
+        if delivery.requested_at is not None:
+            oldest = delivery.requested_at.timestamp() - self._skew_s
+            params["oldest"] = f"{max(oldest, 0.0):.6f}"
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self._deadline_s
+        what = f"GET {url} ({delivery.recipient})"
+        for page in range(1, self._max_pages + 1):
+            left = ends - loop.time()
+            if left <= 0:
+                return LookupResult(
+                    "lookup_error",
+                    f"{what}: the {self._deadline_s:g}s deadline struck at page {page}",
+                )
+            try:
+                answer = await request(
+                    self._client, "GET", url, deadline_s=left, headers=auth, params=params
+                )
+            except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
+                return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+            body = answer.json_object()
+            if answer.status != 200 or body is None or body.get("ok") is not True:
+                return LookupResult(
+                    "lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
+                )
+            messages = body.get("messages")
+            if not isinstance(messages, list):
+                return LookupResult("lookup_error", f"{what} -> 200 without messages")
+            found = [m for m in messages if carries_key(m, delivery.idempotency_key)]
+            if found:
+                # History lists the newest first: the last match is the first post.
+                first = found[-1]
+                ts = string_field(first, "ts") if isinstance(first, dict) else None
+                evidence = (
+                    f"{what} -> message ts {ts} carries the key (page {page}, "
+                    f"{len(found)} on that page)"
+                )
+                return LookupResult(
+                    "found",
+                    evidence,
+                    provider_message_id=f"{channel}/{ts}" if ts else None,
+                    provider_status="posted",
+                    delivered=True,
+                )
+            metadata = body.get("response_metadata")
+            cursor = string_field(metadata, "next_cursor") if isinstance(metadata, dict) else None
+            if body.get("has_more") is not True:
+                since = params.get("oldest", "the start")
+                return LookupResult(
+                    "not_found",
+                    f"{what}: no message with this key since {since} ({page} page(s))",
+                )
+            if cursor is None:  # more history, but no way to read it: not evidence
+                return LookupResult("lookup_error", f"{what}: has_more without a next_cursor")
+            params["cursor"] = cursor
+        return LookupResult(
+            "lookup_error",
+            f"{what}: more than {self._max_pages} pages of history since the request; "
+            "the key may be further back (LEDGER_SLACK_LOOKUP_MAX_PAGES)",
+        )
+
+
+def adapter(build: AdapterBuild) -> SlackChannel:
+    """The Slack channel's adapter factory (its plugin: events/channels/builtin.py)."""
+    return SlackChannel(build.client, build.settings)
