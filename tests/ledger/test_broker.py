@@ -15,8 +15,9 @@ from events.settings import Settings
 from ledger.broker import LocalBroker
 from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
+from tests.fixtures.broker import TEST_BROKER_PORT
 
-PORT = 29192
+PORT = TEST_BROKER_PORT + 10  # a broker of its own, beside the suite's
 
 
 def own_settings(root: Path) -> Settings:
@@ -80,7 +81,7 @@ def test_stop_then_start_keeps_every_record(tmp_path: Path) -> None:
 
 
 def test_taken_port_is_one_clear_error(tmp_path: Path) -> None:
-    port = PORT + 10
+    port = PORT + 5  # still within this worker's 20 ports
     with socket.socket() as squatter:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
