@@ -13,6 +13,7 @@ import base64
 import subprocess
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ SETTLE_TIMEOUT_S = 300.0
 # The demo's own signing secret, used only when LEDGER_WEBHOOK_SECRET is unset: the demo
 # signs for its own fake provider on 127.0.0.1. Workers have no built-in secret.
 DEMO_WEBHOOK_SECRET = SecretStr("whsec_" + base64.b64encode(b"ledger-demo-only-secret").decode())
+# The fake Slack's workspace, bot token and conversation: the demo's own, on 127.0.0.1.
+DEMO_SLACK_WORKSPACE = "demo"
+DEMO_SLACK_TOKEN = SecretStr("xoxb-demo-only-token")
+DEMO_SLACK_CHANNEL = "C0DEMO0001"
+CHANNELS_PER_RUN = 4  # two webhooks, one provider message, one Slack message
 
 
 @dataclass
@@ -57,6 +63,8 @@ class Summary:
     runs: int
     deliveries: int
     by_status: dict[str, int]
+    by_channel: dict[str, dict[str, int]]
+    accepted_twice_by_channel: dict[str, int]
     unknowns_reconciled: int
     accepted_twice: int
     repeats_absorbed: int  # POSTs the receiver kit answered as duplicates, not processed
@@ -132,8 +140,38 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
         stdout=subprocess.PIPE,
     )
     urls = await asyncio.to_thread(read_json_line, simulator)
-    settings = settings.model_copy(
+    # Slack's fake: the same fault mix (a late answer after posting, 500 after posting,
+    # ratelimited), and no dedupe: a second post is a second message in the history.
+    slack_settings = settings.model_copy(
+        update={"slack_tokens": {DEMO_SLACK_WORKSPACE: DEMO_SLACK_TOKEN}}
+    )
+    fake_slack = stack.start(
+        "fake-slack",
+        [
+            "fake-slack",
+            "--port",
+            "0",
+            "--channel",
+            DEMO_SLACK_CHANNEL,
+            "--seed",
+            str(options.seed),
+            "--timeout-pct",
+            "10",
+            "--error-pct",
+            "5",
+            "--ratelimit-pct",
+            "3",
+            "--delay",
+            "3",
+            "--json",
+        ],
+        slack_settings,
+        stdout=subprocess.PIPE,
+    )
+    urls["slack_api"] = (await asyncio.to_thread(read_json_line, fake_slack))["api"]
+    settings = slack_settings.model_copy(
         update={
+            "slack_api_url": urls["slack_api"],
             "webhook_endpoints": {
                 **settings.webhook_endpoints,
                 f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
@@ -153,6 +191,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     out.print(
         f"[bold]fake provider[/] {urls['base']} · webhooks: receiver-kit apps · provider: no dedupe"
     )
+    out.print(f"[bold]fake Slack[/] {urls['slack_api']} · no dedupe")
     workers = {
         name: stack.start(name, ["worker", "--name", name], settings)
         for name in ("demo-w1", "demo-w2")
@@ -180,7 +219,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
             TimeElapsedColumn(),
             console=out,
         ) as progress:
-            task = progress.add_task("deliveries", total=options.runs * 3)
+            task = progress.add_task("deliveries", total=options.runs * CHANNELS_PER_RUN)
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
             while time.monotonic() < deadline:
                 await observer.poll(300)
@@ -196,7 +235,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                         )
                         stack.children.remove(worker)
                         workers[name] = stack.start(name, ["worker", "--name", name], settings)
-                if killed is None and observer.settled >= options.runs * 3 * 0.4:
+                if killed is None and observer.settled >= options.runs * CHANNELS_PER_RUN * 0.4:
                     killed = "demo-w1"
                     stack.kill(workers[killed])
                     progress.console.print(
@@ -269,6 +308,11 @@ async def _publish(
                     recipient=urls["provider"],
                     payload={"to": "oncall@example.test", "body": f"{run_id} done"},
                 ),
+                DeliverySpec(
+                    channel="slack",
+                    recipient=f"{DEMO_SLACK_WORKSPACE}/{DEMO_SLACK_CHANNEL}",
+                    payload={"text": f":white_check_mark: run {run_id} finished"},
+                ),
             ]
             await publisher.run_started(run_id, agent="demo-agent")
             requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
@@ -318,12 +362,22 @@ def _summary(
     state = httpx.get(f"{urls['control']}/state", timeout=30).json()
     mine = set(published)
     posts = sum(1 for r in state["requests"] if r["method"] == "POST" and r["key"] in mine)
-    twice = sum(1 for k, e in state["events"].items() if k in mine and e["accepted"] > 1)
     repeats = sum(1 for r in state["requests"] if r["key"] in mine and r["result"] == "duplicate")
+    twice_by_channel: dict[str, int] = {}
+    for key, seen in state["events"].items():
+        if key in mine and seen["accepted"] > 1:
+            channel = observer.states[key].channel if key in observer.states else "provider"
+            twice_by_channel[channel] = twice_by_channel.get(channel, 0) + 1
+    slack_messages = _slack_messages_per_key(urls["slack_api"])
+    posts += sum(n for key, n in slack_messages.items() if key in mine)
+    twice_by_channel["slack"] = sum(1 for k, n in slack_messages.items() if k in mine and n > 1)
+    twice = sum(twice_by_channel.values())
     return Summary(
         runs=runs,
         deliveries=len(published),
         by_status=dict(observer.by_status()),
+        by_channel={name: dict(counts) for name, counts in observer.by_channel().items()},
+        accepted_twice_by_channel=twice_by_channel,
         unknowns_reconciled=observer.unknowns_reconciled(),
         accepted_twice=twice,
         repeats_absorbed=repeats,
@@ -332,6 +386,35 @@ def _summary(
         dashboard=dashboard,
         killed_worker=killed,
     )
+
+
+def _slack_messages_per_key(api: str) -> Counter[str]:
+    """Messages per idempotency key in the demo's conversation, read as a user would:
+    conversations.history with metadata, every page (bounded)."""
+    found: Counter[str] = Counter()
+    cursor = ""
+    with httpx.Client(
+        base_url=api, headers={"Authorization": f"Bearer {DEMO_SLACK_TOKEN.get_secret_value()}"}
+    ) as client:
+        for _ in range(1000):
+            answer = client.post(
+                "conversations.history",
+                data={
+                    "channel": DEMO_SLACK_CHANNEL,
+                    "include_all_metadata": "true",
+                    "limit": "200",
+                    "cursor": cursor,
+                },
+                timeout=30,
+            ).json()
+            for message in answer.get("messages", []):
+                payload = (message.get("metadata") or {}).get("event_payload") or {}
+                if isinstance(payload.get("idempotency_key"), str):
+                    found[payload["idempotency_key"]] += 1
+            cursor = (answer.get("response_metadata") or {}).get("next_cursor") or ""
+            if not answer.get("has_more") or not cursor:
+                break
+    return found
 
 
 def _print_summary(out: Console, summary: Summary) -> None:
@@ -357,3 +440,15 @@ def _print_summary(out: Console, summary: Summary) -> None:
     table.add_row("elapsed", f"{summary.elapsed_s:.1f} s")
     table.add_row("dashboard", summary.dashboard)
     out.print(table)
+    statuses = ("CONFIRMED", "FAILED", "UNKNOWN", "SENT", "PENDING")
+    channels = Table(title="by channel, each counted at its own receiver")
+    channels.add_column("channel")
+    for status in statuses:
+        channels.add_column(status.lower(), justify="right")
+    channels.add_column("accepted twice", justify="right")
+    for channel, counts in sorted(summary.by_channel.items()):
+        twice = summary.accepted_twice_by_channel.get(channel, 0)
+        style = "green" if twice == 0 else "bold red"
+        cells = [str(counts.get(status, 0)) for status in statuses]
+        channels.add_row(channel, *cells, f"[{style}]{twice}[/]")
+    out.print(channels)

@@ -88,6 +88,13 @@ class LedgerObserver:
         """Deliveries per public status (PENDING, SENT, UNKNOWN, CONFIRMED, FAILED)."""
         return Counter(state.status.public for state in self.states.values())
 
+    def by_channel(self) -> dict[str, Counter[str]]:
+        """Deliveries per public status, for each channel."""
+        counts: dict[str, Counter[str]] = {}
+        for state in self.states.values():
+            counts.setdefault(state.channel, Counter())[state.status.public] += 1
+        return counts
+
     @property
     def settled(self) -> int:
         """Deliveries CONFIRMED or FAILED."""
