@@ -7,6 +7,10 @@ whose stack passes through each area (a sample can count in several areas) and t
 leaf frames. ``--no-spy`` only measures (rate, CPU per delivery); ``--rounds`` and the
 ``--loops``/``--pools`` lists repeat the drain per combination on the same broker, with
 fresh topics each time (``LEDGER_EVENT_LOOP``, ``LEDGER_HTTP_POOL`` of the workers).
+``--variants`` adds worker environments to interleave, e.g. another commit's code against
+this one in the same session: ``git archive COMMIT events streams ledger receiver
+projections | tar -x -C /tmp/base``, then
+``--variants now base:PYTHONSAFEPATH=1,PYTHONPATH=/tmp/base``.
 
     .venv/bin/python -m bench.profile_worker --backlog 6000 --out /tmp/profile
     .venv/bin/python -m bench.profile_worker --port 29292 --no-spy --rounds 3 \
@@ -18,17 +22,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.common import (
     bench_broker,
-    cpu_seconds,
     fresh_settings,
     produce_keyed,
     start_receiver,
@@ -82,72 +88,128 @@ def summarize(raw: Path, top: int = 25) -> str:
     return "\n".join(lines)
 
 
-def start_spy(child: Child, seconds: int, out: Path) -> subprocess.Popen[bytes]:
-    """``py-spy record`` of one child, raw collapsed stacks, 50 Hz."""
-    command = [str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", "50"]
+def start_spy(
+    child: Child, seconds: int, out: Path, rate: int = 50, gil: bool = False
+) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of one child, raw collapsed stacks, ``rate`` Hz; with ``gil``, only
+    samples of the thread holding the GIL (Python work: a thread blocked in a socket write
+    or descheduled on a busy machine is not counted)."""
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", str(rate)]
+    command += ["--gil"] if gil else []
     command += ["-d", str(seconds), "-o", str(out / f"{child.name}.txt")]
     command += ["-p", str(child.process.pid)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+@contextlib.contextmanager
+def variant_env(variant: str) -> Iterator[str]:
+    """``label`` or ``label:NAME=VALUE,NAME=VALUE``: the workers started inside see those
+    variables (children inherit the benchmark's environment). Yields the label."""
+    label, _, assignments = variant.partition(":")
+    saved = dict(os.environ)
+    os.environ.update(dict(a.split("=", 1) for a in assignments.split(",") if a))
+    try:
+        yield label
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 async def profile(
-    args: argparse.Namespace, base: Settings, base_tmp: Path, loop: str, pool: str
+    args: argparse.Namespace, base: Settings, base_tmp: Path, loop: str, pool: str, variant: str
 ) -> tuple[float, float]:
     """One drain with the workers on ``loop`` and ``pool``: (deliveries/s, CPU ms each)."""
     out: Path = args.out
     stack = Stack(base_tmp / "logs")
     try:
-        urls = start_receiver(stack, base)
-        settings = fresh_settings(base, "prof", event_loop=loop, http_pool=pool)
-        await create_topics(settings)
-        children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
-        await wait_owned(children, settings.partitions)
-        async with Confirmations(settings) as seen:
-            warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
-            await produce_keyed(
-                settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
-            )
-            await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
-            await asyncio.sleep(2)
-            batch = requests_for(urls, f"prof-{uuid.uuid4().hex[:6]}", args.backlog)
-            before = sum(cpu_seconds(c.process.pid) for c in children)
-            spies = [] if args.no_spy else [start_spy(c, args.seconds, out) for c in children]
-            await produce_keyed(
-                settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
-            )
-            keys = [k for k, _ in batch]
-            await seen.wait(keys, 600.0, None, "drain")
-            used = sum(cpu_seconds(c.process.pid) for c in children) - before
-            rate = trimmed_rate([seen.settled[k] for k in keys])
-            for spy in spies:
-                spy.wait(timeout=args.seconds + 60)
-        cpu_ms = used * 1000 / len(keys)
-        print(
-            f"drain ({loop} loop, {pool} pool): {rate:,.0f} deliveries/s, {cpu_ms:.2f} CPU ms each"
-        )
-        if not args.no_spy:
-            for child in children:
-                print(summarize(out / f"{child.name}.txt"))
-        return rate, cpu_ms
+        with variant_env(variant) as label:
+            return await _drain(args, base, stack, loop, pool, label, out)
     finally:
         stack.stop()
 
 
+async def _drain(
+    args: argparse.Namespace,
+    base: Settings,
+    stack: Stack,
+    loop: str,
+    pool: str,
+    label: str,
+    out: Path,
+) -> tuple[float, float]:
+    urls = start_receiver(stack, base)
+    settings = fresh_settings(base, "prof", event_loop=loop, http_pool=pool)
+    await create_topics(settings)
+    children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
+    await wait_owned(children, settings.partitions)
+    async with Confirmations(settings) as seen:
+        warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
+        await produce_keyed(
+            settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
+        )
+        await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
+        await asyncio.sleep(2)
+        batch = requests_for(urls, f"prof-{uuid.uuid4().hex[:6]}", args.backlog)
+        before = [cpu_split(c.process.pid) for c in children]
+        spies = (
+            []
+            if args.no_spy
+            else [start_spy(c, args.seconds, out, args.rate, args.gil) for c in children]
+        )
+        await produce_keyed(
+            settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
+        )
+        keys = [k for k, _ in batch]
+        await seen.wait(keys, 600.0, None, "drain")
+        after = [cpu_split(c.process.pid) for c in children]
+        user = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+        system = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+        used = user + system
+        rate = trimmed_rate([seen.settled[k] for k in keys])
+        for spy in spies:
+            spy.wait(timeout=args.seconds + 60)
+    cpu_ms = used * 1000 / len(keys)
+    print(
+        f"drain ({label}, {loop} loop, {pool} pool): {rate:,.0f} deliveries/s, "
+        f"{cpu_ms:.2f} CPU ms each (user {user * 1000 / len(keys):.2f}, "
+        f"system {system * 1000 / len(keys):.2f})",
+        flush=True,
+    )
+    if not args.no_spy:
+        for child in children:
+            print(summarize(out / f"{child.name}.txt"))
+    return rate, cpu_ms
+
+
 async def profile_all(args: argparse.Namespace, base: Settings, base_tmp: Path) -> None:
     """Every round of every loop x pool, interleaved; then the medians."""
-    results: dict[tuple[str, str], list[tuple[float, float]]] = collections.defaultdict(list)
+    results: dict[tuple[str, str, str], list[tuple[float, float]]] = collections.defaultdict(list)
     for _ in range(args.rounds):
-        for loop in args.loops:
-            for pool in args.pools:
-                results[loop, pool].append(await profile(args, base, base_tmp, loop, pool))
+        for variant in args.variants:
+            for loop in args.loops:
+                for pool in args.pools:
+                    label = variant.partition(":")[0]
+                    drained = await profile(args, base, base_tmp, loop, pool, variant)
+                    results[label, loop, pool].append(drained)
     print()
-    print("| loop | HTTP pool | deliveries/s | CPU ms per delivery (2 workers) | rounds (ms) |")
-    print("|---|---|---|---|---|")
-    for (loop, pool), rounds in results.items():
+    print(
+        "| variant | loop | HTTP pool | deliveries/s | CPU ms per delivery (2 workers) "
+        "| rounds (ms) | rounds (/s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (label, loop, pool), rounds in results.items():
         rate = statistics.median(r for r, _ in rounds)
         cpu = statistics.median(c for _, c in rounds)
         each = ", ".join(f"{c:.2f}" for _, c in rounds)
-        print(f"| {loop} | {pool} | {rate:,.0f} | {cpu:.2f} | {each} |")
+        rates = ", ".join(f"{r:.0f}" for r, _ in rounds)
+        print(f"| {label} | {loop} | {pool} | {rate:,.0f} | {cpu:.2f} | {each} | {rates} |")
 
 
 def main() -> None:
@@ -157,9 +219,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/profile"))
     parser.add_argument("--port", type=int, default=29792, help="broker port (and port + 1)")
     parser.add_argument("--no-spy", action="store_true", help="measure only, no py-spy")
+    parser.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
+    parser.add_argument("--gil", action="store_true", help="py-spy: GIL holder only")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--loops", nargs="+", choices=("asyncio", "uvloop"), default=["asyncio"])
     parser.add_argument("--pools", nargs="+", choices=("aiohttp", "httpcore"), default=["aiohttp"])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["current"],
+        help="label or label:NAME=VALUE,... (environment of the workers), interleaved",
+    )
     args = parser.parse_args()
     # Not e2e's fixed metrics ports: another benchmark's workers may hold them (and would
     # answer the readiness check in place of ours).

@@ -249,7 +249,7 @@ class GuardedAiohttpTransport(httpx.AsyncBaseTransport):
         return aiohttp.ClientSession(
             connector=connector,
             request_class=_GuardedRequest,
-            cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps cookies, if anyone
+            cookie_jar=aiohttp.DummyCookieJar(),  # no cookies are kept (http.StatelessClient)
             auto_decompress=False,  # httpx decodes by content-encoding
             trust_env=False,
             timeout=aiohttp.ClientTimeout(total=None),

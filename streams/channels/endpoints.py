@@ -177,16 +177,32 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
     return ResolvedEndpoint(None, default_signers), endpoints
 
 
+# Recipients whose endpoint is remembered. The answer depends only on the recipient and
+# the settings (fixed for the process), and parsing a URL with httpx was ~2% of a
+# worker's CPU in a backlog drain (asked twice per send).
+RESOLVED_RECIPIENTS = 10_000
+
+
 class WebhookEndpoints:
     """The configured endpoints, checked at start (``LedgerError`` names what is wrong),
     and the one that applies to a recipient."""
 
     def __init__(self, settings: Settings) -> None:
         self.default, self.endpoints = _resolve_all(settings)
+        self._resolved: dict[str, ResolvedEndpoint] = {}  # insertion order: oldest first
 
     def for_recipient(self, recipient: str) -> ResolvedEndpoint:
         """The endpoint whose parsed URL covers ``recipient`` with the most path segments,
         else the defaults (the global secret, no lookup)."""
+        resolved = self._resolved.get(recipient)
+        if resolved is None:
+            resolved = self._resolve(recipient)
+            if len(self._resolved) >= RESOLVED_RECIPIENTS:
+                del self._resolved[next(iter(self._resolved))]
+            self._resolved[recipient] = resolved
+        return resolved
+
+    def _resolve(self, recipient: str) -> ResolvedEndpoint:
         target = recipient_prefix(recipient)
         best = self.default
         if target is None:
