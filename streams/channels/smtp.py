@@ -50,6 +50,8 @@ ATTEMPT_HEADER = "X-Ledger-Attempt"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 MAX_SUBJECT = 200
 QUIT_WAIT_S = 0.5  # a polite QUIT once the outcome is known; it changes nothing
+# CRLF, and no folding below RFC 5322's 998: a 64-hex key stays on its header's line.
+_POLICY = policy.SMTP.clone(max_line_length=998)
 
 
 def message_id(key: str, domain: str) -> str:
@@ -80,7 +82,7 @@ def build_message(delivery: OutboundDelivery, config: SmtpSettings, now: datetim
     domain = config.id_domain
     assert config.from_address is not None
     assert domain is not None
-    msg = EmailMessage(policy=policy.SMTP)
+    msg = EmailMessage(policy=_POLICY)
     msg["From"] = config.from_address
     msg["To"] = delivery.recipient
     # Control characters in a header could start a header of their own: never let one through.
