@@ -47,6 +47,11 @@ class ErrorClass(enum.StrEnum):
     # A well-formed request the worker will not send (events/admission.py): a payload over
     # the limit, credentials in the recipient. Written by a raw producer; never retried.
     REFUSED_REQUEST = "refused_request"
+    # An SMTP server's 4xx before the message was handed over (connect, EHLO, AUTH, MAIL,
+    # RCPT, DATA): it took nothing, try later. After the message it is a doubt, not a no.
+    SMTP_4XX = "smtp_4xx"
+    # An SMTP server's 5xx: the message is refused for good (unknown user, policy, size).
+    SMTP_5XX = "smtp_5xx"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 

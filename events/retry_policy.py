@@ -22,6 +22,7 @@ channel  base_delay multiplier max_delay jitter max_attempts max_age     max_ret
 webhook  2 s        2          15 min    0.5    10           24 h        1 h
 provider 1 s        2          5 min     0.5    8            6 h         1 h
 slack    1 s        2          5 min     0.5    8            6 h         1 h
+smtp     60 s       2          30 min    0.5    10           24 h        1 h
 ======== ========== ========== ========= ====== ============ =========== =================
 """
 
@@ -86,6 +87,10 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
     "provider": RetryPolicy(),  # the field defaults
     # Slack answers a rate limit with Retry-After, which every delay honours anyway.
     "slack": RetryPolicy(),
+    # A relay's 4xx is often greylisting, which lets a retry through only after minutes.
+    "smtp": RetryPolicy(
+        base_delay_s=60.0, max_delay_s=1800.0, max_attempts=10, max_age_s=24 * 3600.0
+    ),
 }
 
 

@@ -3,8 +3,8 @@ entry-point group, and what a valid recipient is for each.
 
 Only the light half of a plugin (``events.channels.plugin.ChannelPlugin``) is loaded
 here, and only when a channel is first named; the adapter is the worker's business
-(``streams.channels.registry``). The built-ins (webhook, provider, slack) register the same way,
-in pyproject.toml.
+(``streams.channels.registry``). The built-ins (webhook, provider, slack, smtp) register the
+same way, in pyproject.toml.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ pyproject.toml like any plugin. Their adapters live in ``streams/channels/``."""
 
 from __future__ import annotations
 
+from events.channels.mail import SmtpSettings, check_email_recipient
 from events.channels.plugin import Capabilities, ChannelPlugin, DedupeRule, FirstAnswer, Lookup
 from events.channels.urls import check_http_url, credentials_in, slack_recipient
 
@@ -69,4 +70,31 @@ slack = ChannelPlugin(
     check_recipient=check_slack_recipient,
     adapter="streams.channels.slack:adapter",
     settings_note="LEDGER_SLACK_TOKENS, LEDGER_SLACK_API_URL, LEDGER_SLACK_LOOKUP_MAX_PAGES",
+)
+
+# The rule an smtp endpoint may declare (``receiver_dedupes_message_id``): its receiver
+# drops a message whose Message-ID it has already accepted. Never assumed: most relays
+# and mailboxes keep every copy.
+MESSAGE_ID_DEDUPE = DedupeRule(
+    name="message-id",
+    description=(
+        "the smtp settings declare that the receiver drops a repeated Message-ID "
+        "<KEY@DOMAIN>: receiver_dedupes_message_id=true"
+    ),
+)
+
+smtp = ChannelPlugin(
+    name="smtp",
+    description="an email over SMTP (aiosmtplib), Message-ID <KEY@DOMAIN>; IMAP archive lookup",
+    capabilities=Capabilities(
+        key_carriers=("header Message-ID <KEY@DOMAIN>", "header Idempotency-Key"),
+        # IMAP SEARCH by Message-ID in an archive (BCC/journal) mailbox, where configured.
+        lookup=Lookup.BY_KEY,
+        # 250 after DATA: a relay took the message; nobody has read it.
+        first_answer=FirstAnswer.SENT,
+        dedupe_rule=MESSAGE_ID_DEDUPE,
+    ),
+    check_recipient=check_email_recipient,
+    adapter="streams.channels.smtp:adapter",
+    settings_model=SmtpSettings,
 )

@@ -56,7 +56,7 @@ CASES: dict[str, list[Case]] = {
             ("r1", "--result-hash", "h", "-d", "https://x.test/"),
             2,
             "a delivery needs a channel prefix, like webhook:https://... "
-            "(channels: provider, slack, webhook)",
+            "(channels: provider, slack, smtp, webhook)",
         ),
         # Checked before connecting: the answer is about the run id, not the broker.
         Case(("r:1", "--result-hash", "h", "-d", "webhook:https://x.test/"), 2, "run_id must"),
@@ -76,6 +76,11 @@ CASES: dict[str, list[Case]] = {
             ("r1", "--result-hash", "h", "-d", "slack:acme/#general"),
             2,
             "Slack channel '#general' is not a conversation ID",
+        ),
+        Case(
+            ("r1", "--result-hash", "h", "-d", "smtp:Ops <ops@example.org>"),
+            2,
+            "an email recipient is one bare address like name@example.org",
         ),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
