@@ -77,6 +77,9 @@ class FakeEmailApiConfig(BaseModel):
     api_keys: list[str] = Field(default_factory=list)
     # Seconds from acceptance to ``delivered`` (``sent`` from half of it).
     deliver_after_s: float = Field(default=1.0, ge=0, le=86400)
+    # Instead, when set: ``sent`` until the message was looked up this many times, and
+    # its final status from that lookup on (a test's deterministic "delivered later").
+    deliver_after_reads: int | None = Field(default=None, ge=1)
     # Honour Idempotency-Key (off: a repeat is a second message, so a double send shows).
     dedupe: bool = False
     dedupe_window_s: float = Field(default=86400.0, gt=0)
@@ -100,17 +103,21 @@ class EmailMessage:
     body_hash: str
     final_status: str = "delivered"
     reason: str | None = None
+    reads: int = 0  # how many lookups have shown it
 
-    def status(self, now: float, deliver_after_s: float) -> str:
-        """queued, sent, then the final status once ``deliver_after_s`` has passed."""
+    def status(self, now: float, config: FakeEmailApiConfig) -> str:
+        """queued, sent, then the final status once ``deliver_after_s`` has passed (or it
+        was read ``deliver_after_reads`` times)."""
+        if config.deliver_after_reads is not None:
+            return self.final_status if self.reads >= config.deliver_after_reads else "sent"
         age = now - self.created_at
-        if age >= deliver_after_s:
+        if age >= config.deliver_after_s:
             return self.final_status
-        return "sent" if age >= deliver_after_s / 2 else "queued"
+        return "sent" if age >= config.deliver_after_s / 2 else "queued"
 
-    def shown(self, now: float, deliver_after_s: float) -> dict[str, Any]:
+    def shown(self, now: float, config: FakeEmailApiConfig) -> dict[str, Any]:
         """The message as ``GET /emails/{id}`` shows it."""
-        status = self.status(now, deliver_after_s)
+        status = self.status(now, config)
         shown: dict[str, Any] = {
             "object": "email",
             "id": self.id,
@@ -305,7 +312,10 @@ class FakeEmailApi:
 
     def _found(self, request: web.Request, key: str | None, message: EmailMessage) -> web.Response:
         self._record(request, key, 200)
-        return web.json_response(message.shown(time.time(), self.config.deliver_after_s))
+        with self._state.lock:
+            message.reads += 1
+            shown = message.shown(time.time(), self.config)
+        return web.json_response(shown)
 
     async def _by_id(self, request: web.Request) -> web.Response:
         try:

@@ -14,6 +14,7 @@ Errors: 429 (+ ``Retry-After``) was not processed and is retried after the delay
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from urllib.parse import quote
@@ -32,7 +33,9 @@ from streams.channels.base import (
     SendOutcome,
     SendResult,
 )
+from streams.channels.excerpt import excerpt
 from streams.channels.outcomes import (
+    Answer,
     DeadlineExceeded,
     attempt_failure,
     lookup_request,
@@ -157,7 +160,7 @@ class EmailApiChannel:
         if not 200 <= answer.status <= 299:
             # 429: not processed, retried after Retry-After; 401/403/422: permanent; 5xx: it
             # may have been accepted first, so UNKNOWN and the lookup decides.
-            return non_success(answer, what, self._clock)
+            return _with_provider_error(non_success(answer, what, self._clock), answer, what)
         body = answer.json_object()
         message_id = string_field(body, "id")
         status = string_field(body, "status") or "queued"
@@ -201,6 +204,18 @@ class EmailApiChannel:
             failed=is_failed,
             reason_field="reason",
         )
+
+
+def _with_provider_error(result: SendResult, answer: Answer, what: str) -> SendResult:
+    """The provider's own ``name: message`` as the evidence, where its error body has one:
+    it says why (a suppressed address, a bad sender), which the body's start may not."""
+    body = answer.json_object()
+    message = string_field(body, "message")
+    if message is None:
+        return result
+    name = string_field(body, "name") or "error"
+    said = excerpt(f"{name}: {message}".encode(), 240)
+    return dataclasses.replace(result, evidence=f"{what} -> {answer.status} {said}"[:1000])
 
 
 def adapter(build: AdapterBuild) -> EmailApiChannel:
