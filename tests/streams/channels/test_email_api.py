@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
-from events.channels import check_recipient
-from events.channels.email_api import EmailApiSettings
+from events.channels import channel_plugin, check_recipient
+from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
+from events.delivery_state import DeliveryState, Status
 from events.outcomes import ErrorClass
 from events.settings import Settings
 from streams.channels.base import OutboundDelivery, SendOutcome
 from streams.channels.email_api import KEY_HEADER, EmailApiChannel
 from streams.channels.http import create_http_client
+from streams.context import worker_context
+from streams.decisions import remembered
 from tests.fixtures.email_api import (
     API_KEY,
     RECIPIENT,
@@ -203,3 +207,36 @@ def test_settings_and_recipients_are_checked() -> None:
     assert check_recipient("email_api", RECIPIENT) == RECIPIENT
     with pytest.raises(ValueError, match="one bare address"):
         check_recipient("email_api", "Ops <ops@example.com>")
+
+
+async def test_the_24h_key_rule_applies_only_where_declared_and_within_its_window() -> None:
+    key_rule = channel_plugin("email_api").capabilities.dedupe_rule
+    assert key_rule == IDEMPOTENCY_KEY_DEDUPE
+    assert (key_rule.name, key_rule.window_s) == ("idempotency-key-24h", 86400)
+    config = {"api_url": "https://mail.example", "api_key": "k", "from_address": SENDER}
+    async with httpx.AsyncClient() as http:
+        for declared in (False, True):
+            settings = EmailApiSettings.model_validate({**config, "provider_dedupes": declared})
+            channel = EmailApiChannel(http, settings, deadline_s=1.0)
+            ctx = worker_context(FAST, worker_id="w", producer="p", channels={"email_api": channel})
+            rule = ctx.dedupe_rule("email_api", RECIPIENT)
+            assert rule == (key_rule if declared else None)
+    assert rule is not None
+    requested = datetime.now(UTC)
+    state = DeliveryState(
+        idempotency_key="k" * 64,
+        run_id="run-1",
+        event_type="report.ready",
+        channel="email_api",
+        recipient=RECIPIENT,
+        payload={},
+        payload_hash="h",
+        slo_seconds=60,
+        requested_at=requested,
+        request_event_id="e1",
+        status=Status.UNKNOWN,
+        attempt=1,
+        fencing_token=1,
+    )
+    assert remembered(rule, state, requested + timedelta(hours=23, minutes=59))
+    assert not remembered(rule, state, requested + timedelta(hours=24))
