@@ -16,14 +16,15 @@ requested, the policy is exhausted and the delivery is FAILED with its last erro
 
 Defaults:
 
-======== ========== ========== ========= ====== ============ =========== =================
-channel  base_delay multiplier max_delay jitter max_attempts max_age     max_retry_after
-======== ========== ========== ========= ====== ============ =========== =================
-webhook  2 s        2          15 min    0.5    10           24 h        1 h
-provider 1 s        2          5 min     0.5    8            6 h         1 h
-slack    1 s        2          5 min     0.5    8            6 h         1 h
-smtp     60 s       2          30 min    0.5    10           24 h        1 h
-======== ========== ========== ========= ====== ============ =========== =================
+========= ========== ========== ========= ====== ============ =========== =================
+channel   base_delay multiplier max_delay jitter max_attempts max_age     max_retry_after
+========= ========== ========== ========= ====== ============ =========== =================
+webhook   2 s        2          15 min    0.5    10           24 h        1 h
+provider  1 s        2          5 min     0.5    8            6 h         1 h
+slack     1 s        2          5 min     0.5    8            6 h         1 h
+smtp      60 s       2          30 min    0.5    10           24 h        1 h
+email_api 1 s        2          5 min     0.5    8            6 h         1 h
+========= ========== ========== ========= ====== ============ =========== =================
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
     "smtp": RetryPolicy(
         base_delay_s=60.0, max_delay_s=1800.0, max_attempts=10, max_age_s=24 * 3600.0
     ),
+    # An email API answers a rate limit with Retry-After too; 6 h of attempts stays well
+    # inside the 24 h its Idempotency-Key is remembered.
+    "email_api": RetryPolicy(),
 }
 
 

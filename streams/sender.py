@@ -243,6 +243,7 @@ class Sender:
             attempt=state.attempt,
             fencing_token=state.fencing_token,
             requested_at=state.requested_at,
+            provider_message_id=state.provider_message_id,
         )
 
     async def _send(self, state: DeliveryState, work: _Work) -> None:

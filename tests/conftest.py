@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.receiver",
     "tests.fixtures.slack",
     "tests.fixtures.mail",
+    "tests.fixtures.email_api",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
     "tests.fixtures.core",

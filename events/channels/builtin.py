@@ -3,7 +3,9 @@ pyproject.toml like any plugin. Their adapters live in ``streams/channels/``."""
 
 from __future__ import annotations
 
-from events.channels.mail import SmtpSettings, check_email_recipient
+from events.channels.email_address import check_email_recipient
+from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
+from events.channels.mail import SmtpSettings
 from events.channels.plugin import Capabilities, ChannelPlugin, DedupeRule, FirstAnswer, Lookup
 from events.channels.urls import check_http_url, credentials_in, slack_recipient
 
@@ -33,9 +35,17 @@ webhook = ChannelPlugin(
     settings_note="LEDGER_WEBHOOK_SECRET, LEDGER_WEBHOOK_ENDPOINTS",
 )
 
+# The ledger's own generic shape of a messaging-provider API (POST to the recipient URL,
+# queued/delivered, lookup by key): no real provider speaks it. Kept under its name because
+# the idempotency key is derived from the channel name: renaming it would give the same
+# logical event a new key, and the log, the demo and receivers built for it use it.
+# Real email over an HTTP API is ``email_api``.
 provider = ChannelPlugin(
     name="provider",
-    description="a messaging-provider API: message id, queued/delivered status, lookup by key",
+    description=(
+        "the ledger's generic messaging-provider API shape: POST to the recipient URL, "
+        "message id, queued/delivered status, lookup by key"
+    ),
     capabilities=Capabilities(
         key_carriers=("header Idempotency-Key",),
         lookup=Lookup.BY_KEY,
@@ -97,4 +107,26 @@ smtp = ChannelPlugin(
     check_recipient=check_email_recipient,
     adapter="streams.channels.smtp:adapter",
     settings_model=SmtpSettings,
+)
+
+email_api = ChannelPlugin(
+    name="email_api",
+    description=(
+        "an email over an HTTP email API (Resend/Postmark-like): POST /emails with "
+        "Idempotency-Key, status by lookup"
+    ),
+    capabilities=Capabilities(
+        key_carriers=("header Idempotency-Key", "email header X-Ledger-Idempotency-Key"),
+        # GET /emails?idempotency_key=K settles an UNKNOWN (this API shape's contract; off
+        # with lookup_by_key=false); a SENT is polled by GET /emails/{id}.
+        lookup=Lookup.BY_KEY,
+        # The answer's id: the provider accepted it, nobody read it yet. ``delivered``
+        # (by lookup) confirms.
+        first_answer=FirstAnswer.SENT,
+        # Applied only where provider_dedupes=true, and only within 24 h of the request.
+        dedupe_rule=IDEMPOTENCY_KEY_DEDUPE,
+    ),
+    check_recipient=check_email_recipient,
+    adapter="streams.channels.email_api:adapter",
+    settings_model=EmailApiSettings,
 )

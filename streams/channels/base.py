@@ -52,6 +52,10 @@ class OutboundDelivery:
     # When the delivery was requested: no attempt of it can be older, so a lookup that
     # lists messages by time (Slack's conversations.history) starts here.
     requested_at: datetime | None = None
+    # The provider's id from an earlier answer of this delivery (a SENT, or a lookup that
+    # found it): a channel that can only look messages up by id (``Lookup.BY_PROVIDER_ID``)
+    # polls with it.
+    provider_message_id: str | None = None
 
 
 @dataclass(frozen=True)

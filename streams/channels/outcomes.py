@@ -244,11 +244,14 @@ async def lookup_request(
     deadline_s: float,
     delivered: Callable[[str | None], bool] = lambda _status: True,
     failed: Callable[[str | None], bool] = lambda _status: False,
+    reason_field: str | None = None,
 ) -> LookupResult:
     """GET a lookup URL under the hard deadline, per the lookup contract (README):
 
     200 ``{status, id}`` found (``delivered`` / ``failed`` judge the status), 202 or status
     ``processing`` received and still processing, 404 not found, anything else an error.
+    ``reason_field`` names a field of the answer whose text (the provider's reason for a
+    bounce, say) goes into the evidence.
     """
     what = f"GET {url}"
     try:
@@ -264,14 +267,17 @@ async def lookup_request(
     if answer.status == 202 or (answer.status == 200 and status == PROCESSING):
         return LookupResult("processing", f"{what} -> {answer.status}: received, still processing")
     if answer.status != 200:
-        excerpt = answer.excerpt()
-        return LookupResult("lookup_error", f"{what} -> {answer.status}: {excerpt}"[:1000])
+        shown_body = answer.excerpt()
+        return LookupResult("lookup_error", f"{what} -> {answer.status}: {shown_body}"[:1000])
     if body is None:
         return LookupResult(
             "lookup_error", f"{what} -> 200 without a JSON object: {answer.excerpt()}"
         )
     message_id = string_field(body, "id")
     evidence = f"{what} -> 200, id {message_id}, status {status}"
+    reason = string_field(body, reason_field) if reason_field is not None else None
+    if reason is not None:
+        evidence = f"{evidence}, reason {excerpt(reason.encode(), 200)}"[:1000]
     if failed(status):
         return LookupResult("failed", evidence, message_id, status)
     return LookupResult(

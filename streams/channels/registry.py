@@ -22,7 +22,7 @@ from streams.channels.base import AdapterBuild, AdapterFactory, Channel
 from streams.channels.http import create_http_client
 
 # The built-ins: a worker without them was installed without its own entry points.
-BUILT_IN = frozenset({"webhook", "provider", "slack", "smtp"})
+BUILT_IN = frozenset({"webhook", "provider", "slack", "smtp", "email_api"})
 
 
 def adapter_factory(plugin: ChannelPlugin) -> AdapterFactory:

@@ -117,6 +117,26 @@ CASES: dict[str, list[Case]] = {
             {"LEDGER_SLACK_TOKENS": '{"a b": "xoxb-1"}'},
         ),
     ],
+    "fake-email-api": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--deliver-after", "-1"), 2, "Invalid value for '--deliver-after'"),
+        Case(
+            (),
+            2,
+            "LEDGER_CHANNEL_SETTINGS[email_api]: Value error, api_url, api_key and from_address",
+            {"LEDGER_CHANNEL_SETTINGS": '{"email_api": {"api_url": "https://mail.example"}}'},
+        ),
+        Case(
+            (),
+            2,
+            "LEDGER_CHANNEL_SETTINGS[email_api].from_address",
+            {
+                "LEDGER_CHANNEL_SETTINGS": '{"email_api": {"api_url": "https://m.example", '
+                '"api_key": "k", "from_address": "Ledger <l@example.org>"}}'
+            },
+        ),
+        Case((), 2, "LEDGER_CHANNEL_SETTINGS", {"LEDGER_CHANNEL_SETTINGS": "{not json"}),
+    ],
     "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
     "rebuild": [
         Case((), 2, "Missing option '--into'"),

@@ -1,0 +1,80 @@
+"""``ledger fake-email-api``: run the fake HTTP email API until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Annotated
+
+import typer
+
+from events.channels import channel_config, channel_plugin
+from events.channels.email_api import EmailApiSettings
+from events.errors import LedgerError
+from events.settings import Settings
+from ledger.simulator.email_api import FakeEmailApi, FakeEmailApiConfig
+
+
+async def serve(config: FakeEmailApiConfig, as_json: bool) -> None:
+    """Start the fake, print its API URL, and serve until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with FakeEmailApi(config) as fake:
+        if as_json:
+            print(json.dumps({"api": fake.api_url}), flush=True)
+        else:
+            print("fake email API listening (Ctrl-C stops it)")
+            print(f"  api:     {fake.api_url}   (LEDGER_CHANNEL_SETTINGS[email_api].api_url)")
+            print(f"  dedupe:  {'on' if config.dedupe else 'off'}")
+            print(f"  lookup by key: {'on' if config.lookup_by_key else 'off'}", flush=True)
+        await stop.wait()
+    print("fake email API stopped", flush=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ledger fake-email-api``."""
+
+    @app.command("fake-email-api")
+    def fake_email_api(
+        port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8783,
+        deliver_after: Annotated[
+            float, typer.Option(min=0, max=86400, help="Seconds until a message is delivered.")
+        ] = 1.0,
+        dedupe: Annotated[
+            bool, typer.Option(help="Honour Idempotency-Key (off: a repeat is a second email).")
+        ] = False,
+        lookup_by_key: Annotated[
+            bool, typer.Option(help="Offer GET /emails?idempotency_key=K.")
+        ] = True,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the URL as JSON.")] = False,
+    ) -> None:
+        """Run a fake HTTP email API on 127.0.0.1 (POST /emails, GET /emails/{id}, by key).
+
+        Its API key is the workers' own: LEDGER_CHANNEL_SETTINGS[email_api].api_key.
+        """
+        config = channel_config(channel_plugin("email_api"), Settings())  # ConfigError: exit
+        keys = []
+        if isinstance(config, EmailApiSettings) and config.api_key is not None:
+            keys.append(config.api_key.get_secret_value())
+        else:
+            typer.echo(
+                "warning: LEDGER_CHANNEL_SETTINGS has no email_api api_key: every call is "
+                "answered 401 (set it to what the workers use)",
+                err=True,
+            )
+        fake_config = FakeEmailApiConfig(
+            port=port,
+            api_keys=keys,
+            deliver_after_s=deliver_after,
+            dedupe=dedupe,
+            lookup_by_key=lookup_by_key,
+        )
+        try:
+            asyncio.run(serve(fake_config, as_json))
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
+            ) from None
