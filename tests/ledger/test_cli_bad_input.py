@@ -56,7 +56,7 @@ CASES: dict[str, list[Case]] = {
             ("r1", "--result-hash", "h", "-d", "https://x.test/"),
             2,
             "a delivery needs a channel prefix, like webhook:https://... "
-            "(channels: provider, slack, smtp, webhook)",
+            "(channels: email_api, provider, slack, smtp, webhook)",
         ),
         # Checked before connecting: the answer is about the run id, not the broker.
         Case(("r:1", "--result-hash", "h", "-d", "webhook:https://x.test/"), 2, "run_id must"),
