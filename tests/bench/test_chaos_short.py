@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import MUST_BE_ZERO
+from tests.fixtures.broker import TEST_BROKER_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,12 @@ def test_short_chaos_run_loses_nothing_and_sends_nothing_twice(tmp_path: Path) -
     log = tmp_path / "chaos.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.chaos", "--short", "--json", str(summary_path)],
+            [
+                *(sys.executable, "-m", "bench.chaos", "--short", "--json", str(summary_path)),
+                # A broker of its own within this xdist worker's ports (bench's default,
+                # 29392, is any other session's to take).
+                *("--broker-port", str(TEST_BROKER_PORT + 12)),
+            ],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
