@@ -124,7 +124,8 @@ async def rebuild(
     store = open_store(dsn)
     try:
         store.prepare("rebuild", replace=replace)
-        return await project(
+        store.start_bulk_load()
+        stats = await project(
             settings,
             store,
             until="end" if until is None else until,
@@ -132,5 +133,7 @@ async def rebuild(
             progress=progress,
             observe=observe,
         )
+        store.finish_bulk_load()
+        return stats
     finally:
         store.close()

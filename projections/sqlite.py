@@ -9,6 +9,10 @@ from typing import Any
 
 from projections.store import Store
 
+# A rebuild's page cache (KiB): the batch's lookups and upserts touch pages all over the
+# tables, and SQLite's default of 2 MB sends most of them back to the OS.
+_BULK_CACHE_KIB = 256 * 1024
+
 
 class SqliteStore(Store):
     """A projection in a SQLite file; readers (``ledger status``) never block the writer."""
@@ -62,3 +66,24 @@ class SqliteStore(Store):
         """Tables in the file."""
         rows = self._execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {name for (name,) in rows}
+
+    def index_names(self) -> set[str]:
+        """Indexes in the file."""
+        rows = self._execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        return {name for (name,) in rows}
+
+    def _relax_durability(self, relaxed: bool) -> None:
+        """While relaxed, commits are not synced (the WAL still makes each one atomic, and
+        a crashed process loses nothing: only a power cut can) and more pages stay in
+        memory. FULL syncs the WAL at the next commit: the whole file, earlier commits too."""
+        if relaxed:
+            self._conn.execute("PRAGMA synchronous=OFF")
+            self._conn.execute(f"PRAGMA cache_size=-{_BULK_CACHE_KIB}")
+        else:
+            self._conn.execute("PRAGMA synchronous=FULL")
+
+    def _bulk_load_done(self) -> None:
+        """Move the log into the file (synced) and go back to the usual settings."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA cache_size=-2000")

@@ -94,6 +94,10 @@ class Store(ABC):
     def table_names(self) -> set[str]:
         """Tables that exist in the database (or schema)."""
 
+    @abstractmethod
+    def index_names(self) -> set[str]:
+        """Indexes that exist in the database (or schema)."""
+
     # Schema and version -------------------------------------------------------------
 
     def prepare(self, mode: Mode, *, replace: bool = False) -> None:
@@ -126,6 +130,8 @@ class Store(ABC):
                 "rebuild into an empty database with 'ledger rebuild --into DSN'",
             )
         self.check_version()
+        if mode == "project":
+            self.ensure_indexes()
 
     def check_version(self) -> None:
         """Raise a one-line ``LedgerError`` unless the stored schema is ours."""
@@ -157,6 +163,58 @@ class Store(ABC):
 
     def _create_sql(self, table: Table) -> str:
         return table.create_sql(self.column_types)
+
+    def ensure_indexes(self) -> None:
+        """Create any secondary index that is missing (a rebuild that stopped before its
+        end leaves them out: see ``start_bulk_load``)."""
+        if {_index_name(index) for index in INDEXES} - self.index_names():
+            self._create_indexes()
+
+    def _create_indexes(self) -> None:
+        self.begin()
+        try:
+            for index in INDEXES:
+                self._execute(index.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    # Bulk loading (a rebuild into a fresh database) -------------------------------------
+
+    def start_bulk_load(self) -> None:
+        """Make the coming batches cheaper to write into this freshly prepared database.
+
+        The secondary indexes are dropped (``finish_bulk_load`` builds them once, in one
+        pass over the rows, instead of updating them row by row), and the backend may
+        relax per-commit durability: a rebuild that dies is run again from offset 0.
+        Every batch still commits with its offsets, so what is written stays exactly-once.
+        """
+        self.begin()
+        try:
+            for index in INDEXES:
+                self._execute(f"DROP INDEX IF EXISTS {_index_name(index)}")
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+        self._relax_durability(True)
+
+    def finish_bulk_load(self) -> None:
+        """Build the secondary indexes in one durable commit, which makes every commit
+        before it durable too."""
+        self._relax_durability(False)
+        self._create_indexes()
+        self._bulk_load_done()
+
+    @abstractmethod
+    def _relax_durability(self, relaxed: bool) -> None:
+        """Trade per-commit durability for speed while ``relaxed``;
+        after ``relaxed=False``, the next commit is durable along with all before it."""
+
+    @abstractmethod
+    def _bulk_load_done(self) -> None:
+        """Tidy up after the durable commit that ends a bulk load."""
 
     def _drop(self, names: Iterable[str]) -> None:
         self.begin()
@@ -292,6 +350,11 @@ class Store(ABC):
         finally:
             self.rollback()
         return result
+
+
+def _index_name(create_sql: str) -> str:
+    """``deliveries_run`` from ``CREATE INDEX deliveries_run ON ...``."""
+    return create_sql.split()[2]
 
 
 def redacted(dsn: str) -> str:
