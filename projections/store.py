@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any, Literal
 
 from events.errors import LedgerError
 from events.faults import crash_if_enabled
+from events.model import DeliveryEvent
 from projections.fold import Batch, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
@@ -271,11 +273,12 @@ class Store(ABC):
             event = record.event
             if event is None:
                 continue
-            key = getattr(event, "idempotency_key", None)
-            if key is None:
-                run_ids.add(event.run_id)
+            # isinstance, not getattr with a default: a pydantic model raises (and the
+            # default swallows) an AttributeError for every run event.
+            if isinstance(event, DeliveryEvent):
+                keys.add(event.idempotency_key)
             else:
-                keys.add(key)
+                run_ids.add(event.run_id)
         for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
             batch.runs[row["run_id"]] = row
         for row in self._select_in(DELIVERIES, "idempotency_key", keys):
@@ -323,7 +326,9 @@ class Store(ABC):
             f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608
             f"ON CONFLICT ({', '.join(table.key)}) {action}"
         )
-        self._executemany(sql, [tuple(row[n] for n in names) for row in rows])
+        # itemgetter builds each parameter tuple in C (a tuple for two or more names).
+        values = itemgetter(*names) if len(names) > 1 else lambda row: (row[names[0]],)
+        self._executemany(sql, list(map(values, rows)))
 
     # Reading ------------------------------------------------------------------------
 
