@@ -129,11 +129,10 @@ async def rebuild(
 ) -> ProjectionStats:
     """Replay both topics from offset 0 into an empty database (to the end, or ``until``).
 
-    The batches are written in the event loop's thread, not beside the reading: both
-    are CPU-bound under the GIL, so a writer thread overlapped little (SQLite's own
-    steps) and cost more than it saved in GIL hand-offs: 10.2-12.2 s of CPU and
-    14.7-21.0 s of wall time against 11.0-13.8 s and 21.1-31.6 s for 200,000 events on
-    a busy 2-core machine (BENCHMARKS.md, issue 12).
+    Into SQLite the batches are written in the event loop's thread, not beside the
+    reading: both are CPU-bound under the GIL, so a writer thread overlapped little
+    (SQLite's own steps) and cost more than it saved in GIL hand-offs (BENCHMARKS.md,
+    issue 12). PostgreSQL runs the statements in its own process: there the thread stays.
     """
     store = open_store(dsn)
     try:
@@ -146,7 +145,7 @@ async def rebuild(
             batch_size=batch_size,
             progress=progress,
             observe=observe,
-            write_in_thread=False,
+            write_in_thread=store.rebuild_writes_in_thread,
         )
         store.finish_bulk_load()
         return stats

@@ -18,6 +18,7 @@ class SqliteStore(Store):
     """A projection in a SQLite file; readers (``ledger status``) never block the writer."""
 
     placeholder = "?"
+    rebuild_writes_in_thread = False
 
     def __init__(self, dsn: str, path: Path) -> None:
         super().__init__(dsn)

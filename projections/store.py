@@ -55,6 +55,10 @@ class Store(ABC):
 
     placeholder: str = "?"
     column_types: dict[str, str] = {}
+    # Whether a rebuild writes each batch in a thread while the next is read and decoded:
+    # worth it when the statements run in another process (a database server), not when
+    # they run in ours under the GIL (projections/projector.py: rebuild).
+    rebuild_writes_in_thread: bool = True
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
