@@ -207,8 +207,8 @@ class Store(ABC):
         self._relax_durability(True)
 
     def finish_bulk_load(self) -> None:
-        """Build the secondary indexes in one durable commit, which makes every commit
-        before it durable too."""
+        """Build the secondary indexes in one durable commit, then let the backend make
+        every commit before it durable too."""
         self._relax_durability(False)
         self._create_indexes()
         self._bulk_load_done()
