@@ -38,6 +38,8 @@ from projections.worker_state import dump_state, load_state
 
 Row = dict[str, Any]
 AttemptKey = tuple[str, int]
+# Status.public is a property that compares and looks up on every call; once per event.
+_PUBLIC = {status: status.public for status in Status}
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,9 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
             batch.skip(where, f"{event.type} for key {key} that was never requested")
         return
     before = _state(batch, key, row)
-    if str(event.event_id) in before.seen:
-        return  # a redelivered record: the worker's fold ignores it, and so do we
     after = fold_delivery(before, event)
+    if after is before:
+        return  # a redelivered record: the worker's fold ignores it, and so do we
     assert after is not None
     batch.states[key] = after
     row["updated_at"] = at
@@ -199,7 +201,7 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
 def _derive(row: Row, before: DeliveryState, after: DeliveryState, at: str) -> None:
     """The row's columns that follow from the worker's state."""
     retry_at = after.retry_at if after.status is Status.RETRY_SCHEDULED else None
-    row["status"] = after.status.public
+    row["status"] = _PUBLIC[after.status]
     row["attempts"] = after.attempt
     row["fencing_token"] = after.fencing_token
     row["provider_message_id"] = after.provider_message_id
@@ -228,7 +230,7 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "payload_hash": event.payload_hash,
         "slo_seconds": event.slo_seconds,
         "slo_deadline": deadline,
-        "status": state.status.public,
+        "status": _PUBLIC[state.status],
         "attempts": 0,
         "fencing_token": 0,
         "provider_message_id": None,

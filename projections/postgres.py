@@ -72,3 +72,17 @@ class PostgresStore(Store):
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
         return {name for (name,) in rows}
+
+    def index_names(self) -> set[str]:
+        """Indexes in the connection's current schema."""
+        rows = self._execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+        return {name for (name,) in rows}
+
+    def _relax_durability(self, relaxed: bool) -> None:
+        """While relaxed, a commit does not wait for its WAL flush (the server stays
+        consistent; a crash loses the last commits, which a rebuild re-reads). The
+        commit of the indexes, last, waits again, and flushes everything before it."""
+        self._execute(f"SET synchronous_commit = {'off' if relaxed else 'on'}")
+
+    def _bulk_load_done(self) -> None:
+        """Nothing to tidy: the durable commit already restored the usual setting."""

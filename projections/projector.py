@@ -52,6 +52,7 @@ async def project(
     progress: ProgressCallback | None = None,
     observe: RecordObserver | None = None,
     dead_letters: RunsDeadLetters | None = None,
+    write_in_thread: bool = True,
 ) -> ProjectionStats:
     """Fold the log into ``store`` from its stored offsets.
 
@@ -59,7 +60,9 @@ async def project(
     to those offsets (``"end"``: the last stable offsets when it starts). ``observe``
     sees every record read, so a second fold can ride along on the same read. With
     ``dead_letters`` (the live projector), each batch's undecodable ``ledger.runs``
-    records are dead-lettered before the batch that skips them commits.
+    records are dead-lettered before the batch that skips them commits. Without
+    ``write_in_thread``, each batch is written in the event loop's thread, before the
+    next one is read (see ``rebuild``).
     """
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
@@ -74,8 +77,8 @@ async def project(
             total = sum(
                 max(0, limit.get(p, 0) - start) for p, start in reader.start_offsets.items()
             )
-        # One batch is written (in a thread) while the next is fetched and decoded: the
-        # batches still commit strictly one after another, in order.
+        # One batch is written (in a thread, if write_in_thread) while the next is fetched
+        # and decoded: the batches still commit strictly one after another, in order.
         writing: asyncio.Future[Batch] | None = None
         try:
             while stop is None or not stop.is_set():
@@ -91,9 +94,13 @@ async def project(
                     if dead_letters is not None:
                         stats.dead_lettered += await dead_letters.send(records)
                     stats.records += len(records)
-                    writing = asyncio.ensure_future(
-                        asyncio.to_thread(store.apply_records, records, settings.faults)
-                    )
+                    if write_in_thread:
+                        writing = asyncio.ensure_future(
+                            asyncio.to_thread(store.apply_records, records, settings.faults)
+                        )
+                    else:
+                        batch = store.apply_records(records, settings.faults)
+                        _count(stats, batch, progress, total)
         finally:
             if writing is not None:
                 _count(stats, await writing, progress, total)
@@ -120,17 +127,27 @@ async def rebuild(
     progress: ProgressCallback | None = None,
     observe: RecordObserver | None = None,
 ) -> ProjectionStats:
-    """Replay both topics from offset 0 into an empty database (to the end, or ``until``)."""
+    """Replay both topics from offset 0 into an empty database (to the end, or ``until``).
+
+    Into SQLite the batches are written in the event loop's thread, not beside the
+    reading: both are CPU-bound under the GIL, so a writer thread overlapped little
+    (SQLite's own steps) and cost more than it saved in GIL hand-offs (BENCHMARKS.md,
+    issue 12). PostgreSQL runs the statements in its own process: there the thread stays.
+    """
     store = open_store(dsn)
     try:
         store.prepare("rebuild", replace=replace)
-        return await project(
+        store.start_bulk_load()
+        stats = await project(
             settings,
             store,
             until="end" if until is None else until,
             batch_size=batch_size,
             progress=progress,
             observe=observe,
+            write_in_thread=store.rebuild_writes_in_thread,
         )
+        store.finish_bulk_load()
+        return stats
     finally:
         store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,15 +10,21 @@ from typing import Any
 
 from projections.store import Store
 
+# A rebuild's page cache (KiB): the batch's lookups and upserts touch pages all over the
+# tables, and SQLite's default of 2 MB sends most of them back to the OS.
+_BULK_CACHE_KIB = 256 * 1024
+
 
 class SqliteStore(Store):
     """A projection in a SQLite file; readers (``ledger status``) never block the writer."""
 
     placeholder = "?"
+    rebuild_writes_in_thread = False
 
     def __init__(self, dsn: str, path: Path) -> None:
         super().__init__(dsn)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch and its
         # offsets are exactly one transaction. check_same_thread=False: the projector
         # hands the connection to one worker thread at a time (asyncio.to_thread).
@@ -62,3 +69,32 @@ class SqliteStore(Store):
         """Tables in the file."""
         rows = self._execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {name for (name,) in rows}
+
+    def index_names(self) -> set[str]:
+        """Indexes in the file."""
+        rows = self._execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        return {name for (name,) in rows}
+
+    def _relax_durability(self, relaxed: bool) -> None:
+        """While relaxed, commits and checkpoints are not synced (the WAL still makes each
+        commit atomic, and a crashed process loses nothing: only a power cut can) and more
+        pages stay in memory. FULL syncs the WAL at the next commit; ``_bulk_load_done``
+        syncs the database file, which unsynced checkpoints wrote to."""
+        if relaxed:
+            self._conn.execute("PRAGMA synchronous=OFF")
+            self._conn.execute(f"PRAGMA cache_size=-{_BULK_CACHE_KIB}")
+        else:
+            self._conn.execute("PRAGMA synchronous=FULL")
+
+    def _bulk_load_done(self) -> None:
+        """Move the log into the file, sync the file, go back to the usual settings."""
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # The checkpoint syncs the file too, unless a reader kept it from finishing: sync
+        # it ourselves, so pages that relaxed checkpoints wrote are on disk either way.
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA cache_size=-2000")

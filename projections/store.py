@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any, Literal
 
 from events.errors import LedgerError
 from events.faults import crash_if_enabled
+from events.model import DeliveryEvent
 from projections.fold import Batch, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
@@ -53,6 +55,10 @@ class Store(ABC):
 
     placeholder: str = "?"
     column_types: dict[str, str] = {}
+    # Whether a rebuild writes each batch in a thread while the next is read and decoded:
+    # worth it when the statements run in another process (a database server), not when
+    # they run in ours under the GIL (projections/projector.py: rebuild).
+    rebuild_writes_in_thread: bool = True
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -94,6 +100,10 @@ class Store(ABC):
     def table_names(self) -> set[str]:
         """Tables that exist in the database (or schema)."""
 
+    @abstractmethod
+    def index_names(self) -> set[str]:
+        """Indexes that exist in the database (or schema)."""
+
     # Schema and version -------------------------------------------------------------
 
     def prepare(self, mode: Mode, *, replace: bool = False) -> None:
@@ -126,6 +136,8 @@ class Store(ABC):
                 "rebuild into an empty database with 'ledger rebuild --into DSN'",
             )
         self.check_version()
+        if mode == "project":
+            self.ensure_indexes()
 
     def check_version(self) -> None:
         """Raise a one-line ``LedgerError`` unless the stored schema is ours."""
@@ -157,6 +169,58 @@ class Store(ABC):
 
     def _create_sql(self, table: Table) -> str:
         return table.create_sql(self.column_types)
+
+    def ensure_indexes(self) -> None:
+        """Create any secondary index that is missing (a rebuild that stopped before its
+        end leaves them out: see ``start_bulk_load``)."""
+        if {_index_name(index) for index in INDEXES} - self.index_names():
+            self._create_indexes()
+
+    def _create_indexes(self) -> None:
+        self.begin()
+        try:
+            for index in INDEXES:
+                self._execute(index.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    # Bulk loading (a rebuild into a fresh database) -------------------------------------
+
+    def start_bulk_load(self) -> None:
+        """Make the coming batches cheaper to write into this freshly prepared database.
+
+        The secondary indexes are dropped (``finish_bulk_load`` builds them once, in one
+        pass over the rows, instead of updating them row by row), and the backend may
+        relax per-commit durability: a rebuild that dies is run again from offset 0.
+        Every batch still commits with its offsets, so what is written stays exactly-once.
+        """
+        self.begin()
+        try:
+            for index in INDEXES:
+                self._execute(f"DROP INDEX IF EXISTS {_index_name(index)}")
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+        self._relax_durability(True)
+
+    def finish_bulk_load(self) -> None:
+        """Build the secondary indexes in one durable commit, then let the backend make
+        every commit before it durable too."""
+        self._relax_durability(False)
+        self._create_indexes()
+        self._bulk_load_done()
+
+    @abstractmethod
+    def _relax_durability(self, relaxed: bool) -> None:
+        """Trade per-commit durability for speed while ``relaxed``;
+        after ``relaxed=False``, the next commit is durable along with all before it."""
+
+    @abstractmethod
+    def _bulk_load_done(self) -> None:
+        """Tidy up after the durable commit that ends a bulk load."""
 
     def _drop(self, names: Iterable[str]) -> None:
         self.begin()
@@ -213,11 +277,12 @@ class Store(ABC):
             event = record.event
             if event is None:
                 continue
-            key = getattr(event, "idempotency_key", None)
-            if key is None:
-                run_ids.add(event.run_id)
+            # isinstance, not getattr with a default: a pydantic model raises (and the
+            # default swallows) an AttributeError for every run event.
+            if isinstance(event, DeliveryEvent):
+                keys.add(event.idempotency_key)
             else:
-                keys.add(key)
+                run_ids.add(event.run_id)
         for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
             batch.runs[row["run_id"]] = row
         for row in self._select_in(DELIVERIES, "idempotency_key", keys):
@@ -265,7 +330,9 @@ class Store(ABC):
             f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608
             f"ON CONFLICT ({', '.join(table.key)}) {action}"
         )
-        self._executemany(sql, [tuple(row[n] for n in names) for row in rows])
+        # itemgetter builds each parameter tuple in C (a tuple for two or more names).
+        values = itemgetter(*names) if len(names) > 1 else lambda row: (row[names[0]],)
+        self._executemany(sql, list(map(values, rows)))
 
     # Reading ------------------------------------------------------------------------
 
@@ -292,6 +359,11 @@ class Store(ABC):
         finally:
             self.rollback()
         return result
+
+
+def _index_name(create_sql: str) -> str:
+    """``deliveries_run`` from ``CREATE INDEX deliveries_run ON ...``."""
+    return create_sql.split()[2]
 
 
 def redacted(dsn: str) -> str:

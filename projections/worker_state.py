@@ -38,16 +38,26 @@ _FROM_ROW = (
 _DROPPED = frozenset({"payload", *_FROM_ROW})
 
 
+# Per field: what to leave out, if anything (every changed delivery of every batch is
+# dumped, so this is one lookup per field, and one encoder built once).
+_DROP, _KEEP = object(), object()
+_OMIT: dict[str, Any] = {
+    f.name: _DROP if f.name in _DROPPED else _DEFAULTS.get(f.name, _KEEP) for f in _FIELDS
+}
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def dump_state(state: DeliveryState) -> str:
     """The state as compact JSON, default-valued fields and the payload left out."""
     out: dict[str, Any] = {}
     for name, value in state.__dict__.items():
-        if name in _DROPPED or (name in _DEFAULTS and value == _DEFAULTS[name]):
+        omit = _OMIT[name]
+        if omit is _DROP or (omit is not _KEEP and value == omit):
             continue
-        if name in _TIMES and value is not None:
+        if value is not None and name in _TIMES:
             value = value.isoformat()
         out[name] = value
-    return json.dumps(out, separators=(",", ":"))
+    return _ENCODER.encode(out)
 
 
 def load_state(text: str, row: Mapping[str, Any]) -> DeliveryState:
