@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import SecretStr
+from pydantic import Secret, SecretStr
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -43,7 +43,10 @@ DEMO_WEBHOOK_SECRET = SecretStr("whsec_" + base64.b64encode(b"ledger-demo-only-s
 DEMO_SLACK_WORKSPACE = "demo"
 DEMO_SLACK_TOKEN = SecretStr("xoxb-demo-only-token")
 DEMO_SLACK_CHANNEL = "C0DEMO0001"
-CHANNELS_PER_RUN = 4  # two webhooks, one provider message, one Slack message
+# The fake email API's key and the demo's sender (LEDGER_CHANNEL_SETTINGS[email_api]).
+DEMO_EMAIL_API_KEY = "re_demo_only_key"
+DEMO_EMAIL_FROM = "ledger-demo@example.test"
+CHANNELS_PER_RUN = 5  # two webhooks, a provider message, a Slack message, an email
 
 
 @dataclass
@@ -169,7 +172,19 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
         stdout=subprocess.PIPE,
     )
     urls["slack_api"] = (await asyncio.to_thread(read_json_line, fake_slack))["api"]
-    settings = slack_settings.model_copy(
+    # The email API's fake: accepted = SENT, delivered (CONFIRMED by lookup) 0.5 s later;
+    # no dedupe, so a second POST would be a second email.
+    email = {"api_key": DEMO_EMAIL_API_KEY, "from_address": DEMO_EMAIL_FROM}
+    placeholder = {**email, "api_url": "http://127.0.0.1:1"}  # the fake reads only the key
+    fake_email = stack.start(
+        "fake-email-api",
+        ["fake-email-api", "--port", "0", "--deliver-after", "0.5", "--json"],
+        _with_email_api(slack_settings, placeholder),
+        stdout=subprocess.PIPE,
+    )
+    urls["email_api"] = (await asyncio.to_thread(read_json_line, fake_email))["api"]
+    settings = _with_email_api(slack_settings, {**email, "api_url": urls["email_api"]})
+    settings = settings.model_copy(
         update={
             "slack_api_url": urls["slack_api"],
             "webhook_endpoints": {
@@ -192,6 +207,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
         f"[bold]fake provider[/] {urls['base']} · webhooks: receiver-kit apps · provider: no dedupe"
     )
     out.print(f"[bold]fake Slack[/] {urls['slack_api']} · no dedupe")
+    out.print(f"[bold]fake email API[/] {urls['email_api']} · no dedupe")
     workers = {
         name: stack.start(name, ["worker", "--name", name], settings)
         for name in ("demo-w1", "demo-w2")
@@ -313,6 +329,11 @@ async def _publish(
                     recipient=f"{DEMO_SLACK_WORKSPACE}/{DEMO_SLACK_CHANNEL}",
                     payload={"text": f":white_check_mark: run {run_id} finished"},
                 ),
+                DeliverySpec(
+                    channel="email_api",
+                    recipient="oncall@example.test",
+                    payload={"subject": f"run {run_id} finished", "text": "report ready"},
+                ),
             ]
             await publisher.run_started(run_id, agent="demo-agent")
             requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
@@ -371,6 +392,10 @@ def _summary(
     slack_messages = _slack_messages_per_key(urls["slack_api"])
     posts += sum(n for key, n in slack_messages.items() if key in mine)
     twice_by_channel["slack"] = sum(1 for k, n in slack_messages.items() if k in mine and n > 1)
+    email_keys = [k for k, st in observer.states.items() if k in mine and st.channel == "email_api"]
+    emails = _emails_per_key(urls["email_api"], email_keys)
+    posts += sum(emails.values())
+    twice_by_channel["email_api"] = sum(1 for n in emails.values() if n > 1)
     twice = sum(twice_by_channel.values())
     return Summary(
         runs=runs,
@@ -414,6 +439,24 @@ def _slack_messages_per_key(api: str) -> Counter[str]:
             cursor = (answer.get("response_metadata") or {}).get("next_cursor") or ""
             if not answer.get("has_more") or not cursor:
                 break
+    return found
+
+
+def _with_email_api(settings: Settings, entry: dict[str, str]) -> Settings:
+    channel_settings = {**settings.channel_settings, "email_api": Secret(dict(entry))}
+    return settings.model_copy(update={"channel_settings": channel_settings})
+
+
+def _emails_per_key(api: str, keys: list[str]) -> Counter[str]:
+    """Emails the fake accepted per idempotency key (its lookup by key, and its own
+    count header), for the keys the demo published."""
+    found: Counter[str] = Counter()
+    auth = {"Authorization": f"Bearer {DEMO_EMAIL_API_KEY}"}
+    with httpx.Client(base_url=api, headers=auth, timeout=30) as client:
+        for key in keys:
+            answer = client.get("emails", params={"idempotency_key": key})
+            if answer.status_code == 200:
+                found[key] = int(answer.headers.get("X-Fake-Messages-With-Key", "1"))
     return found
 
 

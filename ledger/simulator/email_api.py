@@ -342,7 +342,11 @@ class FakeEmailApi:
             found = self.messages(key)
             if not found:
                 raise ApiError(404, "not_found", "No email was sent with this idempotency key")
-            return self._found(request, key, found[0])
+            answer = self._found(request, key, found[0])
+            # The fake's own addition (no provider says it): how many messages this key
+            # made, so a tester sees a double send where dedupe is off.
+            answer.headers["X-Fake-Messages-With-Key"] = str(len(found))
+            return answer
         except ApiError as exc:
             self._record(request, key, exc.status)
             return exc.response()
