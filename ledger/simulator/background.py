@@ -6,8 +6,6 @@ simulator keeps serving, because nothing it does runs on the caller's loop.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Self, TypeVar
@@ -18,6 +16,7 @@ from ledger.simulator.faults import Fault, FaultKind, FaultMix
 from ledger.simulator.receiver import SimulatorConfig
 from ledger.simulator.records import AcceptedEvent, RequestRecord
 from ledger.simulator.server import Simulator
+from ledger.simulator.server_thread import ServerThread
 
 T = TypeVar("T")
 _CALL_TIMEOUT_S = 15.0
@@ -28,40 +27,18 @@ class BackgroundSimulator:
 
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.simulator = Simulator(config)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="fake-provider", daemon=True)
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
+        self._thread = ServerThread(self.simulator, "fake-provider")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self.simulator.start())
-        except BaseException as exc:  # noqa: BLE001 - handed to start() in the caller's thread
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self.simulator.stop())
-        self._loop.close()
-
     def start(self, timeout_s: float = 10.0) -> Self:
         """Start serving; returns once the ports are bound."""
-        self._thread.start()
-        if not self._ready.wait(timeout_s):
-            raise TimeoutError("the simulator did not start in time")
-        if self._error is not None:
-            raise RuntimeError(f"the simulator failed to start: {self._error}") from self._error
+        self._thread.start(timeout_s)
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop serving and join the thread."""
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout_s)
+        self._thread.stop(timeout_s)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -70,8 +47,7 @@ class BackgroundSimulator:
         self.stop()
 
     def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        future = asyncio.run_coroutine_threadsafe(make(), self._loop)
-        return future.result(_CALL_TIMEOUT_S)
+        return self._thread.call(make)
 
     # -- addresses ----------------------------------------------------------------------------
 
