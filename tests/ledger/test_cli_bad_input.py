@@ -100,6 +100,12 @@ CASES: dict[str, list[Case]] = {
         Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
         Case(("--hooks", "fancy"), 2, "Invalid value for '--hooks'"),
     ],
+    "fake-form": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--slow-pct", "101"), 2, "Invalid value for '--slow-pct'"),
+        Case(("--crash-pct", "60", "--error-pct", "60"), 2, "add up to more than 100"),
+        Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
+    ],
     "fake-slack": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--channel", "general"), 2, "'general' is not a Slack conversation ID"),
