@@ -47,6 +47,12 @@ class ErrorClass(enum.StrEnum):
     # A well-formed request the worker will not send (events/admission.py): a payload over
     # the limit, credentials in the recipient. Written by a raw producer; never retried.
     REFUSED_REQUEST = "refused_request"
+    # A browser step before the submit failed (a selector missing, the start page did not
+    # load): nothing was submitted.
+    PAGE_STEP_FAILED = "page_step_failed"
+    # After the submit the target showed an error page, or a page without its confirmation:
+    # it may have accepted the submission.
+    ERROR_PAGE = "error_page"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 

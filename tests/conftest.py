@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.receiver",
     "tests.fixtures.slack",
+    "tests.fixtures.form",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
     "tests.fixtures.core",

@@ -1,0 +1,153 @@
+"""The browser channel with a real Chromium against the fake form: what each page means."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from events.channels.browser_targets import BrowserSettings
+from events.outcomes import ErrorClass
+from events.settings import Settings
+from streams.channels.base import OutboundDelivery, SendOutcome
+from streams.channels.browser import BrowserChannel
+from streams.channels.http import create_http_client
+from streams.channels.write_guard import WriteGuard
+from streams.metrics import WorkerMetrics
+from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.streams.channels.support import outbound
+
+FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
+SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
+
+
+@pytest.fixture
+async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterator[BrowserChannel]:
+    config = BrowserSettings.model_validate({"targets": {TARGET: form_target(fake_form.app.url)}})
+    async with create_http_client(FAST) as http:
+        browser = BrowserChannel(
+            http,
+            config,
+            deadline_s=FAST.send_deadline_s,
+            screenshots=tmp_path / "shots",
+            metrics=WorkerMetrics(),
+        )
+        yield browser
+        await browser.aclose()
+
+
+def delivery(**fields: object) -> OutboundDelivery:
+    base = outbound(TARGET, "browser", payload={"title": "disk full", "body": "on db-1"})
+    return dataclasses.replace(base, fencing_token=3, **fields)
+
+
+def screenshot(evidence: str) -> Path:
+    found = SHOT.search(evidence)
+    assert found, evidence
+    path = Path(found.group(1))
+    assert path.stat().st_size > 0
+    return path
+
+
+async def test_the_confirmation_id_is_confirmed_and_the_lookup_finds_it(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    result = await channel.send(d)
+    assert result.outcome is SendOutcome.CONFIRMED, result
+    [accepted] = fake_form.app.accepted(d.idempotency_key)
+    assert result.provider_message_id == accepted.id
+    assert accepted.fencing_token == 3
+    assert accepted.fields == {"title": "disk full", "body": "on db-1"}
+    found = await channel.lookup(d)
+    assert (found.outcome, found.provider_message_id) == ("found", accepted.id)
+    assert (await channel.lookup(delivery())).outcome == "not_found"
+
+
+async def test_a_rejection_page_fails_with_a_screenshot(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    fake_form.app.fault("reject", key=d.idempotency_key)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.REJECTED,
+        ErrorClass.PROVIDER_REJECTED,
+    )
+    screenshot(result.evidence)
+    assert fake_form.app.accepted(d.idempotency_key) == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_class"),
+    [("crash", ErrorClass.RESET_AFTER_WRITE), ("error", ErrorClass.ERROR_PAGE)],
+)
+async def test_after_the_submit_a_lost_answer_or_error_page_is_unknown(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm, fault: str, error_class: ErrorClass
+) -> None:
+    d = delivery()
+    fake_form.app.fault(fault, key=d.idempotency_key)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (SendOutcome.UNKNOWN, error_class), result
+    screenshot(result.evidence)
+    [accepted] = fake_form.app.accepted(d.idempotency_key)
+    assert (await channel.lookup(d)).provider_message_id == accepted.id
+
+
+async def test_a_slow_submit_past_the_deadline_is_unknown(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    fake_form.app.fault("slow", key=d.idempotency_key, delay_s=8)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.UNKNOWN,
+        ErrorClass.TIMEOUT_AFTER_WRITE,
+    )
+    assert len(fake_form.app.accepted(d.idempotency_key)) == 1
+
+
+async def test_failures_before_the_submit_submit_nothing(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    refused = WriteGuard(check=lambda: "the lease has 1s left")
+    result = await channel.send(delivery(), refused)
+    assert (result.outcome, result.error_class) == (SendOutcome.NOT_SENT, ErrorClass.FENCED)
+    # A target whose page lacks a declared selector: not submitted, with the reason.
+    target = form_target(fake_form.app.url)
+    target["steps"].append({"click": "#no-such-button"})
+    broken = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
+    async with httpx.AsyncClient() as http:
+        other = BrowserChannel(http, broken, deadline_s=8.0, screenshots=tmp_path)
+        try:
+            result = await other.send(delivery())
+        finally:
+            await other.aclose()
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.NOT_SENT,
+        ErrorClass.PAGE_STEP_FAILED,
+    )
+    assert "#no-such-button" in result.evidence
+    missing = await channel.send(delivery(payload={"title": "no body"}))
+    assert missing.outcome is SendOutcome.REJECTED
+    assert "no field body" in missing.evidence
+    assert fake_form.app.posts == 0
+
+
+async def test_a_browser_that_went_away_is_relaunched_and_counted(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
+    browser = channel._browser
+    assert browser is not None
+    await browser.close()
+    assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
+    assert channel.launches == 2
+    metrics = channel._metrics
+    assert metrics is not None
+    assert metrics.browser_restarts._value.get() == 1
+    assert len(fake_form.app.accepted()) == 2
