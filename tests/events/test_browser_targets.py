@@ -48,3 +48,14 @@ def test_a_missing_file_and_a_bad_name() -> None:
         BrowserSettings.model_validate({"targets_file": "/nope.json"})
     with pytest.raises(ValidationError, match="target name 'Bad Name'"):
         BrowserSettings.model_validate({"targets": {"Bad Name": form_target("http://h.test")}})
+
+
+def test_the_readme_declaration_validates() -> None:
+    yaml = pytest.importorskip("yaml")
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## The browser channel", 1)[1]
+    block = section.split("```yaml", 1)[1].split("```", 1)[0]
+    settings = BrowserSettings.model_validate(yaml.safe_load(block))
+    tickets = settings.targets["tickets"]
+    assert tickets.key.input == "#idempotency-key"
+    assert tickets.lookup is not None
