@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -40,9 +41,10 @@ async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterato
         await browser.aclose()
 
 
-def delivery(**fields: object) -> OutboundDelivery:
+def delivery(**fields: Any) -> OutboundDelivery:
     base = outbound(TARGET, "browser", payload={"title": "disk full", "body": "on db-1"})
-    return dataclasses.replace(base, fencing_token=3, **fields)
+    fields.setdefault("fencing_token", 3)
+    return dataclasses.replace(base, **fields)
 
 
 def screenshot(evidence: str) -> Path:
@@ -151,3 +153,18 @@ async def test_a_browser_that_went_away_is_relaunched_and_counted(
     assert metrics is not None
     assert metrics.browser_restarts._value.get() == 1
     assert len(fake_form.app.accepted()) == 2
+
+
+async def test_the_fencing_token_travels_and_a_stale_one_is_refused(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    newer = delivery(fencing_token=5, attempt=2)
+    assert (await channel.send(newer)).outcome is SendOutcome.CONFIRMED
+    stale = dataclasses.replace(newer, fencing_token=4, attempt=1)
+    result = await channel.send(stale)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.REJECTED,
+        ErrorClass.PROVIDER_REJECTED,
+    )
+    assert "#stale" in result.evidence
+    assert [s.fencing_token for s in fake_form.app.accepted(newer.idempotency_key)] == [5]
