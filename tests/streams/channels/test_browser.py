@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -140,19 +143,56 @@ async def test_failures_before_the_submit_submit_nothing(
     assert fake_form.app.posts == 0
 
 
-async def test_a_browser_that_went_away_is_relaunched_and_counted(
+def chromium_of_this_process() -> list[int]:
+    """The main Chromium processes (no ``--type=``) descended from this test process."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def ours(pid: int) -> bool:
+        for _ in range(10):
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [
+        pid
+        for pid, command in commands.items()
+        if "chromium" in command and "--type=" not in command and ours(pid)
+    ]
+
+
+async def test_a_browser_crash_after_the_submit_is_unknown_and_it_is_relaunched(
     channel: BrowserChannel, fake_form: BackgroundFakeForm
 ) -> None:
-    assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
-    browser = channel._browser
-    assert browser is not None
-    await browser.close()
+    d = delivery()
+    fake_form.app.fault("slow", key=d.idempotency_key, delay_s=8)
+    sending = asyncio.create_task(channel.send(d))
+    while fake_form.app.posts == 0:  # the submit is at the target: now the browser dies
+        await asyncio.sleep(0.05)
+    [browser] = chromium_of_this_process()
+    os.kill(browser, signal.SIGKILL)
+    result = await sending
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.UNKNOWN,
+        ErrorClass.RESET_AFTER_WRITE,
+    ), result
+    assert (await channel.lookup(d)).outcome == "found"
     assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
     assert channel.launches == 2
     metrics = channel._metrics
     assert metrics is not None
     assert metrics.browser_restarts._value.get() == 1
-    assert len(fake_form.app.accepted()) == 2
+    assert len(fake_form.app.accepted(d.idempotency_key)) == 1
 
 
 async def test_the_fencing_token_travels_and_a_stale_one_is_refused(
