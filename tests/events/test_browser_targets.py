@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,21 @@ def test_the_readme_declaration_validates() -> None:
     tickets = settings.targets["tickets"]
     assert tickets.key.input == "#idempotency-key"
     assert tickets.lookup is not None
+
+
+def test_ledger_channels_lists_browser() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "channels", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    listed = {c["name"]: c for c in map(json.loads, done.stdout.splitlines())}
+    browser = listed["browser"]
+    assert (browser["lookup"], browser["first_answer"], browser["dedupe_rule"]) == (
+        "by_key",
+        "confirmed",
+        None,
+    )
+    assert {"targets", "targets_file", "concurrency"} <= {s["name"] for s in browser["settings"]}
