@@ -208,3 +208,23 @@ async def test_the_fencing_token_travels_and_a_stale_one_is_refused(
     )
     assert "#stale" in result.evidence
     assert [s.fencing_token for s in fake_form.app.accepted(newer.idempotency_key)] == [5]
+
+
+async def test_attempts_beyond_the_concurrency_wait_for_a_slot(
+    fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    config = BrowserSettings.model_validate(
+        {"targets": {TARGET: form_target(fake_form.app.url)}, "concurrency": 1}
+    )
+    first, second = delivery(), delivery()
+    fake_form.app.fault("slow", key=first.idempotency_key, delay_s=1.5)
+    async with httpx.AsyncClient() as http:
+        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        try:
+            results = await asyncio.gather(channel.send(first), channel.send(second))
+        finally:
+            await channel.aclose()
+    assert [r.outcome for r in results] == [SendOutcome.CONFIRMED] * 2
+    [a] = fake_form.app.accepted(first.idempotency_key)
+    [b] = fake_form.app.accepted(second.idempotency_key)
+    assert b.at - a.at >= 1.5, "the second attempt began only when the first one ended"
