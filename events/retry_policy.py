@@ -86,6 +86,9 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
     "provider": RetryPolicy(),  # the field defaults
     # Slack answers a rate limit with Retry-After, which every delay honours anyway.
     "slack": RetryPolicy(),
+    # A browser attempt costs a page load; a retry only follows proof that nothing was
+    # submitted (two "not found" lookups) or a failure before the submit.
+    "browser": RetryPolicy(),
 }
 
 

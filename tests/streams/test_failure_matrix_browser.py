@@ -127,3 +127,21 @@ async def test_browser_worker_killed_after_the_submit_is_settled_by_lookup(
     assert states[key].provider_message_id == accepted_once(fake_form, key)
     assert fake_form.app.posts == 1, "nothing may be submitted twice after the crash"
     await live_projection.matches(await ledger_view())
+
+
+async def test_browser_worker_killed_before_the_submit_is_looked_up_then_submitted_once(
+    worker_factory: WorkerFactory, fake_form: BackgroundFakeForm, ledger_view: LedgerView
+) -> None:
+    settings = use_form(worker_factory, fake_form)
+    key = await publish_one(settings, "run-b5")
+    # Killed with the claim in the log and nothing opened: the lease expires into UNKNOWN,
+    # and only "not found" at the target (twice) lets the next worker submit.
+    doomed = worker_factory.start("w1", faults=("worker.before_send",))
+    await asyncio.to_thread(doomed.process.wait, 60)
+    assert doomed.process.returncode == -signal.SIGKILL
+    assert fake_form.app.posts == 0
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED after kill")
+    assert states[key].attempt >= 2
+    assert states[key].provider_message_id == accepted_once(fake_form, key)
+    assert fake_form.app.posts == 1
