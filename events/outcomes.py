@@ -52,6 +52,12 @@ class ErrorClass(enum.StrEnum):
     SMTP_4XX = "smtp_4xx"
     # An SMTP server's 5xx: the message is refused for good (unknown user, policy, size).
     SMTP_5XX = "smtp_5xx"
+    # A browser step before the submit failed (a selector missing, the start page did not
+    # load): nothing was submitted.
+    PAGE_STEP_FAILED = "page_step_failed"
+    # After the submit the target showed an error page, or a page without its confirmation:
+    # it may have accepted the submission.
+    ERROR_PAGE = "error_page"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 

@@ -24,6 +24,7 @@ provider  1 s        2          5 min     0.5    8            6 h         1 h
 slack     1 s        2          5 min     0.5    8            6 h         1 h
 smtp      60 s       2          30 min    0.5    10           24 h        1 h
 email_api 1 s        2          5 min     0.5    8            6 h         1 h
+browser   1 s        2          5 min     0.5    8            6 h         1 h
 ========= ========== ========== ========= ====== ============ =========== =================
 """
 
@@ -95,6 +96,9 @@ DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
     # An email API answers a rate limit with Retry-After too; 6 h of attempts stays well
     # inside the 24 h its Idempotency-Key is remembered.
     "email_api": RetryPolicy(),
+    # A browser attempt costs a page load; a retry only follows proof that nothing was
+    # submitted (two "not found" lookups) or a failure before the submit.
+    "browser": RetryPolicy(),
 }
 
 

@@ -116,8 +116,8 @@ class Worker:
         self.store = TableStore(self.table)
         self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
-        self.registry = ChannelRegistry(settings)
         self.metrics = WorkerMetrics()
+        self.registry = ChannelRegistry(settings, metrics=self.metrics)
         ctx = worker_context(
             settings,
             worker_id=self.worker_id,

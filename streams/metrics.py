@@ -69,6 +69,11 @@ class WorkerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.browser_restarts = Counter(
+            "ledger_worker_browser_restarts",
+            "Browsers of the browser channel relaunched after a crash or disconnect.",
+            registry=self.registry,
+        )
         self.skipped_recovered = Counter(
             "ledger_worker_skipped_records_recovered",
             "Committed records the stream skipped and the continuity guard re-read.",

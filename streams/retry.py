@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from events.channels import channel_names
 from events.retry_policy import DEFAULT_POLICIES, RetryPolicy
 from events.settings import Settings
 
@@ -17,7 +18,11 @@ def rules_for(
     The defaults above, replaced per channel by ``settings.retry_policies``
     (``LEDGER_RETRY_POLICIES``), then by ``overrides`` (tests).
     """
-    policies = {**DEFAULT_POLICIES, **settings.retry_policies, **(overrides or {})}
+    # An installed plugin channel without a default of its own gets the field defaults (as
+    # ``for_channel`` gives it for LEDGER_RETRY_POLICIES); without this its first retry
+    # raised KeyError and left the delivery UNKNOWN for good.
+    installed = {name: RetryPolicy() for name in channel_names()}
+    policies = {**installed, **DEFAULT_POLICIES, **settings.retry_policies, **(overrides or {})}
 
     def policy(channel: str) -> RetryPolicy:
         try:

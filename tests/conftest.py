@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.slack",
     "tests.fixtures.mail",
     "tests.fixtures.email_api",
+    "tests.fixtures.form",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
     "tests.fixtures.core",

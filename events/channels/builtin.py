@@ -3,6 +3,7 @@ pyproject.toml like any plugin. Their adapters live in ``streams/channels/``."""
 
 from __future__ import annotations
 
+from events.channels.browser_targets import TARGET_NAME, BrowserSettings
 from events.channels.email_address import check_email_recipient
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
 from events.channels.mail import SmtpSettings
@@ -129,4 +130,32 @@ email_api = ChannelPlugin(
     check_recipient=check_email_recipient,
     adapter="streams.channels.email_api:adapter",
     settings_model=EmailApiSettings,
+)
+
+
+def check_browser_recipient(recipient: str) -> None:
+    """A target name (``[a-z0-9][a-z0-9_.-]*``) the workers' browser settings declare."""
+    if not TARGET_NAME.match(recipient):
+        raise ValueError(
+            f"browser recipient {recipient[:80]!r} must be a target name matching "
+            f"{TARGET_NAME.pattern} (declared in LEDGER_CHANNEL_SETTINGS browser.targets)"
+        )
+
+
+browser = ChannelPlugin(
+    name="browser",
+    description="a web form submitted by a headless Chromium (Playwright), declared per target",
+    capabilities=Capabilities(
+        key_carriers=("hidden form input", "URL parameter"),
+        # The target's page or JSON that lists accepted keys (the target declares it).
+        lookup=Lookup.BY_KEY,
+        # The confirmation element with the target's id: the form was accepted.
+        first_answer=FirstAnswer.CONFIRMED,
+        # A form posted twice is two tickets: no rule makes a blind retry safe.
+        dedupe_rule=None,
+    ),
+    check_recipient=check_browser_recipient,
+    adapter="streams.channels.browser:adapter",
+    settings_model=BrowserSettings,
+    settings_note="pip extra: browser (Playwright); Chromium at /usr/bin/chromium",
 )

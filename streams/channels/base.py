@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from events.settings import Settings
+    from streams.metrics import WorkerMetrics
 
 import httpx
 from pydantic import BaseModel, JsonValue
@@ -123,6 +124,8 @@ class AdapterBuild:
     settings: Settings
     # The channel's LEDGER_CHANNEL_SETTINGS entry, validated by ``plugin.settings_model``.
     config: BaseModel | None
+    # The worker's metrics, for what an adapter counts itself (a browser restarted).
+    metrics: WorkerMetrics | None = None
 
 
 class AdapterFactory(Protocol):

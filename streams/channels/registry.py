@@ -20,9 +20,10 @@ from events.errors import ConfigError
 from events.settings import Settings
 from streams.channels.base import AdapterBuild, AdapterFactory, Channel
 from streams.channels.http import create_http_client
+from streams.metrics import WorkerMetrics
 
 # The built-ins: a worker without them was installed without its own entry points.
-BUILT_IN = frozenset({"webhook", "provider", "slack", "smtp", "email_api"})
+BUILT_IN = frozenset({"webhook", "provider", "slack", "smtp", "email_api", "browser"})
 
 
 def adapter_factory(plugin: ChannelPlugin) -> AdapterFactory:
@@ -48,7 +49,9 @@ def adapter_factory(plugin: ChannelPlugin) -> AdapterFactory:
 
 
 def build_channels(
-    settings: Settings, client: httpx.AsyncClient | None = None
+    settings: Settings,
+    client: httpx.AsyncClient | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> dict[str, Channel]:
     """One adapter per installed channel plugin, all sharing one client.
 
@@ -74,7 +77,8 @@ def build_channels(
         client = create_http_client(settings)
     channels: dict[str, Channel] = {}
     for plugin in installed_plugins():
-        build = AdapterBuild(plugin, client, settings, channel_config(plugin, settings))
+        config = channel_config(plugin, settings)
+        build = AdapterBuild(plugin, client, settings, config, metrics)
         adapter = adapter_factory(plugin)(build)
         if adapter.name != plugin.name:
             raise ChannelPluginError(
@@ -87,10 +91,15 @@ def build_channels(
 class ChannelRegistry:
     """The worker's channels and the one pooled client they share; ``async with`` closes it."""
 
-    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: httpx.AsyncClient | None = None,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
         self._owns_client = client is None
         self.client = client if client is not None else create_http_client(settings)
-        self.channels: Mapping[str, Channel] = build_channels(settings, self.client)
+        self.channels: Mapping[str, Channel] = build_channels(settings, self.client, metrics)
 
     def get(self, name: str) -> Channel:
         """The adapter for channel ``name``; KeyError names the known ones."""
@@ -101,7 +110,12 @@ class ChannelRegistry:
             raise KeyError(f"no channel {name!r} (known: {known})") from None
 
     async def aclose(self) -> None:
-        """Close the shared client if this registry created it."""
+        """Close what the adapters hold (a browser) and the shared client if this registry
+        created it."""
+        for adapter in self.channels.values():
+            close = getattr(adapter, "aclose", None)
+            if close is not None:
+                await close()
         if self._owns_client:
             await self.client.aclose()
 

@@ -56,7 +56,7 @@ CASES: dict[str, list[Case]] = {
             ("r1", "--result-hash", "h", "-d", "https://x.test/"),
             2,
             "a delivery needs a channel prefix, like webhook:https://... "
-            "(channels: email_api, provider, slack, smtp, webhook)",
+            "(channels: browser, email_api, provider, slack, smtp, webhook)",
         ),
         # Checked before connecting: the answer is about the run id, not the broker.
         Case(("r:1", "--result-hash", "h", "-d", "webhook:https://x.test/"), 2, "run_id must"),
@@ -104,6 +104,12 @@ CASES: dict[str, list[Case]] = {
         Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
         Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
         Case(("--hooks", "fancy"), 2, "Invalid value for '--hooks'"),
+    ],
+    "fake-form": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--slow-pct", "101"), 2, "Invalid value for '--slow-pct'"),
+        Case(("--crash-pct", "60", "--error-pct", "60"), 2, "add up to more than 100"),
+        Case(("--delay", "-1"), 2, "Invalid value for '--delay'"),
     ],
     "fake-slack": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),

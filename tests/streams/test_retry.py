@@ -78,3 +78,11 @@ def test_policies_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
     with pytest.raises(ValueError, match="jitter"):
         Settings()
+
+
+def test_an_installed_plugin_channel_gets_the_field_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, its first retry raised KeyError and left the delivery UNKNOWN for good.
+    monkeypatch.setattr("streams.retry.channel_names", lambda: ["acme"])
+    assert rules_for(Settings())("acme") == RetryPolicy()

@@ -1,0 +1,196 @@
+"""The browser channel's targets, declared as data: what to open, fill, click and read.
+
+A target is a web form the channel submits for a delivery whose recipient is the target's
+name. Declared in ``LEDGER_CHANNEL_SETTINGS`` (``{"browser": {"targets": {...}}}``) or in a
+YAML/JSON file it names (``targets_file``); both are validated here, so a bad declaration
+stops a worker at start with one line naming the field. Light: pydantic only (PyYAML is
+imported when a YAML file is read).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from events.channels.urls import check_http_url
+
+TARGET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+class _Declared(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Fill(_Declared):
+    """Fill the element at ``fill`` with the payload's field ``field``."""
+
+    fill: str = Field(min_length=1)
+    field: str = Field(min_length=1)
+
+
+class Click(_Declared):
+    """Click the element at ``click`` (before the submit: nothing irreversible)."""
+
+    click: str = Field(min_length=1)
+
+
+class WaitFor(_Declared):
+    """Wait until the element at ``wait`` is attached."""
+
+    wait: str = Field(min_length=1)
+
+
+Step = Fill | Click | WaitFor
+
+
+class KeyCarrier(_Declared):
+    """Where the idempotency key (or the fencing token) goes: the value of a (hidden) input
+    at ``input``, or the URL parameter ``param`` of the start URL. Exactly one."""
+
+    input: str | None = None
+    param: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.input is None) == (self.param is None):
+            raise ValueError("give exactly one of input (a selector) or param (a URL parameter)")
+        return self
+
+
+class Confirmation(_Declared):
+    """The element that proves acceptance, and its attribute holding the target's id."""
+
+    selector: str = Field(min_length=1)
+    attribute: str = Field(default="data-id", min_length=1)
+
+
+class PageOutcome(enum.StrEnum):
+    """What an error page after the submit means."""
+
+    REJECTED = "rejected"  # the target refused it, nothing was accepted: FAILED
+    UNKNOWN = "unknown"  # it may have been accepted: UNKNOWN, then the lookup
+
+
+class ErrorRule(_Declared):
+    """An error page the target renders after the submit, recognised by a selector."""
+
+    selector: str = Field(min_length=1)
+    outcome: PageOutcome = PageOutcome.UNKNOWN
+
+
+class TargetLookup(_Declared):
+    """A URL answering JSON that lists the accepted submissions of a key. ``{key}`` in
+    ``url`` is the idempotency key; ``list_field`` names the list in the answer, each item
+    an object whose ``id_field`` is the target's id and ``key_field`` the key."""
+
+    url: str
+    list_field: str = "accepted"
+    id_field: str = "id"
+    key_field: str = "key"
+
+    @model_validator(mode="after")
+    def _url(self) -> Self:
+        if "{key}" not in self.url:
+            raise ValueError("lookup url must contain {key}")
+        check_http_url(self.url.replace("{key}", "k"))
+        return self
+
+
+class Target(_Declared):
+    """One web form: open ``start_url``, run ``steps``, put the key (and the token), click
+    ``submit`` (the one irreversible step), then read the confirmation or an error page."""
+
+    start_url: str
+    steps: tuple[Step, ...] = ()
+    submit: str = Field(min_length=1)
+    key: KeyCarrier
+    # Where the fencing token goes, if the target accepts one (it refuses a stale token).
+    fencing_token: KeyCarrier | None = None
+    confirmation: Confirmation
+    lookup: TargetLookup | None = None
+    errors: tuple[ErrorRule, ...] = ()
+    # How long a submit may still be processed after the attempt gave up (None: default).
+    settle_s: float | None = Field(default=None, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _start(self) -> Self:
+        check_http_url(self.start_url)
+        return self
+
+
+class BrowserSettings(_Declared):
+    """The browser channel's entry of ``LEDGER_CHANNEL_SETTINGS``."""
+
+    targets: dict[str, Target] = Field(default_factory=dict)
+    # A YAML or JSON file holding ``{targets: {...}}``; merged with ``targets``.
+    targets_file: Path | None = None
+    # Chromium attempts in flight at once, per worker (each in a fresh context).
+    concurrency: int = Field(default=2, ge=1, le=64)
+    executable_path: Path = Path("/usr/bin/chromium")
+    # How long a step before the submit may wait for its element (at most half the send
+    # deadline): a selector missing past it is "not submitted", not the deadline.
+    step_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # Screenshots of failed attempts (default: DATA_DIR/browser-screenshots).
+    screenshots_dir: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("targets_file"):
+            return data
+        path = Path(str(data["targets_file"]))
+        declared = read_targets_file(path)
+        inline = data.get("targets") or {}
+        both = set(declared) & set(inline) if isinstance(inline, dict) else set()
+        if both:
+            raise ValueError(f"targets {sorted(both)} are declared both inline and in {path}")
+        return {**data, "targets": {**declared, **(inline if isinstance(inline, dict) else {})}}
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        for name in self.targets:
+            if not TARGET_NAME.match(name):
+                raise ValueError(f"target name {name[:80]!r} must match {TARGET_NAME.pattern}")
+        return self
+
+
+def read_targets_file(path: Path) -> dict[str, Any]:
+    """The ``targets`` mapping of a YAML (``.yaml``/``.yml``) or JSON file; ``ValueError``
+    in one line when it cannot be read, parsed, or validated (naming the field)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"targets_file {path}: {exc.strerror or exc}") from None
+    kind: Literal["yaml", "json"] = "yaml" if path.suffix in (".yaml", ".yml") else "json"
+    try:
+        if kind == "yaml":
+            import yaml
+
+            raw = yaml.safe_load(text)
+        else:
+            raw = json.loads(text)
+    except ImportError:
+        raise ValueError(
+            "targets_file is YAML but PyYAML is missing: pip install 'delivery-ledger[browser]'"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - JSONDecodeError or yaml.YAMLError, as one line
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"targets_file {path}: not valid {kind}: {first}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("targets"), dict):
+        raise ValueError(f"targets_file {path}: must hold a mapping with a 'targets' mapping")
+    targets: dict[str, Any] = raw["targets"]
+    for name, declared in targets.items():
+        try:
+            Target.model_validate(declared)
+        except ValidationError as exc:
+            err = exc.errors(include_input=False)[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(
+                f"targets_file {path}: targets.{name}{'.' + where if where else ''}: {err['msg']}"
+            ) from None
+    return targets

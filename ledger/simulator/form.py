@@ -1,0 +1,287 @@
+"""A fake web form on loopback: the target the browser channel drives in tests and the demo.
+
+``GET /form`` is a login-free form (``title``, ``body``, and two hidden inputs: the
+idempotency key and the fencing token; ``?key=K`` pre-fills the key, for targets that carry
+it as a URL parameter). ``POST /submit`` accepts it and renders a confirmation page with
+``<span id="confirmation" data-id="T-1">``. ``GET /accepted?key=K`` lists the accepted
+submissions (JSON), the lookup. It does NOT dedupe: a second submit of one key is a second
+accepted entry, so a double submit shows. It fences: a submission whose fencing token is
+lower than one already accepted for its key is refused (``id="stale"``, 409).
+
+Faults on command (Python or ``POST /faults``), by key or for the next submissions, or as a
+seeded random mix: ``slow`` (accepted, answered after ``delay_s``), ``crash`` (accepted,
+then the connection is dropped without an answer), ``error`` (accepted, then a 500 error
+page ``id="error"``), ``reject`` (a 422 page ``id="rejected"``, nothing accepted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import html
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from events.ports import listen_port
+
+
+class FormFaultKind(enum.StrEnum):
+    """What goes wrong with one submission, and whether it was accepted first."""
+
+    SLOW = "slow"  # accepted, the confirmation answered only after delay_s
+    CRASH = "crash"  # accepted, then the connection dropped: no answer at all
+    ERROR = "error"  # accepted, then a 500 error page
+    REJECT = "reject"  # a 422 page saying why; nothing accepted
+
+
+class FormFault(BaseModel):
+    """A fault for the next ``count`` submissions carrying ``key`` (any key: None)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FormFaultKind
+    key: str | None = None
+    count: int = Field(default=1, ge=1, le=1_000_000)
+    delay_s: float = Field(default=10.0, ge=0, le=300)
+    reason: str = "the title is not allowed"
+
+
+class FakeFormConfig(BaseModel):
+    """Where it listens, and the seeded random fault mix (fractions of submissions)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+    seed: int = 0
+    slow_share: float = Field(default=0.0, ge=0, le=1)
+    crash_share: float = Field(default=0.0, ge=0, le=1)
+    error_share: float = Field(default=0.0, ge=0, le=1)
+    reject_share: float = Field(default=0.0, ge=0, le=1)
+    delay_s: float = Field(default=10.0, ge=0, le=300)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One accepted submission: the target's id for it and what the form carried."""
+
+    id: str
+    key: str
+    fencing_token: int | None
+    fields: dict[str, str]
+    at: float
+
+    def listed(self) -> dict[str, Any]:
+        """As ``GET /accepted`` lists it."""
+        return {
+            "id": self.id,
+            "key": self.key,
+            "fencing_token": self.fencing_token,
+            "fields": self.fields,
+            "at": self.at,
+        }
+
+
+@dataclass
+class _State:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    accepted: list[Submission] = field(default_factory=list)
+    faults: list[tuple[FormFault, int]] = field(default_factory=list)
+    highest_token: dict[str, int] = field(default_factory=dict)
+    posts: int = 0
+
+
+FORM_PAGE = """<!doctype html>
+<html><head><title>Ticket form</title></head><body>
+<h1>File a ticket</h1>
+<form id="ticket" method="post" action="/submit">
+  <label>Title <input id="title" name="title"></label>
+  <label>Body <textarea id="body" name="body"></textarea></label>
+  <input type="hidden" id="idempotency-key" name="idempotency_key" value="{key}">
+  <input type="hidden" id="fencing-token" name="fencing_token" value="">
+  <button id="submit" type="submit">Submit</button>
+</form>
+</body></html>
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f"<!doctype html><html><head><title>{html.escape(title)}</title></head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+class FakeForm:
+    """The target app; ``async with`` starts and stops it. Observation is thread-safe."""
+
+    def __init__(self, config: FakeFormConfig | None = None) -> None:
+        self.config = config or FakeFormConfig()
+        self.port = 0
+        self._state = _State()
+        self._rng = random.Random(self.config.seed)  # noqa: S311 - fault injection
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        """The app's base URL (no trailing slash)."""
+        return f"http://{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind the port and serve."""
+        app = web.Application()
+        app.router.add_get("/form", self._form)
+        app.router.add_post("/submit", self._submit)
+        app.router.add_get("/accepted", self._accepted)
+        app.router.add_post("/faults", self._faults)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        port = listen_port(self.config.port, self.config.host)
+        await web.TCPSite(self._runner, self.config.host, port).start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeForm:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
+    # -- control and observation (any thread) ----------------------------------------------
+
+    def fault(self, kind: FormFaultKind | str, **fields: Any) -> FormFault:
+        """Arm a fault for the next matching submissions (key, count, delay_s, reason)."""
+        fault = FormFault(kind=FormFaultKind(kind), **fields)
+        with self._state.lock:
+            self._state.faults.append((fault, fault.count))
+        return fault
+
+    def accepted(self, key: str | None = None) -> list[Submission]:
+        """Accepted submissions (with ``key``: those carrying it), oldest first."""
+        with self._state.lock:
+            return [s for s in self._state.accepted if key in (None, s.key)]
+
+    @property
+    def posts(self) -> int:
+        """How many submissions arrived (accepted or not)."""
+        with self._state.lock:
+            return self._state.posts
+
+    # -- the app -----------------------------------------------------------------------------
+
+    async def _form(self, request: web.Request) -> web.Response:
+        key = html.escape(request.query.get("key", ""), quote=True)
+        return web.Response(text=FORM_PAGE.format(key=key), content_type="text/html")
+
+    def _take_fault(self, key: str) -> FormFault | None:
+        with self._state.lock:
+            for i, (fault, left) in enumerate(self._state.faults):
+                if fault.key in (None, key):
+                    if left <= 1:
+                        del self._state.faults[i]
+                    else:
+                        self._state.faults[i] = (fault, left - 1)
+                    return fault
+        return self._random_fault()
+
+    def _random_fault(self) -> FormFault | None:
+        c = self.config
+        roll = self._rng.random()
+        for kind, share in (
+            (FormFaultKind.REJECT, c.reject_share),
+            (FormFaultKind.CRASH, c.crash_share),
+            (FormFaultKind.ERROR, c.error_share),
+            (FormFaultKind.SLOW, c.slow_share),
+        ):
+            if roll < share:
+                return FormFault(kind=kind, delay_s=c.delay_s)
+            roll -= share
+        return None
+
+    def _accept(self, key: str, token: int | None, fields: dict[str, str]) -> Submission | str:
+        with self._state.lock:
+            highest = self._state.highest_token.get(key)
+            if token is not None and highest is not None and token < highest:
+                return f"fencing token {token} is older than {highest} for this key"
+            if token is not None:
+                self._state.highest_token[key] = token
+            submission = Submission(
+                id=f"T-{len(self._state.accepted) + 1}",
+                key=key,
+                fencing_token=token,
+                fields=fields,
+                at=time.time(),
+            )
+            self._state.accepted.append(submission)
+            return submission
+
+    async def _submit(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        with self._state.lock:
+            self._state.posts += 1
+        key = fields.pop("idempotency_key", "")
+        raw_token = fields.pop("fencing_token", "")
+        if not key:
+            body = '<p class="error" id="rejected">the idempotency key is missing</p>'
+            return web.Response(status=422, text=_page("Rejected", body), content_type="text/html")
+        token = int(raw_token) if raw_token.isdigit() else None
+        fault = self._take_fault(key)
+        if fault is not None and fault.kind is FormFaultKind.REJECT:
+            body = f'<p class="error" id="rejected">{html.escape(fault.reason)}</p>'
+            return web.Response(status=422, text=_page("Rejected", body), content_type="text/html")
+        outcome = self._accept(key, token, fields)
+        if isinstance(outcome, str):
+            body = f'<p class="error" id="stale">{html.escape(outcome)}</p>'
+            return web.Response(status=409, text=_page("Stale", body), content_type="text/html")
+        if fault is not None and fault.kind is FormFaultKind.CRASH:
+            return await self._crash(request)
+        if fault is not None and fault.kind is FormFaultKind.ERROR:
+            body = '<h1 id="error">Something went wrong</h1>'
+            return web.Response(status=500, text=_page("Error", body), content_type="text/html")
+        if fault is not None and fault.kind is FormFaultKind.SLOW:
+            await asyncio.sleep(fault.delay_s)
+        body = (
+            f'<p>Ticket filed: <span id="confirmation" data-id="{outcome.id}">'
+            f"{outcome.id}</span></p>"
+        )
+        return web.Response(text=_page("Filed", body), content_type="text/html")
+
+    async def _crash(self, request: web.Request) -> web.StreamResponse:
+        # The answer starts, then the connection dies. Not before the first byte: Chromium
+        # resends a POST once when a socket it took from its pool (even a preconnected,
+        # unused one) closes with no answer at all, which would turn this crash into a
+        # browser-level double submit (README: The browser channel).
+        response = web.StreamResponse(status=200, headers={"content-type": "text/html"})
+        response.content_length = 4096
+        await response.prepare(request)
+        await response.write(b"<!doctype html><html><body><p>Filing your ticket")
+        await asyncio.sleep(0.05)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+
+    async def _accepted(self, request: web.Request) -> web.Response:
+        key = request.query.get("key")
+        listed = [s.listed() for s in self.accepted(key)]
+        return web.json_response({"key": key, "accepted": listed})
+
+    async def _faults(self, request: web.Request) -> web.Response:
+        try:
+            fault = FormFault.model_validate(await request.json())
+        except (ValueError, ValidationError) as exc:
+            return web.json_response({"error": str(exc).splitlines()[0]}, status=400)
+        self.fault(fault.kind, **fault.model_dump(exclude={"kind"}))
+        return web.json_response(fault.model_dump(mode="json"))

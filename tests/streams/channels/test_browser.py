@@ -1,0 +1,230 @@
+"""The browser channel with a real Chromium against the fake form: what each page means."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from events.channels.browser_targets import BrowserSettings
+from events.outcomes import ErrorClass
+from events.settings import Settings
+from streams.channels.base import OutboundDelivery, SendOutcome
+from streams.channels.browser import BrowserChannel
+from streams.channels.http import create_http_client
+from streams.channels.write_guard import WriteGuard
+from streams.metrics import WorkerMetrics
+from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.streams.channels.support import outbound
+
+FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
+SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
+
+
+@pytest.fixture
+async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterator[BrowserChannel]:
+    config = BrowserSettings.model_validate({"targets": {TARGET: form_target(fake_form.app.url)}})
+    async with create_http_client(FAST) as http:
+        browser = BrowserChannel(
+            http,
+            config,
+            deadline_s=FAST.send_deadline_s,
+            screenshots=tmp_path / "shots",
+            metrics=WorkerMetrics(),
+        )
+        yield browser
+        await browser.aclose()
+
+
+def delivery(**fields: Any) -> OutboundDelivery:
+    base = outbound(TARGET, "browser", payload={"title": "disk full", "body": "on db-1"})
+    fields.setdefault("fencing_token", 3)
+    return dataclasses.replace(base, **fields)
+
+
+def screenshot(evidence: str) -> Path:
+    found = SHOT.search(evidence)
+    assert found, evidence
+    path = Path(found.group(1))
+    assert path.stat().st_size > 0
+    return path
+
+
+async def test_the_confirmation_id_is_confirmed_and_the_lookup_finds_it(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    result = await channel.send(d)
+    assert result.outcome is SendOutcome.CONFIRMED, result
+    [accepted] = fake_form.app.accepted(d.idempotency_key)
+    assert result.provider_message_id == accepted.id
+    assert accepted.fencing_token == 3
+    assert accepted.fields == {"title": "disk full", "body": "on db-1"}
+    found = await channel.lookup(d)
+    assert (found.outcome, found.provider_message_id) == ("found", accepted.id)
+    assert (await channel.lookup(delivery())).outcome == "not_found"
+
+
+async def test_a_rejection_page_fails_with_a_screenshot(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    fake_form.app.fault("reject", key=d.idempotency_key)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.REJECTED,
+        ErrorClass.PROVIDER_REJECTED,
+    )
+    screenshot(result.evidence)
+    assert fake_form.app.accepted(d.idempotency_key) == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_class"),
+    [("crash", ErrorClass.RESET_AFTER_WRITE), ("error", ErrorClass.ERROR_PAGE)],
+)
+async def test_after_the_submit_a_lost_answer_or_error_page_is_unknown(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm, fault: str, error_class: ErrorClass
+) -> None:
+    d = delivery()
+    fake_form.app.fault(fault, key=d.idempotency_key)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (SendOutcome.UNKNOWN, error_class), result
+    screenshot(result.evidence)
+    [accepted] = fake_form.app.accepted(d.idempotency_key)
+    assert (await channel.lookup(d)).provider_message_id == accepted.id
+
+
+async def test_a_slow_submit_past_the_deadline_is_unknown(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    fake_form.app.fault("slow", key=d.idempotency_key, delay_s=8)
+    result = await channel.send(d)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.UNKNOWN,
+        ErrorClass.TIMEOUT_AFTER_WRITE,
+    )
+    assert len(fake_form.app.accepted(d.idempotency_key)) == 1
+
+
+async def test_failures_before_the_submit_submit_nothing(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    refused = WriteGuard(check=lambda: "the lease has 1s left")
+    result = await channel.send(delivery(), refused)
+    assert (result.outcome, result.error_class) == (SendOutcome.NOT_SENT, ErrorClass.FENCED)
+    # A target whose page lacks a declared selector: not submitted, with the reason.
+    target = form_target(fake_form.app.url)
+    target["steps"].append({"click": "#no-such-button"})
+    broken = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
+    async with httpx.AsyncClient() as http:
+        other = BrowserChannel(http, broken, deadline_s=8.0, screenshots=tmp_path)
+        try:
+            result = await other.send(delivery())
+        finally:
+            await other.aclose()
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.NOT_SENT,
+        ErrorClass.PAGE_STEP_FAILED,
+    )
+    assert "#no-such-button" in result.evidence
+    missing = await channel.send(delivery(payload={"title": "no body"}))
+    assert missing.outcome is SendOutcome.REJECTED
+    assert "no field body" in missing.evidence
+    assert fake_form.app.posts == 0
+
+
+def chromium_of_this_process() -> list[int]:
+    """The main Chromium processes (no ``--type=``) descended from this test process."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def ours(pid: int) -> bool:
+        for _ in range(10):
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [
+        pid
+        for pid, command in commands.items()
+        if "chromium" in command and "--type=" not in command and ours(pid)
+    ]
+
+
+async def test_a_browser_crash_after_the_submit_is_unknown_and_it_is_relaunched(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    d = delivery()
+    fake_form.app.fault("slow", key=d.idempotency_key, delay_s=8)
+    sending = asyncio.create_task(channel.send(d))
+    while fake_form.app.posts == 0:  # the submit is at the target: now the browser dies
+        await asyncio.sleep(0.05)
+    [browser] = chromium_of_this_process()
+    os.kill(browser, signal.SIGKILL)
+    result = await sending
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.UNKNOWN,
+        ErrorClass.RESET_AFTER_WRITE,
+    ), result
+    assert (await channel.lookup(d)).outcome == "found"
+    assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
+    assert channel.launches == 2
+    metrics = channel._metrics
+    assert metrics is not None
+    assert metrics.browser_restarts._value.get() == 1
+    assert len(fake_form.app.accepted(d.idempotency_key)) == 1
+
+
+async def test_the_fencing_token_travels_and_a_stale_one_is_refused(
+    channel: BrowserChannel, fake_form: BackgroundFakeForm
+) -> None:
+    newer = delivery(fencing_token=5, attempt=2)
+    assert (await channel.send(newer)).outcome is SendOutcome.CONFIRMED
+    stale = dataclasses.replace(newer, fencing_token=4, attempt=1)
+    result = await channel.send(stale)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.REJECTED,
+        ErrorClass.PROVIDER_REJECTED,
+    )
+    assert "#stale" in result.evidence
+    assert [s.fencing_token for s in fake_form.app.accepted(newer.idempotency_key)] == [5]
+
+
+async def test_attempts_beyond_the_concurrency_wait_for_a_slot(
+    fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    config = BrowserSettings.model_validate(
+        {"targets": {TARGET: form_target(fake_form.app.url)}, "concurrency": 1}
+    )
+    first, second = delivery(), delivery()
+    fake_form.app.fault("slow", key=first.idempotency_key, delay_s=1.5)
+    async with httpx.AsyncClient() as http:
+        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        try:
+            results = await asyncio.gather(channel.send(first), channel.send(second))
+        finally:
+            await channel.aclose()
+    assert [r.outcome for r in results] == [SendOutcome.CONFIRMED] * 2
+    [a] = fake_form.app.accepted(first.idempotency_key)
+    [b] = fake_form.app.accepted(second.idempotency_key)
+    assert b.at - a.at >= 1.5, "the second attempt began only when the first one ended"
