@@ -85,6 +85,19 @@ class DovecotMissing(LedgerError):
     """dovecot-imapd is not installed (a runtime failure: ``scripts/dovecot`` installs it)."""
 
 
+class DovecotFailed(RuntimeError):
+    """dovecot exited or did not answer; ``reason`` is the first error in its log."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(f"{message}: {log}")
+        self.reason = message
+        for line in log.splitlines():
+            marker = next((m for m in (" Error: ", " Fatal: ") if m in line), None)
+            if marker is not None:
+                self.reason = line.split(marker, 1)[1].strip()
+                break
+
+
 @dataclass
 class Fault:
     """One fault on command, for the next ``times`` transactions of one recipient."""
@@ -327,7 +340,7 @@ service anvil {{
             if self.process.poll() is not None:
                 log = self.log()
                 self.stop()
-                raise RuntimeError(f"dovecot exited: {log}")
+                raise DovecotFailed("dovecot exited", log)
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", self.port), 0.5) as conn,
@@ -337,7 +350,7 @@ service anvil {{
             time.sleep(0.05)
         log = self.log()
         self.stop()
-        raise RuntimeError(f"dovecot did not answer on {self.port}: {log}")
+        raise DovecotFailed(f"dovecot did not answer on {self.port}", log)
 
     def log(self) -> str:
         """The end of dovecot's own log."""
