@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email.parser
 import subprocess
 import time
 import uuid
@@ -26,6 +27,7 @@ from rich.table import Table
 
 from events.kafka_security import client_options
 from events.publisher import DeliverySpec, Publisher
+from events.retry_policy import RetryPolicy
 from events.settings import Settings, WebhookEndpoint
 from ledger import event_loop
 from ledger.broker import LocalBroker
@@ -46,7 +48,11 @@ DEMO_SLACK_CHANNEL = "C0DEMO0001"
 # The fake email API's key and the demo's sender (LEDGER_CHANNEL_SETTINGS[email_api]).
 DEMO_EMAIL_API_KEY = "re_demo_only_key"
 DEMO_EMAIL_FROM = "ledger-demo@example.test"
-CHANNELS_PER_RUN = 5  # two webhooks, a provider message, a Slack message, an email
+# The sender of the smtp channel's emails (LEDGER_CHANNEL_SETTINGS[smtp]); the relay and
+# its IMAP archive are `ledger fake-mail`'s, which prints the rest of the entry.
+DEMO_MAIL_FROM = "ledger-demo@example.test"
+# two webhooks, a provider message, a Slack message, an email by API, an email by SMTP
+CHANNELS_PER_RUN = 6
 
 
 @dataclass
@@ -179,13 +185,41 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     fake_email = stack.start(
         "fake-email-api",
         ["fake-email-api", "--port", "0", "--deliver-after", "0.5", "--json"],
-        _with_email_api(slack_settings, placeholder),
+        _with_channel(slack_settings, "email_api", placeholder),
         stdout=subprocess.PIPE,
     )
     urls["email_api"] = (await asyncio.to_thread(read_json_line, fake_email))["api"]
-    settings = _with_email_api(slack_settings, {**email, "api_url": urls["email_api"]})
+    settings = _with_channel(slack_settings, "email_api", {**email, "api_url": urls["email_api"]})
+    # The mail fakes: aiosmtpd (stores, then drops the connection before the reply; 421 at
+    # RCPT; no dedupe: a second send is a second file in the Maildir) and dovecot serving
+    # the relay's archive copy, where the workers' IMAP lookup finds what was stored.
+    fake_mail = stack.start(
+        "fake-mail",
+        [
+            "fake-mail",
+            "--port",
+            "0",
+            "--imap-port",
+            "0",
+            "--seed",
+            str(options.seed),
+            "--drop-pct",
+            "10",
+            "--tempfail-pct",
+            "5",
+            "--json",
+        ],
+        settings,
+        stdout=subprocess.PIPE,
+    )
+    mail = await asyncio.to_thread(read_json_line, fake_mail)
+    urls["smtp"], urls["imap"], urls["maildir"] = mail["smtp"], mail["imap"], mail["maildir"]
+    settings = _with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
+    # The smtp policy waits a minute after a 4xx (greylisting); the demo's 421s cannot.
+    smtp_policy = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
     settings = settings.model_copy(
         update={
+            "retry_policies": {**settings.retry_policies, "smtp": smtp_policy},
             "slack_api_url": urls["slack_api"],
             "webhook_endpoints": {
                 **settings.webhook_endpoints,
@@ -208,6 +242,10 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     )
     out.print(f"[bold]fake Slack[/] {urls['slack_api']} · no dedupe")
     out.print(f"[bold]fake email API[/] {urls['email_api']} · no dedupe")
+    out.print(
+        f"[bold]fake mail[/] smtp {urls['smtp']} (aiosmtpd, no dedupe) · "
+        f"imap {urls['imap']} (dovecot over the archive)"
+    )
     workers = {
         name: stack.start(name, ["worker", "--name", name], settings)
         for name in ("demo-w1", "demo-w2")
@@ -334,6 +372,11 @@ async def _publish(
                     recipient="oncall@example.test",
                     payload={"subject": f"run {run_id} finished", "text": "report ready"},
                 ),
+                DeliverySpec(
+                    channel="smtp",
+                    recipient="oncall@example.test",
+                    payload={"subject": f"run {run_id} finished", "text": "report ready"},
+                ),
             ]
             await publisher.run_started(run_id, agent="demo-agent")
             requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
@@ -396,6 +439,9 @@ def _summary(
     emails = _emails_per_key(urls["email_api"], email_keys)
     posts += sum(emails.values())
     twice_by_channel["email_api"] = sum(1 for n in emails.values() if n > 1)
+    mails = _mails_per_key(Path(urls["maildir"]))
+    posts += sum(n for key, n in mails.items() if key in mine)
+    twice_by_channel["smtp"] = sum(1 for k, n in mails.items() if k in mine and n > 1)
     twice = sum(twice_by_channel.values())
     return Summary(
         runs=runs,
@@ -442,9 +488,24 @@ def _slack_messages_per_key(api: str) -> Counter[str]:
     return found
 
 
-def _with_email_api(settings: Settings, entry: dict[str, str]) -> Settings:
-    channel_settings = {**settings.channel_settings, "email_api": Secret(dict(entry))}
+def _with_channel(settings: Settings, channel: str, entry: dict[str, Any]) -> Settings:
+    channel_settings = {**settings.channel_settings, channel: Secret(dict(entry))}
     return settings.model_copy(update={"channel_settings": channel_settings})
+
+
+def _mails_per_key(maildir: Path) -> Counter[str]:
+    """Messages per idempotency key in the fake relay's Maildir, read as a user would:
+    every file in new/ and cur/, its Message-ID ``<KEY@DOMAIN>`` parsed."""
+    found: Counter[str] = Counter()
+    parser = email.parser.BytesHeaderParser()
+    for folder in ("new", "cur"):
+        for path in sorted((maildir / folder).glob("*")):
+            with path.open("rb") as message:
+                message_id = str(parser.parse(message)["Message-ID"] or "").strip()
+            key, at, _domain = message_id.removeprefix("<").removesuffix(">").rpartition("@")
+            if at:
+                found[key] += 1
+    return found
 
 
 def _emails_per_key(api: str, keys: list[str]) -> Counter[str]:

@@ -123,6 +123,12 @@ CASES: dict[str, list[Case]] = {
             {"LEDGER_SLACK_TOKENS": '{"a b": "xoxb-1"}'},
         ),
     ],
+    "fake-mail": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--imap-port", "-1"), 2, "Invalid value for '--imap-port'"),
+        Case(("--drop-pct", "101"), 2, "Invalid value for '--drop-pct'"),
+        Case(("--tempfail-pct", "-5"), 2, "Invalid value for '--tempfail-pct'"),
+    ],
     "fake-email-api": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--deliver-after", "-1"), 2, "Invalid value for '--deliver-after'"),

@@ -43,8 +43,8 @@ def test_demo_once_twice(settings: Settings) -> None:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out = done.stdout
         assert "reused" in out  # the test broker was already running
-        assert re.search(r"deliveries\s*│\s*40\b", out), out  # 8 runs x 5 deliveries
-        for channel in ("email_api", "provider", "slack", "webhook"):  # at its own receiver
+        assert re.search(r"deliveries\s*│\s*48\b", out), out  # 8 runs x 6 deliveries
+        for channel in ("email_api", "provider", "slack", "smtp", "webhook"):  # at its receiver
             assert re.search(rf"│ {channel}\s*│(\s*\d+\s*│){{5}}\s*0\s*│", out), out
         assert re.search(r"accepted twice\s*│\s*0\b", out), out
         assert "receiver-kit apps" in out
