@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from events.ports import listen_port
+from ledger.simulator.app_server import AppServer
 
 MAX_BODY = 256 * 1024
 
@@ -176,7 +176,7 @@ class FakeEmailApi:
         self.config = config or FakeEmailApiConfig()
         self.port = 0
         self._state = _State()
-        self._runner: web.AppRunner | None = None
+        self._server = AppServer()
 
     @property
     def api_url(self) -> str:
@@ -191,17 +191,11 @@ class FakeEmailApi:
         app.router.add_post("/emails", self._send)
         app.router.add_get("/emails", self._by_key)
         app.router.add_get("/emails/{id}", self._by_id)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        port = listen_port(self.config.port, self.config.host)
-        await web.TCPSite(self._runner, self.config.host, port).start()
-        self.port = int(self._runner.addresses[0][1])
+        self.port = await self._server.serve(app, self.config.host, self.config.port)
 
     async def stop(self) -> None:
         """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._server.stop()
 
     async def __aenter__(self) -> FakeEmailApi:
         await self.start()

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from events.ports import listen_port
+from ledger.simulator.app_server import AppServer
 
 
 class FormFaultKind(enum.StrEnum):
@@ -126,7 +126,7 @@ class FakeForm:
         self.port = 0
         self._state = _State()
         self._rng = random.Random(self.config.seed)  # noqa: S311 - fault injection
-        self._runner: web.AppRunner | None = None
+        self._server = AppServer()
 
     @property
     def url(self) -> str:
@@ -140,17 +140,11 @@ class FakeForm:
         app.router.add_post("/submit", self._submit)
         app.router.add_get("/accepted", self._accepted)
         app.router.add_post("/faults", self._faults)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        port = listen_port(self.config.port, self.config.host)
-        await web.TCPSite(self._runner, self.config.host, port).start()
-        self.port = int(self._runner.addresses[0][1])
+        self.port = await self._server.serve(app, self.config.host, self.config.port)
 
     async def stop(self) -> None:
         """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._server.stop()
 
     async def __aenter__(self) -> FakeForm:
         await self.start()

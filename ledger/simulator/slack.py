@@ -26,7 +26,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from events.channels.urls import SLACK_CHANNEL_ID
-from events.ports import listen_port
+from ledger.simulator.app_server import AppServer
 
 MAX_TEXT = 40_000  # Slack truncates past 40,000 characters and refuses longer: msg_too_long
 BOT_USER = "U0LEDGERBOT"
@@ -137,7 +137,7 @@ class FakeSlack:
         self.port = 0
         self._state = _State()
         self._rng = random.Random(self.config.seed)  # noqa: S311 - fault injection
-        self._runner: web.AppRunner | None = None
+        self._server = AppServer()
 
     @property
     def api_url(self) -> str:
@@ -150,17 +150,11 @@ class FakeSlack:
         """Bind the port and serve."""
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        port = listen_port(self.config.port, self.config.host)
-        await web.TCPSite(self._runner, self.config.host, port).start()
-        self.port = int(self._runner.addresses[0][1])
+        self.port = await self._server.serve(app, self.config.host, self.config.port)
 
     async def stop(self) -> None:
         """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._server.stop()
 
     async def __aenter__(self) -> FakeSlack:
         await self.start()
