@@ -206,6 +206,17 @@ class Settings(BaseSettings):
     # The delivery worker (streams/): consumer group, leases and timers.
     worker_group: str = "ledger-worker"
     lease_seconds: float = Field(default=30.0, gt=0)
+    # How long the worker's producers (claims, changelog, outcomes) wait for company
+    # before sending a batch. Each batch costs the broker a request and a replication
+    # round, so a few milliseconds more per record buys a cheaper broker under load
+    # (BENCHMARKS.md, issue 12 part 6); 0 sends every record at once.
+    worker_linger_ms: float = Field(default=20.0, ge=0, le=1000)
+    # Standby copies of the worker's table kept warm by other workers (faust's
+    # table_standby_replicas). Each standby replays every changelog write, which costs
+    # the broker and the other worker CPU on every delivery; without one, a worker taking
+    # over partitions rebuilds their table from the changelog first (seconds per 100,000
+    # open deliveries). Set 1 where takeover time matters more than CPU.
+    worker_standby_replicas: int = Field(default=0, ge=0, le=8)
     claim_grace_seconds: float = Field(default=10.0, gt=0)
     timer_interval_seconds: float = Field(default=0.5, gt=0)
     # The worker's Prometheus endpoint (0: off; each worker on a host needs its own port).

@@ -377,7 +377,8 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         value_serializer="raw",
         stream_wait_empty=False,
         # Claims, dead letters and changelog writes are small: let them share requests.
-        producer_linger=0.005,
+        producer_linger=settings.worker_linger_ms / 1000,
+        table_standby_replicas=settings.worker_standby_replicas,
     )
 
 

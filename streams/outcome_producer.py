@@ -36,7 +36,7 @@ class OutcomeProducer:
                     bootstrap_servers=self._settings.bootstrap_servers,
                     enable_idempotence=True,
                     acks="all",
-                    linger_ms=5,
+                    linger_ms=self._settings.worker_linger_ms,
                     **client_options(self._settings),
                 )
                 await producer.start()

@@ -1,0 +1,56 @@
+"""The worker's batching settings reach its producers and its faust app (issue 12, part 6).
+
+``LEDGER_WORKER_LINGER_MS`` is how long the worker's producers wait for company before a
+batch leaves; ``LEDGER_WORKER_STANDBY_REPLICAS`` is faust's warm table copies. Takeover
+without a standby (the default) is exercised by the failure matrix and continuity tests,
+where a worker joins or is SIGKILLed and the survivor rebuilds the table from the changelog.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from events.settings import Settings
+from streams.app import create_app
+from streams.outcome_producer import OutcomeProducer
+from tests.fixtures.core import requested
+
+
+async def timed_append(settings: Settings) -> float:
+    outcomes = OutcomeProducer(settings)
+    try:
+        await outcomes.append([requested(0)])  # connects; not timed
+        began = time.monotonic()
+        await outcomes.append([requested(1)])
+        return time.monotonic() - began
+    finally:
+        await outcomes.stop()
+
+
+async def test_outcome_appends_wait_for_the_configured_linger(settings: Settings) -> None:
+    """A lone append is acknowledged no sooner than the linger lets its batch leave."""
+    lingering = settings.model_copy(update={"worker_linger_ms": 600.0})
+    assert await timed_append(lingering) >= 0.5
+
+
+async def test_no_linger_sends_at_once(settings: Settings) -> None:
+    eager = settings.model_copy(update={"worker_linger_ms": 0.0})
+    assert await timed_append(eager) < 0.5
+
+
+@pytest.mark.parametrize(("linger_ms", "standby"), [(20.0, 0), (0.0, 1)])
+def test_faust_app_gets_linger_and_standby(
+    tmp_path: object, linger_ms: float, standby: int
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path,  # type: ignore[arg-type]
+        worker_linger_ms=linger_ms,
+        worker_standby_replicas=standby,
+        webhook_secret="whsec_" + "A" * 32,
+    )
+    worker = create_app(settings, "batching")
+    assert worker.app.conf.producer_linger == pytest.approx(linger_ms / 1000)
+    assert worker.app.conf.table_standby_replicas == standby
+
