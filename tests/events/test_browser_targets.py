@@ -100,6 +100,12 @@ def test_the_readme_declaration_validates() -> None:
     tickets = settings.targets["tickets"]
     assert tickets.key.input == "#idempotency-key"
     assert tickets.lookup is not None
+    assert tickets.lookup.url is not None
+    assert tickets.login is not None
+    by_search = settings.targets["tickets-by-search"].lookup
+    assert by_search is not None
+    assert by_search.search is not None
+    assert by_search.search.key_attribute == "data-key"
 
 
 def test_ledger_channels_lists_browser() -> None:
