@@ -21,10 +21,17 @@ class LoginPage(Exception):
 
 
 async def check_not_login(page: Page, rule: LoginRule | None) -> None:
-    """Raise ``LoginPage`` (saying what matched) when the page is the declared login page."""
+    """Raise ``LoginPage`` (saying what matched) when the page is the declared login page;
+    only a positive match counts (a page that cannot be queried is left to the caller)."""
     if rule is None:
         return
     if rule.url is not None and re.search(rule.url, page.url):
         raise LoginPage(f"the page is the login page: its URL {page.url} matches {rule.url}")
-    if rule.selector is not None and await page.query_selector(rule.selector) is not None:
+    if rule.selector is None:
+        return
+    try:
+        shown = await page.query_selector(rule.selector) is not None
+    except Exception:  # noqa: BLE001 - a page navigating or gone: not seen, the caller goes on
+        return
+    if shown:
         raise LoginPage(f"the page is the login page: it shows {rule.selector} ({page.url})")
