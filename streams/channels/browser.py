@@ -7,8 +7,10 @@ write guard (the lease rule) right before the click on ``submit``, the one irrev
 step. Then the page decides: the confirmation element with its id is CONFIRMED (the id is
 the provider message id); an error page is classified by the target's rules (default
 UNKNOWN); a navigation that times out, a lost page or a crashed browser after the click
-began is UNKNOWN, settled by the target's lookup. Anything that fails before the click is
-NOT_SENT with its reason. The whole attempt runs under the hard send deadline.
+began is UNKNOWN, settled by the target's lookup (its list URL or its search page:
+``streams/channels/browser_lookup.py``). Anything that fails before the click is NOT_SENT
+with its reason; the target's login page in place of its form is ``login_page``
+(``streams/channels/browser_login.py``). The whole attempt runs under the hard send deadline.
 
 One Chromium per worker (Debian's, never a download), launched at the first send and
 relaunched after a crash (counted: ``ledger_worker_browser_restarts``); attempts in flight
@@ -120,7 +122,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class BrowserChannel:
-    """Submits declared web forms with Playwright; lookup by key where the target lists them."""
+    """Submits declared web forms with Playwright; looks a key up where the target can."""
 
     name = "browser"
 
