@@ -55,6 +55,9 @@ class ErrorClass(enum.StrEnum):
     # A browser step before the submit failed (a selector missing, the start page did not
     # load): nothing was submitted.
     PAGE_STEP_FAILED = "page_step_failed"
+    # Before the submit the browser target showed its declared login page (a redirect, an
+    # expired session): nothing was submitted.
+    LOGIN_PAGE = "login_page"
     # After the submit the target showed an error page, or a page without its confirmation:
     # it may have accepted the submission.
     ERROR_PAGE = "error_page"

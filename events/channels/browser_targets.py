@@ -83,21 +83,95 @@ class ErrorRule(_Declared):
     outcome: PageOutcome = PageOutcome.UNKNOWN
 
 
-class TargetLookup(_Declared):
-    """A URL answering JSON that lists the accepted submissions of a key. ``{key}`` in
-    ``url`` is the idempotency key; ``list_field`` names the list in the answer, each item
-    an object whose ``id_field`` is the target's id and ``key_field`` the key."""
+class NotFoundMark(_Declared):
+    """What a search page shows when it found nothing: an element (``selector``), a text
+    (``text``; inside ``selector`` when both are given), or both."""
+
+    selector: str | None = Field(default=None, min_length=1)
+    text: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        if self.selector is None and self.text is None:
+            raise ValueError("not_found needs a selector, a text, or both")
+        return self
+
+
+class SearchLookup(_Declared):
+    """A search page in the browser: ``url`` with ``{key}`` (the results of one GET), or a
+    page where the key is typed into ``fill`` and ``submit`` is clicked. Each element at
+    ``result`` is one accepted submission, its ``attribute`` the target's id. Without
+    ``key_attribute`` (the attribute of a result holding its key) any result counts as the
+    key's, so a fuzzy search could match another key's submission. ``not_found`` is the
+    page's "definitely not accepted"; a page showing neither stays a lookup error."""
 
     url: str
+    fill: str | None = Field(default=None, min_length=1)
+    submit: str | None = Field(default=None, min_length=1)
+    result: str = Field(min_length=1)
+    attribute: str = Field(default="data-id", min_length=1)
+    key_attribute: str | None = Field(default=None, min_length=1)
+    not_found: NotFoundMark
+
+    @model_validator(mode="after")
+    def _how(self) -> Self:
+        if "{key}" in self.url:
+            if self.fill is not None or self.submit is not None:
+                raise ValueError(
+                    "search url with {key} is the results page: leave out fill and submit"
+                )
+        elif self.fill is None or self.submit is None:
+            raise ValueError("search url must contain {key}, or give fill and submit selectors")
+        check_http_url(self.url.replace("{key}", "k"))
+        return self
+
+
+class TargetLookup(_Declared):
+    """How to find a key's submission: ``url``, a URL answering JSON that lists the
+    accepted submissions (``{key}`` in it is the idempotency key; ``list_field`` names the
+    list, each item an object whose ``id_field`` is the target's id and ``key_field`` the
+    key), or ``search``, a search page read in the browser. Exactly one."""
+
+    url: str | None = None
     list_field: str = "accepted"
     id_field: str = "id"
     key_field: str = "key"
+    search: SearchLookup | None = None
 
     @model_validator(mode="after")
-    def _url(self) -> Self:
-        if "{key}" not in self.url:
-            raise ValueError("lookup url must contain {key}")
-        check_http_url(self.url.replace("{key}", "k"))
+    def _one(self) -> Self:
+        if (self.url is None) == (self.search is None):
+            raise ValueError(
+                "lookup needs exactly one of url (a list of accepted keys) or search (a page)"
+            )
+        if self.search is not None:
+            extra = sorted({"list_field", "id_field", "key_field"} & self.model_fields_set)
+            if extra:
+                raise ValueError(f"lookup {', '.join(extra)} belong to a url lookup, not search")
+        if self.url is not None:
+            if "{key}" not in self.url:
+                raise ValueError("lookup url must contain {key}")
+            check_http_url(self.url.replace("{key}", "k"))
+        return self
+
+
+class LoginRule(_Declared):
+    """How to tell the target's login page: an element (``selector``) or a URL matching
+    ``url`` (a regular expression, searched), or either of both. Seen before the submit,
+    the attempt ends with nothing submitted."""
+
+    selector: str | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        if self.selector is None and self.url is None:
+            raise ValueError("login needs a selector, a url (a regular expression), or both")
+        if self.url is not None:
+            try:
+                re.compile(self.url)
+            except re.error as exc:
+                raise ValueError(f"login url is not a regular expression: {exc}") from None
         return self
 
 
@@ -113,6 +187,8 @@ class Target(_Declared):
     fencing_token: KeyCarrier | None = None
     confirmation: Confirmation
     lookup: TargetLookup | None = None
+    # The login page the target shows instead of the form (a session expired, a redirect).
+    login: LoginRule | None = None
     errors: tuple[ErrorRule, ...] = ()
     # How long a submit may still be processed after the attempt gave up (None: default).
     settle_s: float | None = Field(default=None, ge=0, le=3600)

@@ -20,13 +20,20 @@ async def serve(config: FakeFormConfig, as_json: bool) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with FakeForm(config) as app:
-        urls = {"form": f"{app.url}/form", "accepted": f"{app.url}/accepted"}
+        urls = {
+            "form": f"{app.url}/form",
+            "accepted": f"{app.url}/accepted",
+            "search": f"{app.url}/search",
+        }
         if as_json:
             print(json.dumps(urls), flush=True)
         else:
             print("fake form listening (Ctrl-C stops it)")
             print(f"  form:      {urls['form']}")
-            print(f"  accepted:  {urls['accepted']}?key=KEY   (the lookup)", flush=True)
+            print(f"  accepted:  {urls['accepted']}?key=KEY   (the lookup)")
+            print(f"  search:    {urls['search']}?q=KEY   (the search-page lookup)")
+            if config.login_required:
+                print("  login required: the form redirects to /login", flush=True)
         await stop.wait()
     print("fake form stopped", flush=True)
 
@@ -58,10 +65,18 @@ def register(app: typer.Typer) -> None:
         delay: Annotated[
             float, typer.Option(min=0, max=300, help="Seconds a slow answer waits.")
         ] = 10.0,
+        login_required: Annotated[
+            bool,
+            typer.Option(
+                "--login-required",
+                help="Redirect the form to a login page (POST /switches turns it off).",
+            ),
+        ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
     ) -> None:
         """Run the browser channel's target app on 127.0.0.1: a form, a confirmation page
-        with an id, GET /accepted?key=K; no dedupe, so a double submit shows."""
+        with an id, GET /accepted?key=K and GET /search?q=K; no dedupe, so a double submit
+        shows."""
         if slow_pct + crash_pct + error_pct + reject_pct > 100:
             raise typer.BadParameter("the fault percentages add up to more than 100")
         config = FakeFormConfig(
@@ -72,6 +87,7 @@ def register(app: typer.Typer) -> None:
             error_share=error_pct / 100,
             reject_share=reject_pct / 100,
             delay_s=delay,
+            login_required=login_required,
         )
         try:
             asyncio.run(serve(config, as_json))

@@ -8,6 +8,16 @@ submissions (JSON), the lookup. It does NOT dedupe: a second submit of one key i
 accepted entry, so a double submit shows. It fences: a submission whose fencing token is
 lower than one already accepted for its key is refused (``id="stale"``, 409).
 
+``GET /search?q=K`` is the same list as a page for a search-page lookup: one
+``<li class="result" data-id="T-1" data-key="K">`` per accepted submission whose key
+contains ``q`` (a fuzzy search, so a result may carry another key), or
+``<p id="no-results">``; without ``q``, only its search box (``#q``, ``#search``).
+
+Login required (``login_required`` in the config, ``--login-required``, or at run time
+``login_required(True)`` / ``POST /switches {"login_required": true}``): the form and the
+submit redirect to ``GET /login``, a sign-in page (``id="login"``, its button also
+``id="submit"``) that accepts nothing.
+
 Faults on command (Python or ``POST /faults``), by key or for the next submissions, or as a
 seeded random mix: ``slow`` (accepted, answered after ``delay_s``), ``crash`` (accepted,
 then the connection is dropped without an answer), ``error`` (accepted, then a 500 error
@@ -65,6 +75,16 @@ class FakeFormConfig(BaseModel):
     error_share: float = Field(default=0.0, ge=0, le=1)
     reject_share: float = Field(default=0.0, ge=0, le=1)
     delay_s: float = Field(default=10.0, ge=0, le=300)
+    # The form and the submit redirect to the login page (switchable at run time).
+    login_required: bool = False
+
+
+class FormSwitches(BaseModel):
+    """Run-time switches (``POST /switches``): only the ones given change."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    login_required: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,7 @@ class _State:
     faults: list[tuple[FormFault, int]] = field(default_factory=list)
     highest_token: dict[str, int] = field(default_factory=dict)
     posts: int = 0
+    login_required: bool = False
 
 
 FORM_PAGE = """<!doctype html>
@@ -111,6 +132,19 @@ FORM_PAGE = """<!doctype html>
 """
 
 
+SEARCH_BOX = """<form id="search-form" method="get" action="/search">
+  <label>Key <input id="q" name="q" value="{q}"></label>
+  <button id="search" type="submit">Search</button>
+</form>"""
+
+LOGIN_PAGE = """<h1>Sign in</h1>
+<form id="login" method="post" action="/login">
+  <label>User <input id="username" name="username"></label>
+  <label>Password <input id="password" name="password" type="password"></label>
+  <button id="submit" type="submit">Sign in</button>
+</form>"""
+
+
 def _page(title: str, body: str) -> str:
     return (
         f"<!doctype html><html><head><title>{html.escape(title)}</title></head>"
@@ -124,7 +158,7 @@ class FakeForm:
     def __init__(self, config: FakeFormConfig | None = None) -> None:
         self.config = config or FakeFormConfig()
         self.port = 0
-        self._state = _State()
+        self._state = _State(login_required=self.config.login_required)
         self._rng = random.Random(self.config.seed)  # noqa: S311 - fault injection
         self._server = AppServer()
 
@@ -140,6 +174,10 @@ class FakeForm:
         app.router.add_post("/submit", self._submit)
         app.router.add_get("/accepted", self._accepted)
         app.router.add_post("/faults", self._faults)
+        app.router.add_get("/search", self._search)
+        app.router.add_get("/login", self._login)
+        app.router.add_post("/login", self._login)
+        app.router.add_post("/switches", self._switches)
         self.port = await self._server.serve(app, self.config.host, self.config.port)
 
     async def stop(self) -> None:
@@ -162,6 +200,17 @@ class FakeForm:
             self._state.faults.append((fault, fault.count))
         return fault
 
+    def login_required(self, required: bool) -> None:
+        """Switch the login redirect of the form and the submit on or off."""
+        with self._state.lock:
+            self._state.login_required = required
+
+    def _login_redirect(self) -> None:
+        with self._state.lock:
+            required = self._state.login_required
+        if required:
+            raise web.HTTPFound("/login?next=/form")
+
     def accepted(self, key: str | None = None) -> list[Submission]:
         """Accepted submissions (with ``key``: those carrying it), oldest first."""
         with self._state.lock:
@@ -176,6 +225,7 @@ class FakeForm:
     # -- the app -----------------------------------------------------------------------------
 
     async def _form(self, request: web.Request) -> web.Response:
+        self._login_redirect()
         key = html.escape(request.query.get("key", ""), quote=True)
         return web.Response(text=FORM_PAGE.format(key=key), content_type="text/html")
 
@@ -226,6 +276,7 @@ class FakeForm:
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         with self._state.lock:
             self._state.posts += 1
+        self._login_redirect()  # a real app signs in first: nothing is accepted
         key = fields.pop("idempotency_key", "")
         raw_token = fields.pop("fencing_token", "")
         if not key:
@@ -279,3 +330,31 @@ class FakeForm:
             return web.json_response({"error": str(exc).splitlines()[0]}, status=400)
         self.fault(fault.kind, **fault.model_dump(exclude={"kind"}))
         return web.json_response(fault.model_dump(mode="json"))
+
+    async def _search(self, request: web.Request) -> web.Response:
+        q = request.query.get("q", "")
+        box = SEARCH_BOX.format(q=html.escape(q, quote=True))
+        if not q:
+            return web.Response(text=_page("Search", box), content_type="text/html")
+        found = [s for s in self.accepted() if q in s.key]
+        items = "".join(
+            f'<li class="result" data-id="{s.id}" data-key="{html.escape(s.key, quote=True)}">'
+            f"{s.id}: {html.escape(s.fields.get('title', ''))}</li>"
+            for s in found
+        )
+        results = f'<ul id="results">{items}</ul>' if found else '<p id="no-results">No results</p>'
+        return web.Response(text=_page("Search", box + results), content_type="text/html")
+
+    async def _login(self, request: web.Request) -> web.Response:
+        del request
+        return web.Response(text=_page("Sign in", LOGIN_PAGE), content_type="text/html")
+
+    async def _switches(self, request: web.Request) -> web.Response:
+        try:
+            switches = FormSwitches.model_validate(await request.json())
+        except (ValueError, ValidationError) as exc:
+            return web.json_response({"error": str(exc).splitlines()[0]}, status=400)
+        if switches.login_required is not None:
+            self.login_required(switches.login_required)
+        with self._state.lock:
+            return web.json_response({"login_required": self._state.login_required})

@@ -7,8 +7,10 @@ write guard (the lease rule) right before the click on ``submit``, the one irrev
 step. Then the page decides: the confirmation element with its id is CONFIRMED (the id is
 the provider message id); an error page is classified by the target's rules (default
 UNKNOWN); a navigation that times out, a lost page or a crashed browser after the click
-began is UNKNOWN, settled by the target's lookup. Anything that fails before the click is
-NOT_SENT with its reason. The whole attempt runs under the hard send deadline.
+began is UNKNOWN, settled by the target's lookup (its list URL or its search page:
+``streams/channels/browser_lookup.py``). Anything that fails before the click is NOT_SENT
+with its reason; the target's login page in place of its form is ``login_page``
+(``streams/channels/browser_login.py``). The whole attempt runs under the hard send deadline.
 
 One Chromium per worker (Debian's, never a download), launched at the first send and
 relaunched after a crash (counted: ``ledger_worker_browser_restarts``); attempts in flight
@@ -49,7 +51,8 @@ from streams.channels.base import (
     SendOutcome,
     SendResult,
 )
-from streams.channels.outcomes import DeadlineExceeded, request
+from streams.channels.browser_login import LoginPage, check_not_login
+from streams.channels.browser_lookup import list_lookup, search_lookup
 from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
 if TYPE_CHECKING:
@@ -119,7 +122,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class BrowserChannel:
-    """Submits declared web forms with Playwright; lookup by key where the target lists them."""
+    """Submits declared web forms with Playwright; looks a key up where the target can."""
 
     name = "browser"
 
@@ -189,6 +192,10 @@ class BrowserChannel:
                     result = await self._attempt(attempt, browser, target, delivery, guard)
             except TimeoutError:
                 result = self._out_of_time(guard, what)
+            except LoginPage as exc:
+                result = SendResult(
+                    SendOutcome.NOT_SENT, f"{what}: not submitted: {exc}", ErrorClass.LOGIN_PAGE
+                )
             except SendRefused as exc:
                 result = SendResult(
                     SendOutcome.NOT_SENT, f"{what}: not sent: {exc.reason}", ErrorClass.FENCED
@@ -204,38 +211,27 @@ class BrowserChannel:
             return await self._finish(result, attempt, delivery)
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
-        """GET the target's list of accepted submissions for the key."""
+        """Ask the target whether it accepted the key: its list URL, or its search page in
+        Chromium (``streams/channels/browser_lookup.py``)."""
         target = self._config.targets.get(delivery.recipient)
         if target is None or target.lookup is None:
             return LookupResult("unsupported", f"browser target {delivery.recipient!r}: no lookup")
-        spec = target.lookup
-        url = spec.url.replace("{key}", delivery.idempotency_key)
-        what = f"GET {url}"
-        try:
-            answer = await request(self._client, "GET", url, deadline_s=self._deadline_s)
-        except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
-            return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
-        body = answer.json_object()
-        if answer.status != 200 or body is None:
-            return LookupResult("lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}")
-        listed = body.get(spec.list_field)
-        if not isinstance(listed, list):
-            return LookupResult("lookup_error", f"{what} -> 200 without a {spec.list_field} list")
-        ids = [
-            str(item.get(spec.id_field))
-            for item in listed
-            if isinstance(item, dict) and item.get(spec.key_field) == delivery.idempotency_key
-        ]
-        if not ids:
-            return LookupResult("not_found", f"{what} -> 200, the key is not among the accepted")
-        twice = f" (accepted {len(ids)} times: {', '.join(ids)})" if len(ids) > 1 else ""
-        return LookupResult(
-            "found",
-            f"{what} -> 200, accepted as {ids[0]}{twice}",
-            provider_message_id=ids[0][:500],
-            provider_status="accepted",
-            delivered=True,
-        )
+        key = delivery.idempotency_key
+        search = target.lookup.search
+        if search is None:
+            return await list_lookup(self._client, target.lookup, key, deadline_s=self._deadline_s)
+        step_s = min(self._config.step_timeout_s, self._deadline_s / 2)
+        async with self._slots:
+            try:
+                browser = await self._running_browser()
+                async with asyncio.timeout(self._deadline_s):
+                    return await search_lookup(browser, search, key, step_timeout_s=step_s)
+            except TimeoutError:
+                return LookupResult(
+                    "lookup_error", f"search {search.url}: no answer within {self._deadline_s:g}s"
+                )
+            except NotSubmitted as exc:  # Chromium did not start
+                return LookupResult("lookup_error", f"search {search.url}: {exc}")
 
     async def aclose(self) -> None:
         """Close the browser and Playwright (the worker is stopping)."""
@@ -310,12 +306,14 @@ class BrowserChannel:
                 if carrier is not None and carrier.param is not None:
                     url = _with_param(url, carrier.param, value)
             response = await page.goto(url)
+            await check_not_login(page, target.login)
             if response is not None and not response.ok:
                 raise NotSubmitted(f"GET {url} -> {response.status}")
             for number, step in enumerate(target.steps, 1):
                 try:
                     await self._step(page, step, delivery.payload)
                 except Exception as exc:
+                    await check_not_login(page, target.login)
                     raise NotSubmitted(
                         f"step {number} {_describe(step)}: {_one_line(exc)}"
                     ) from exc
@@ -325,8 +323,10 @@ class BrowserChannel:
             try:
                 await page.wait_for_selector(target.submit, state="visible")
             except Exception as exc:
+                await check_not_login(page, target.login)
                 raise NotSubmitted(f"submit {target.submit}: {_one_line(exc)}") from exc
-        except NotSubmitted:
+            await check_not_login(page, target.login)
+        except (NotSubmitted, LoginPage):
             raise
         except TimeoutError:
             raise

@@ -14,6 +14,12 @@ from events.channels.browser_targets import BrowserSettings
 from tests.fixtures.form import form_target
 
 
+def search_lookup(base: str, search: dict[str, object] | None = None) -> dict[str, object]:
+    """A valid search lookup of the fake form at ``base``, with ``search``'s changes."""
+    lookup = form_target(base, lookup="search")["lookup"]
+    return {"search": {**lookup["search"], **(search or {})}}
+
+
 def test_targets_from_a_yaml_file_and_inline(tmp_path: Path) -> None:
     yaml = pytest.importorskip("yaml")
     path = tmp_path / "targets.yaml"
@@ -31,6 +37,39 @@ def test_targets_from_a_yaml_file_and_inline(tmp_path: Path) -> None:
         ({"submit": ""}, "targets.t.submit: String should have at least 1 character"),
         ({"lookup": {"url": "http://127.0.0.1:9/accepted"}}, "lookup url must contain {key}"),
         ({"steps": [{"fill": "#t"}]}, "targets.t.steps.0"),
+        (
+            {"lookup": {"url": "http://127.0.0.1:9/a?key={key}", **search_lookup("http://h.test")}},
+            "lookup needs exactly one of url (a list of accepted keys) or search",
+        ),
+        ({"lookup": {"list_field": "items"}}, "lookup needs exactly one of url"),
+        (
+            {"lookup": {**search_lookup("http://h.test"), "id_field": "n"}},
+            "lookup id_field belong to a url lookup, not search",
+        ),
+        (
+            {"lookup": search_lookup("http://h.test", search={"url": "http://h.test/search"})},
+            "search url must contain {key}, or give fill and submit selectors",
+        ),
+        (
+            {"lookup": search_lookup("http://h.test", search={"fill": "#q"})},
+            "search url with {key} is the results page: leave out fill and submit",
+        ),
+        (
+            {"lookup": search_lookup("http://h.test", search={"not_found": {}})},
+            "not_found needs a selector, a text, or both",
+        ),
+        (
+            {"lookup": search_lookup("http://h.test", search={"not_found": None})},
+            "targets.t.lookup.search.not_found",
+        ),
+        ({"lookup": search_lookup("http://h.test", search={"result": ""})}, "result: String"),
+        (
+            {"lookup": search_lookup("http://h.test", search={"url": "ftp://h.test/{key}"})},
+            "lookup.search",
+        ),
+        ({"login": {}}, "login needs a selector, a url (a regular expression), or both"),
+        ({"login": {"url": "(unclosed"}}, "login url is not a regular expression"),
+        ({"login": {"selector": "#login", "text": "Sign in"}}, "targets.t.login.text"),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_the_field(
@@ -61,6 +100,12 @@ def test_the_readme_declaration_validates() -> None:
     tickets = settings.targets["tickets"]
     assert tickets.key.input == "#idempotency-key"
     assert tickets.lookup is not None
+    assert tickets.lookup.url is not None
+    assert tickets.login is not None
+    by_search = settings.targets["tickets-by-search"].lookup
+    assert by_search is not None
+    assert by_search.search is not None
+    assert by_search.search.key_attribute == "data-key"
 
 
 def test_ledger_channels_lists_browser() -> None:

@@ -3,7 +3,9 @@
 Real broker, real ``ledger worker`` processes driving Debian's Chromium (a crash is a real
 SIGKILL at an exact fault point), the fake form, which does NOT dedupe: a second submit is
 a second accepted entry. Every row checks the ledger's final state AND the target: exactly
-one accepted submission per idempotency key (none for a rejected one).
+one accepted submission per idempotency key (none for a rejected one). The rows that end
+in a lookup run with both of the target's lookups: its JSON list (``[list]``) and its
+search page read in Chromium (``[search]``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import pytest
 from pydantic import JsonValue, Secret
 
 from events import DeliverySpec
 from events.delivery_state import Status
+from events.retry_policy import RetryPolicy
 from events.settings import Settings
-from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.fixtures.form import TARGET, BackgroundFakeForm, Lookup, form_target
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.worker import LedgerView, WorkerFactory
 from tests.streams.matrix import publish, until
@@ -26,7 +30,12 @@ from tests.streams.matrix import publish, until
 DEADLINE_S = 5.0
 
 
-def use_form(factory: WorkerFactory, form: BackgroundFakeForm, *, lookup: bool = True) -> Settings:
+LOOKUPS = pytest.mark.parametrize("lookup", ["list", "search"])
+
+
+def use_form(
+    factory: WorkerFactory, form: BackgroundFakeForm, *, lookup: Lookup | None = "list"
+) -> Settings:
     """Point the workers' browser channel at the fake form (target ``tickets``)."""
     config = Secret[dict[str, JsonValue]](
         {"targets": {TARGET: form_target(form.app.url, lookup=lookup)}}
@@ -57,13 +66,15 @@ def accepted_once(form: BackgroundFakeForm, key: str) -> str:
     return accepted[0].id
 
 
+@LOOKUPS
 async def test_browser_crash_after_accept_is_unknown_then_confirmed_by_lookup(
     worker_factory: WorkerFactory,
     fake_form: BackgroundFakeForm,
     ledger_view: LedgerView,
     live_projection: LiveProjection,
+    lookup: Lookup,
 ) -> None:
-    settings = use_form(worker_factory, fake_form)
+    settings = use_form(worker_factory, fake_form, lookup=lookup)
     live_projection.settings = settings
     live_projection.start()
     key = await publish_one(settings, "run-b1")
@@ -77,6 +88,7 @@ async def test_browser_crash_after_accept_is_unknown_then_confirmed_by_lookup(
     assert state.last_error_class == "reset_after_write"
     assert state.provider_message_id == accepted_once(fake_form, key)
     assert fake_form.app.posts == 1
+    assert state.reconciled == "found"
     await live_projection.matches(await ledger_view())
 
 
@@ -129,10 +141,14 @@ async def test_browser_worker_killed_after_the_submit_is_settled_by_lookup(
     await live_projection.matches(await ledger_view())
 
 
+@LOOKUPS
 async def test_browser_worker_killed_before_the_submit_is_looked_up_then_submitted_once(
-    worker_factory: WorkerFactory, fake_form: BackgroundFakeForm, ledger_view: LedgerView
+    worker_factory: WorkerFactory,
+    fake_form: BackgroundFakeForm,
+    ledger_view: LedgerView,
+    lookup: Lookup,
 ) -> None:
-    settings = use_form(worker_factory, fake_form)
+    settings = use_form(worker_factory, fake_form, lookup=lookup)
     key = await publish_one(settings, "run-b5")
     # Killed with the claim in the log and nothing opened: the lease expires into UNKNOWN,
     # and only "not found" at the target (twice) lets the next worker submit.
@@ -145,3 +161,22 @@ async def test_browser_worker_killed_before_the_submit_is_looked_up_then_submitt
     assert states[key].attempt >= 2
     assert states[key].provider_message_id == accepted_once(fake_form, key)
     assert fake_form.app.posts == 1
+
+
+async def test_browser_login_page_submits_nothing_and_fails_after_its_attempts(
+    worker_factory: WorkerFactory, fake_form: BackgroundFakeForm, ledger_view: LedgerView
+) -> None:
+    settings = use_form(worker_factory, fake_form)
+    # Two quick attempts: a login page is "nothing submitted", so each is retried.
+    policies = {**settings.retry_policies, "browser": RetryPolicy(base_delay_s=0.5, max_attempts=2)}
+    worker_factory.settings = settings = settings.model_copy(update={"retry_policies": policies})
+    fake_form.app.login_required(True)  # the form redirects to its login page
+    key = await publish_one(settings, "run-b6")
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, [key], {Status.FAILED}, [worker], "FAILED at the login")
+    state = states[key]
+    assert state.last_error_class == "login_page"
+    assert state.attempt >= 2  # a first attempt refused by the lease rule adds one
+    assert "/login" in (state.last_reason or "")
+    assert "(screenshot " in (state.last_reason or "")
+    assert (fake_form.app.posts, fake_form.app.accepted()) == (0, [])

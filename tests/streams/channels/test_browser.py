@@ -228,3 +228,103 @@ async def test_attempts_beyond_the_concurrency_wait_for_a_slot(
     [a] = fake_form.app.accepted(first.idempotency_key)
     [b] = fake_form.app.accepted(second.idempotency_key)
     assert b.at - a.at >= 1.5, "the second attempt began only when the first one ended"
+
+
+def search_channel(
+    fake_form: BackgroundFakeForm, tmp_path: Path, http: httpx.AsyncClient, **search: Any
+) -> BrowserChannel:
+    """A channel whose target's lookup is the fake form's search page (``search`` overrides
+    fields of it; ``box``: typed into the search box instead of a URL template)."""
+    box = bool(search.pop("box", False))
+    target = form_target(fake_form.app.url, lookup="search-box" if box else "search")
+    target["lookup"]["search"].update(search)
+    target["lookup"]["search"] = {k: v for k, v in target["lookup"]["search"].items() if v}
+    config = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
+    return BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+
+
+@pytest.mark.parametrize("box", [False, True], ids=["url", "search-box"])
+async def test_the_search_page_finds_an_accepted_key_and_proves_a_missing_one(
+    fake_form: BackgroundFakeForm, tmp_path: Path, box: bool
+) -> None:
+    async with httpx.AsyncClient() as http:
+        channel = search_channel(fake_form, tmp_path, http, box=box)
+        try:
+            d = delivery()
+            assert (await channel.send(d)).outcome is SendOutcome.CONFIRMED
+            [accepted] = fake_form.app.accepted(d.idempotency_key)
+            found = await channel.lookup(d)
+            missing = await channel.lookup(delivery())
+        finally:
+            await channel.aclose()
+    assert (found.outcome, found.provider_message_id, found.delivered) == (
+        "found",
+        accepted.id,
+        True,
+    ), found
+    assert missing.outcome == "not_found", missing
+    assert "#no-results" in missing.evidence
+    assert fake_form.app.posts == 1, "a lookup submits nothing"
+
+
+async def test_a_search_result_of_another_key_counts_only_without_key_attribute(
+    fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    # The fake's search matches substrings: a key that is a prefix of an accepted key finds
+    # that other key's submission. key_attribute tells them apart; without it, a false "found".
+    async with httpx.AsyncClient() as http:
+        checked = search_channel(fake_form, tmp_path, http)
+        unchecked = search_channel(fake_form, tmp_path, http, key_attribute=None)
+        try:
+            d = delivery()
+            assert (await checked.send(d)).outcome is SendOutcome.CONFIRMED
+            prefix = dataclasses.replace(d, idempotency_key=d.idempotency_key[:20])
+            careful = await checked.lookup(prefix)
+            careless = await unchecked.lookup(prefix)
+        finally:
+            await checked.aclose()
+            await unchecked.aclose()
+    assert careful.outcome == "lookup_error", careful
+    assert "none with data-key=" in careful.evidence
+    assert careless.outcome == "found", "the documented hazard of leaving key_attribute out"
+
+
+async def test_a_search_page_without_results_or_the_mark_is_a_lookup_error(
+    fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    async with httpx.AsyncClient() as http:
+        channel = search_channel(
+            fake_form, tmp_path, http, not_found={"selector": "#nothing-found"}
+        )
+        try:
+            result = await channel.lookup(delivery())
+        finally:
+            await channel.aclose()
+    assert result.outcome == "lookup_error", result
+    assert "neither a result li.result" in result.evidence
+
+
+@pytest.mark.parametrize(
+    "login",
+    [{"selector": "form#login"}, {"url": r"/login(\?|$)"}],
+    ids=["selector", "url"],
+)
+async def test_a_login_page_before_the_submit_is_not_sent_with_a_screenshot(
+    fake_form: BackgroundFakeForm, tmp_path: Path, login: dict[str, str]
+) -> None:
+    fake_form.app.login_required(True)  # the form redirects to /login
+    target = {**form_target(fake_form.app.url), "login": login}
+    config = BrowserSettings.model_validate({"targets": {TARGET: target}})
+    async with httpx.AsyncClient() as http:
+        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        try:
+            result = await channel.send(delivery())
+        finally:
+            await channel.aclose()
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.NOT_SENT,
+        ErrorClass.LOGIN_PAGE,
+    ), result
+    assert "/login" in result.evidence
+    screenshot(result.evidence)
+    assert (fake_form.app.posts, fake_form.app.accepted()) == (0, [])
