@@ -184,6 +184,10 @@ class Settings(BaseSettings):
     # Every send and every lookup ends within this many seconds, all phases together
     # (pool wait, connect, write, wait, body): the hard total deadline.
     send_deadline_s: float = Field(default=10.0, gt=0)
+    # Per channel, replacing send_deadline_s for that channel's sends and lookups, as JSON:
+    # {"browser": 20} (a Chromium attempt takes seconds). The lease must exceed the longest
+    # deadline + clock_skew_margin_s; http_timeout_s must not exceed the shortest.
+    send_deadlines: dict[str, float] = Field(default_factory=dict)
     # Clocks of two workers may disagree by this much; the lease rule allows for it.
     clock_skew_margin_s: float = Field(default=2.0, ge=0)
     # After an UNKNOWN, its receiver may still be processing the request the client gave
@@ -305,6 +309,15 @@ class Settings(BaseSettings):
         check_lease(self)
         return self
 
+    def deadline_for(self, channel: str) -> float:
+        """The hard total deadline of one send or lookup of ``channel``."""
+        return self.send_deadlines.get(channel, self.send_deadline_s)
+
+    @property
+    def longest_send_deadline_s(self) -> float:
+        """The longest deadline of any channel: what budgets by the deadline plans for."""
+        return max([self.send_deadline_s, *self.send_deadlines.values()])
+
     def topic_names(self) -> tuple[str, str, str]:
         """The three topics the ledger owns, in creation order."""
         return (self.topic_runs, self.topic_deliveries, self.topic_deadletter)
@@ -351,19 +364,32 @@ def check_security(settings: Settings) -> None:
 def check_lease(settings: Settings) -> None:
     """Refuse a lease too short for the lease rule: a send must fit in what is left of it.
 
-    Raises ValueError naming the numbers (pydantic turns it into a one-line error).
+    Every channel's deadline counts (``send_deadlines`` over ``send_deadline_s``). Raises
+    ValueError naming the field and the channel (pydantic turns it into a one-line error).
     """
-    needed = settings.send_deadline_s + settings.clock_skew_margin_s
+    for channel, deadline in settings.send_deadlines.items():
+        if not deadline > 0:  # also refuses NaN
+            raise ValueError(
+                f"send_deadlines[{channel}]={deadline:g} must be positive "
+                "(the hard total deadline of that channel's sends)"
+            )
+    deadlines = {
+        "send_deadline_s": settings.send_deadline_s,
+        **{f"send_deadlines[{ch}]": s for ch, s in settings.send_deadlines.items()},
+    }
+    longest = max(deadlines, key=lambda name: deadlines[name])
+    needed = deadlines[longest] + settings.clock_skew_margin_s
     if settings.lease_seconds <= needed:
         raise ValueError(
-            f"lease_seconds={settings.lease_seconds:g} must exceed send_deadline_s="
-            f"{settings.send_deadline_s:g} + clock_skew_margin_s="
+            f"lease_seconds={settings.lease_seconds:g} must exceed {longest}="
+            f"{deadlines[longest]:g} + clock_skew_margin_s="
             f"{settings.clock_skew_margin_s:g} (a send must end before its lease does)"
         )
-    if settings.http_timeout_s > settings.send_deadline_s:
+    shortest = min(deadlines, key=lambda name: deadlines[name])
+    if settings.http_timeout_s > deadlines[shortest]:
         raise ValueError(
-            f"http_timeout_s={settings.http_timeout_s:g} must not exceed send_deadline_s="
-            f"{settings.send_deadline_s:g} (the hard total deadline bounds every phase)"
+            f"http_timeout_s={settings.http_timeout_s:g} must not exceed {shortest}="
+            f"{deadlines[shortest]:g} (the hard total deadline bounds every phase)"
         )
 
 

@@ -1,9 +1,10 @@
 """``ledger demo``: the whole product on embedded defaults, with faults, in one command.
 
 Starts (or reuses) the local broker, creates the topics, starts two ``ledger worker``
-processes, ``ledger project``, ``ledger dashboard`` and the fake provider; publishes runs
-with deliveries over every channel while the provider injects timeouts, 500-after-accept
-and rejects, and one worker is SIGKILLed mid-way; then prints what the receiver got.
+processes, ``ledger project``, ``ledger dashboard`` and the fake receivers; publishes runs
+with deliveries over every channel (a browser form every ``BROWSER_EVERY`` runs) while the
+receivers inject timeouts, 500-after-accept and rejects, and one worker is SIGKILLed
+mid-way; then prints what each receiver got.
 """
 
 from __future__ import annotations
@@ -53,6 +54,20 @@ DEMO_EMAIL_FROM = "ledger-demo@example.test"
 DEMO_MAIL_FROM = "ledger-demo@example.test"
 # two webhooks, a provider message, a Slack message, an email by API, an email by SMTP
 CHANNELS_PER_RUN = 6
+# A form submitted by Chromium every 6th run (from the first): ~7 of the default 40 runs.
+# A browser attempt takes seconds, so the browser has its own deadline (LEDGER_SEND_DEADLINES)
+# and the lease covers it: lease > longest deadline + clock-skew margin.
+BROWSER_EVERY = 6
+BROWSER_TARGET = "demo-form"
+HTTP_DEADLINE_S = 2.0
+BROWSER_DEADLINE_S = 6.0
+LEASE_S = 16.0
+
+
+def deliveries_for(runs: int, start: int = 0) -> int:
+    """How many deliveries runs ``start`` .. ``start + runs - 1`` publish."""
+    browser = sum(1 for n in range(start, start + runs) if n % BROWSER_EVERY == 0)
+    return runs * CHANNELS_PER_RUN + browser
 
 
 @dataclass
@@ -215,6 +230,38 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     mail = await asyncio.to_thread(read_json_line, fake_mail)
     urls["smtp"], urls["imap"], urls["maildir"] = mail["smtp"], mail["imap"], mail["maildir"]
     settings = _with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
+    # The browser channel's target: `ledger fake-form` (no dedupe: a second submit is a
+    # second accepted entry), with the same kind of seeded fault mix: a confirmation page
+    # later than the browser's deadline, a dropped connection or a 500 page after
+    # accepting, a 422 rejection.
+    fake_form = stack.start(
+        "fake-form",
+        [
+            "fake-form",
+            "--port",
+            "0",
+            "--seed",
+            str(options.seed),
+            "--slow-pct",
+            "10",
+            "--crash-pct",
+            "5",
+            "--error-pct",
+            "5",
+            "--reject-pct",
+            "5",
+            "--delay",
+            str(BROWSER_DEADLINE_S + 2),
+            "--json",
+        ],
+        settings,
+        stdout=subprocess.PIPE,
+    )
+    form = await asyncio.to_thread(read_json_line, fake_form)
+    urls["form"], urls["form_accepted"] = form["form"], form["accepted"]
+    settings = _with_channel(
+        settings, "browser", {"targets": {BROWSER_TARGET: _form_target(urls["form"])}}
+    )
     # The smtp policy waits a minute after a 4xx (greylisting); the demo's 421s cannot.
     smtp_policy = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
     settings = settings.model_copy(
@@ -228,11 +275,12 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
             # The demo's receivers listen on 127.0.0.1: allowed explicitly (SSRF guard).
             "allowed_networks": [*settings.allowed_networks, "127.0.0.0/8"],
             "http_timeout_s": 1.0,
-            "send_deadline_s": 2.0,
+            "send_deadline_s": HTTP_DEADLINE_S,
+            "send_deadlines": {**settings.send_deadlines, "browser": BROWSER_DEADLINE_S},
             "clock_skew_margin_s": 1.0,
             "lookup_settle_s": 3.0,
             "lookup_confirm_spacing_s": 1.5,
-            "lease_seconds": 8.0,
+            "lease_seconds": LEASE_S,
         }
     )
     # A second send shows either way: the kit counts it as a repeat it absorbed, the
@@ -245,6 +293,10 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     out.print(
         f"[bold]fake mail[/] smtp {urls['smtp']} (aiosmtpd, no dedupe) · "
         f"imap {urls['imap']} (dovecot over the archive)"
+    )
+    out.print(
+        f"[bold]fake form[/] {urls['form']} (Chromium, no dedupe) · deadlines: browser "
+        f"{BROWSER_DEADLINE_S:g} s, the rest {HTTP_DEADLINE_S:g} s · lease {LEASE_S:g} s"
     )
     workers = {
         name: stack.start(name, ["worker", "--name", name], settings)
@@ -273,7 +325,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
             TimeElapsedColumn(),
             console=out,
         ) as progress:
-            task = progress.add_task("deliveries", total=options.runs * CHANNELS_PER_RUN)
+            task = progress.add_task("deliveries", total=deliveries_for(options.runs))
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
             while time.monotonic() < deadline:
                 await observer.poll(300)
@@ -289,7 +341,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
                         )
                         stack.children.remove(worker)
                         workers[name] = stack.start(name, ["worker", "--name", name], settings)
-                if killed is None and observer.settled >= options.runs * CHANNELS_PER_RUN * 0.4:
+                if killed is None and observer.settled >= deliveries_for(options.runs) * 0.4:
                     killed = "demo-w1"
                     stack.kill(workers[killed])
                     progress.console.print(
@@ -378,6 +430,14 @@ async def _publish(
                     payload={"subject": f"run {run_id} finished", "text": "report ready"},
                 ),
             ]
+            if n % BROWSER_EVERY == 0:
+                specs.append(
+                    DeliverySpec(
+                        channel="browser",
+                        recipient=BROWSER_TARGET,
+                        payload={"title": f"run {run_id} finished", "body": "report ready"},
+                    )
+                )
             await publisher.run_started(run_id, agent="demo-agent")
             requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
             keys = [r.idempotency_key for r in requests]
@@ -435,13 +495,15 @@ def _summary(
     slack_messages = _slack_messages_per_key(urls["slack_api"])
     posts += sum(n for key, n in slack_messages.items() if key in mine)
     twice_by_channel["slack"] = sum(1 for k, n in slack_messages.items() if k in mine and n > 1)
-    email_keys = [k for k, st in observer.states.items() if k in mine and st.channel == "email_api"]
-    emails = _emails_per_key(urls["email_api"], email_keys)
+    emails = _emails_per_key(urls["email_api"], _keys_of(observer, mine, "email_api"))
     posts += sum(emails.values())
     twice_by_channel["email_api"] = sum(1 for n in emails.values() if n > 1)
     mails = _mails_per_key(Path(urls["maildir"]))
     posts += sum(n for key, n in mails.items() if key in mine)
     twice_by_channel["smtp"] = sum(1 for k, n in mails.items() if k in mine and n > 1)
+    forms = _forms_per_key(urls["form_accepted"], _keys_of(observer, mine, "browser"))
+    posts += sum(forms.values())
+    twice_by_channel["browser"] = sum(1 for n in forms.values() if n > 1)
     twice = sum(twice_by_channel.values())
     return Summary(
         runs=runs,
@@ -457,6 +519,41 @@ def _summary(
         dashboard=dashboard,
         killed_worker=killed,
     )
+
+
+def _keys_of(observer: LedgerObserver, mine: set[str], channel: str) -> list[str]:
+    return [k for k, st in observer.states.items() if k in mine and st.channel == channel]
+
+
+def _form_target(form_url: str) -> dict[str, Any]:
+    """The fake form as a browser target (LEDGER_CHANNEL_SETTINGS[browser].targets)."""
+    base = form_url.removesuffix("/form")
+    return {
+        "start_url": form_url,
+        "steps": [{"fill": "#title", "field": "title"}, {"fill": "#body", "field": "body"}],
+        "key": {"input": "#idempotency-key"},
+        "fencing_token": {"input": "#fencing-token"},
+        "submit": "#submit",
+        "confirmation": {"selector": "#confirmation", "attribute": "data-id"},
+        "errors": [
+            {"selector": "#rejected", "outcome": "rejected"},
+            {"selector": "#stale", "outcome": "rejected"},
+            {"selector": "#error", "outcome": "unknown"},
+        ],
+        "lookup": {"url": f"{base}/accepted?key={{key}}"},
+    }
+
+
+def _forms_per_key(accepted_url: str, keys: list[str]) -> Counter[str]:
+    """Submissions the fake form accepted per idempotency key (its list by key: it does
+    not dedupe, so a second submit is a second entry)."""
+    found: Counter[str] = Counter()
+    with httpx.Client(timeout=30) as client:
+        for key in keys:
+            listed = client.get(accepted_url, params={"key": key}).json()["accepted"]
+            if listed:
+                found[key] = len(listed)
+    return found
 
 
 def _slack_messages_per_key(api: str) -> Counter[str]:

@@ -151,7 +151,7 @@ def _env_names(text: str) -> str:
 
     fields = set(Settings.model_fields)
     return re.sub(
-        r"\b([a-z][a-z0-9_]*)(?==)",
+        r"\b([a-z][a-z0-9_]*)(?=(?:\[[^\]]*\])?=)",  # field=, or field[channel]=
         lambda m: env_name(m.group(1)) if m.group(1) in fields else m.group(1),
         text,
     )

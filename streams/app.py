@@ -127,7 +127,8 @@ class Worker:
         self.budget = ClaimBudget(
             concurrency=settings.send_concurrency,
             lease_s=settings.lease_seconds,
-            deadline_s=settings.send_deadline_s,
+            # The longest channel deadline: the budget stays safe for the slowest channel.
+            deadline_s=settings.longest_send_deadline_s,
             margin_s=settings.clock_skew_margin_s,
             fixed=settings.max_open_claims,
         )
@@ -141,6 +142,7 @@ class Worker:
             owns=self.owned.__contains__,
             deadline_s=settings.send_deadline_s,
             skew_margin_s=settings.clock_skew_margin_s,
+            deadlines=settings.send_deadlines,
             max_payload_bytes=settings.max_payload_bytes,
             faults=settings.faults,
             metrics=self.metrics,
@@ -336,7 +338,7 @@ class Worker:
         await self.sender.stop_partitions(
             self.sender.partitions_in_use, "worker shutting down before the send began"
         )
-        await self.sender.drain(timeout_s=self.settings.send_deadline_s + 1)
+        await self.sender.drain(timeout_s=self.settings.longest_send_deadline_s + 1)
         await self.outcomes.stop()
         await self.registry.aclose()
         await self.continuity.stop()

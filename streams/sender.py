@@ -4,9 +4,10 @@ It acts only on claims the state machine accepted after reading them back from t
 and only on claims this worker made. Each (key, token) is sent at most once per process.
 Right before the first byte of a send is written (``WriteGuard``), the lease rule is
 checked again: the claim is still the current one, this process still owns the
-partition, and the lease has more left than the hard deadline plus the clock-skew margin.
-A refused or cancelled send records ``DeliveryNotSent``, so the next attempt needs no
-lookup. Outcomes are appended outside the processor's record; the fold dedupes and fences.
+partition, and the lease has more left than the channel's hard deadline
+(LEDGER_SEND_DEADLINES, else the global one) plus the clock-skew margin. A refused or
+cancelled send records ``DeliveryNotSent``, so the next attempt needs no lookup. Outcomes
+are appended outside the processor's record; the fold dedupes and fences.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Sender:
         owns: Callable[[int], bool],
         deadline_s: float,
         skew_margin_s: float,
+        deadlines: Mapping[str, float] | None = None,
         max_payload_bytes: int = 256 * 1024,
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
@@ -81,6 +83,10 @@ class Sender:
         self._current = current
         self._owns = owns
         self._deadline_s = deadline_s
+        # Per channel, over deadline_s (LEDGER_SEND_DEADLINES): the lease rule checks the
+        # deadline the channel's adapter sends under, not the global one.
+        self._deadlines = dict(deadlines or {})
+        self._longest_s = max([deadline_s, *self._deadlines.values()])
         self._margin_s = skew_margin_s
         # The SDK's rules, applied again: anyone who can write to the topic can append a
         # request the SDK would have refused (events/admission.py).
@@ -98,6 +104,10 @@ class Sender:
     def in_flight(self) -> int:
         """Sends and lookups not finished yet."""
         return len(self._work)
+
+    def deadline_for(self, channel: str) -> float:
+        """The hard total deadline ``channel``'s sends run under."""
+        return self._deadlines.get(channel, self._deadline_s)
 
     def has_open_send(self, key: str, token: int) -> bool:
         """True while this process still has the attempt (key, token) open."""
@@ -165,11 +175,13 @@ class Sender:
         if claimed.lease_expires_at is None:
             return "the claim has no lease"
         left = (claimed.lease_expires_at - self._clock()).total_seconds()
-        needed = self._deadline_s + self._margin_s
+        deadline = self.deadline_for(claimed.channel)
+        needed = deadline + self._margin_s
         if left <= needed:
             return (
                 f"the lease has {left:.1f}s left; a send needs more than {needed:g}s "
-                f"(deadline {self._deadline_s:g}s + clock-skew margin {self._margin_s:g}s)"
+                f"({claimed.channel} deadline {deadline:g}s + clock-skew margin "
+                f"{self._margin_s:g}s)"
             )
         return None
 
@@ -189,7 +201,7 @@ class Sender:
             work.stopped = why
             task.cancel()
         if stopped:
-            await asyncio.wait([task for task, _ in stopped], timeout=self._deadline_s)
+            await asyncio.wait([task for task, _ in stopped], timeout=self._longest_s)
         in_flight = sum(1 for w in self._work.values() if w.partition in gone and w.guard.written)
         if stopped or in_flight:
             log.info(

@@ -127,6 +127,12 @@ class AdapterBuild:
     # The worker's metrics, for what an adapter counts itself (a browser restarted).
     metrics: WorkerMetrics | None = None
 
+    @property
+    def deadline_s(self) -> float:
+        """This channel's hard total deadline per send or lookup (LEDGER_SEND_DEADLINES,
+        else LEDGER_SEND_DEADLINE_S); the sender's lease rule uses the same one."""
+        return self.settings.deadline_for(self.plugin.name)
+
 
 class AdapterFactory(Protocol):
     """Builds a channel's adapter at worker start; raise ``ConfigError`` to refuse."""

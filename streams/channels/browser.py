@@ -466,7 +466,7 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
     return BrowserChannel(
         build.client,
         config,
-        deadline_s=build.settings.send_deadline_s,
+        deadline_s=build.deadline_s,
         screenshots=screenshots,
         metrics=build.metrics,
     )

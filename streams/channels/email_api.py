@@ -223,4 +223,4 @@ def adapter(build: AdapterBuild) -> EmailApiChannel:
     config = build.config
     if not isinstance(config, EmailApiSettings):
         config = EmailApiSettings()
-    return EmailApiChannel(build.client, config, deadline_s=build.settings.send_deadline_s)
+    return EmailApiChannel(build.client, config, deadline_s=build.deadline_s)

@@ -135,4 +135,4 @@ class ProviderChannel:
 
 def adapter(build: AdapterBuild) -> ProviderChannel:
     """The provider channel's adapter factory (its plugin: events/channels/builtin.py)."""
-    return ProviderChannel(build.client, deadline_s=build.settings.send_deadline_s)
+    return ProviderChannel(build.client, deadline_s=build.deadline_s)

@@ -57,8 +57,8 @@ def build_channels(
 
     Without ``client``, one is created from settings (``create_http_client``); call this
     once per worker. ``ChannelRegistry`` does the same and also closes the client. A
-    plugin that cannot be built, or settings for a channel that is not installed, stop
-    the worker at start (``ConfigError``), never at its first send.
+    plugin that cannot be built, or settings or a deadline for a channel that is not
+    installed, stop the worker at start (``ConfigError``), never at its first send.
     """
     missing = BUILT_IN - set(channel_names())
     if missing:
@@ -70,6 +70,13 @@ def build_channels(
     if unknown:
         raise ConfigError(
             f"LEDGER_CHANNEL_SETTINGS names channels that are not installed: "
+            f"{', '.join(sorted(unknown))}",
+            "see `ledger channels` for the installed ones",
+        )
+    unknown = set(settings.send_deadlines) - set(channel_names())
+    if unknown:
+        raise ConfigError(
+            f"LEDGER_SEND_DEADLINES names channels that are not installed: "
             f"{', '.join(sorted(unknown))}",
             "see `ledger channels` for the installed ones",
         )

@@ -129,7 +129,7 @@ class SlackChannel:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.send_deadline_s
+        self._deadline_s = settings.deadline_for(self.name)
         self._tokens = settings.slack_tokens
         self._api = settings.slack_api_url
         self._max_pages = settings.slack_lookup_max_pages

@@ -323,6 +323,6 @@ class SmtpChannel:
 def adapter(build: AdapterBuild) -> SmtpChannel:
     """The smtp channel's adapter factory (its plugin: events/channels/builtin.py)."""
     config = build.config if isinstance(build.config, SmtpSettings) else SmtpSettings()
-    deadline_s = build.settings.send_deadline_s
+    deadline_s = build.deadline_s
     lookup = ArchiveLookup(config, deadline_s=deadline_s) if config.imap_host else None
     return SmtpChannel(config, deadline_s=deadline_s, lookup=lookup)

@@ -54,7 +54,7 @@ class WebhookChannel:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.send_deadline_s
+        self._deadline_s = settings.deadline_for(self.name)
         self._endpoints = WebhookEndpoints(settings)
 
     def endpoint_for(self, recipient: str) -> ResolvedEndpoint:

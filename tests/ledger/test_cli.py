@@ -111,3 +111,26 @@ def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None
         in done.stderr
     )
     assert "Traceback" not in done.stderr
+
+
+def test_a_send_deadline_for_a_channel_that_is_not_installed_is_refused_with_one_line() -> None:
+    env = dict(
+        os.environ,
+        LEDGER_SEND_DEADLINES='{"pigeon": 20}',
+        LEDGER_WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVz",
+        LEDGER_BOOTSTRAP_SERVERS="127.0.0.1:9",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert (
+        "error: LEDGER_SEND_DEADLINES names channels that are not installed: pigeon" in done.stderr
+    )
+    assert "hint: see `ledger channels`" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,6 +1,7 @@
 """``ledger demo --once`` end to end, twice: its receiver-kit webhook apps and its provider
-process nothing twice, no second send reaches the kit, and the demo stops every process it
-started."""
+process nothing twice, no second send reaches the kit, its browser deliveries (Chromium
+against the fake form, under the browser's own deadline) all end and none is accepted
+twice, and the demo stops every process it started."""
 
 from __future__ import annotations
 
@@ -43,9 +44,17 @@ def test_demo_once_twice(settings: Settings) -> None:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out = done.stdout
         assert "reused" in out  # the test broker was already running
-        assert re.search(r"deliveries\s*│\s*48\b", out), out  # 8 runs x 6 deliveries
-        for channel in ("email_api", "provider", "slack", "smtp", "webhook"):  # at its receiver
+        # 8 runs x 6 deliveries, and a browser form in runs 0 and 6
+        assert re.search(r"deliveries\s*│\s*50\b", out), out
+        # Each channel counted at its own receiver: none accepted twice (the last column).
+        for channel in ("browser", "email_api", "provider", "slack", "smtp", "webhook"):
             assert re.search(rf"│ {channel}\s*│(\s*\d+\s*│){{5}}\s*0\s*│", out), out
+        # Every browser delivery reached a final state (CONFIRMED or FAILED), and the fake
+        # form, which does not dedupe, accepted none twice.
+        browser = re.search(r"│ browser\s*│" + r"\s*(\d+)\s*│" * 6, out)
+        assert browser is not None, out
+        confirmed, failed, unknown, sent, pending, twice = map(int, browser.groups())
+        assert (confirmed + failed, unknown, sent, pending, twice) == (2, 0, 0, 0, 0), out
         assert re.search(r"accepted twice\s*│\s*0\b", out), out
         assert "receiver-kit apps" in out
         assert re.search(r"kit absorbed\s*│\s*0\b", out), out

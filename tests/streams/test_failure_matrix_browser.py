@@ -180,3 +180,28 @@ async def test_browser_login_page_submits_nothing_and_fails_after_its_attempts(
     assert "/login" in (state.last_reason or "")
     assert "(screenshot " in (state.last_reason or "")
     assert (fake_form.app.posts, fake_form.app.accepted()) == (0, [])
+
+
+async def test_browser_submit_slower_than_the_global_deadline_is_confirmed_under_its_own(
+    worker_factory: WorkerFactory, fake_form: BackgroundFakeForm, ledger_view: LedgerView
+) -> None:
+    # The global deadline (1.5 s) would time the submit out after the write (UNKNOWN, then
+    # a lookup); the browser's own deadline (LEDGER_SEND_DEADLINES) lets the page answer.
+    settings = use_form(worker_factory, fake_form)
+    settings = worker_factory.settings = settings.model_copy(
+        update={
+            "send_deadline_s": 1.5,
+            "http_timeout_s": 1.0,
+            "send_deadlines": {"browser": 3 * DEADLINE_S},
+            "lease_seconds": 3 * DEADLINE_S + 5,
+        }
+    )
+    key = await publish_one(settings, "run-b7")
+    fake_form.app.fault("slow", key=key, delay_s=3.0)  # accepted, answered 3 s later
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED")
+    state = states[key]
+    assert state.attempt == 1
+    assert state.last_error_class is None, state.last_reason  # confirmed by the page itself
+    assert state.provider_message_id == accepted_once(fake_form, key)
+    assert fake_form.app.posts == 1

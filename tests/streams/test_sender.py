@@ -35,6 +35,7 @@ def sender_for(
     owned: set[int] | None = None,
     concurrency: int = 4,
     max_payload_bytes: int = 256 * 1024,
+    deadlines: dict[str, float] | None = None,
 ) -> Sender:
     owned = {0} if owned is None else owned
     return Sender(
@@ -48,6 +49,7 @@ def sender_for(
         deadline_s=10.0,
         skew_margin_s=2.0,
         max_payload_bytes=max_payload_bytes,
+        deadlines=deadlines,
     )
 
 
@@ -85,6 +87,28 @@ async def test_too_little_lease_left_writes_nothing_and_says_so(
     after = apply(state, not_sent)
     assert after is not None
     assert after.status.public == "PENDING"  # claimed again, no lookup needed
+
+
+async def test_the_lease_rule_uses_the_channels_own_deadline(
+    fake_channel: FakeChannel, memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    # webhook's own deadline 15 s (the global one 10 s): 16.9 s left is enough for the
+    # global rule (10 + 2) but not for the channel's (15 + 2).
+    sender = sender_for(fake_channel, memory_store, clock, appended, deadlines={"webhook": 15})
+    state = claimed(memory_store, clock)
+    clock.advance(CTX.lease_s - 16.9)
+    sender.submit_send(state, 0)
+    await sender.drain(5)
+    assert fake_channel.received == []
+    [not_sent] = appended.of(DeliveryNotSent)
+    assert "webhook deadline 15s" in not_sent.reason  # type: ignore[attr-defined]
+    # A shorter channel deadline (5 s) lets a claim with 11.9 s left go out.
+    short = sender_for(fake_channel, memory_store, clock, appended, deadlines={"webhook": 5})
+    second = claimed(memory_store, clock, 1)
+    clock.advance(CTX.lease_s - 11.9)
+    short.submit_send(second, 0)
+    await short.drain(5)
+    assert fake_channel.received == [(second.idempotency_key, 1)]
 
 
 async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(

@@ -37,3 +37,27 @@ async def test_settings_for_a_channel_that_is_not_installed_stop_the_start() -> 
         with pytest.raises(ConfigError, match="not installed: pigeon") as caught:
             build_channels(settings, client)
     assert "t0ps3cret" not in str(caught.value)
+
+
+async def test_a_deadline_for_a_channel_that_is_not_installed_stops_the_start() -> None:
+    settings = Settings.model_validate({"send_deadlines": {"pigeon": 20}})
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(ConfigError, match=r"LEDGER_SEND_DEADLINES .* not installed: pigeon"):
+            build_channels(settings, client)
+
+
+async def test_each_adapter_gets_its_own_channels_deadline() -> None:
+    settings = Settings.model_validate(
+        {"send_deadline_s": 3, "send_deadlines": {"browser": 9, "slack": 4}, "http_timeout_s": 2}
+    )
+    async with httpx.AsyncClient() as client:
+        channels = build_channels(settings, client)
+    deadlines = {name: c._deadline_s for name, c in channels.items()}  # type: ignore[attr-defined]
+    assert deadlines == {
+        "webhook": 3,
+        "provider": 3,
+        "slack": 4,
+        "smtp": 3,
+        "email_api": 3,
+        "browser": 9,
+    }
