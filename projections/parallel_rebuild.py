@@ -111,55 +111,77 @@ async def parallel_rebuild(
     """``rebuild`` (projections/projector.py) with ``workers`` processes: the same tables,
     row for row. Use ``rebuild(..., workers=N)``, which falls back to one process when
     there is nothing to share."""
-    limit, shares = await plan(settings, until, workers)
-    if len(shares) < 2:
-        # One partition with records (or none): nothing to share.
-        return await rebuild(
-            settings,
-            dsn,
-            replace=replace,
-            until=until,
-            batch_size=batch_size,
-            progress=progress,
-        )
-    total = sum(limit.values())
-    store = open_store(dsn)
-    tag = uuid.uuid4().hex[:8]
-    names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
+    # The workers start first: their imports (~0.4 s each) overlap the planning.
+    processes = [await _spawn(i) for i in range(workers)]
+    store = None
+    names: list[str] = []
     try:
+        limit, shares = await plan(settings, until, workers)
+        # Those without a share (and, below, all of them) are told so: no job, stdin closed.
+        await _reap(processes[len(shares) :] if len(shares) >= 2 else processes)
+        if len(shares) < 2:
+            # One partition with records (or none): nothing to share.
+            return await rebuild(
+                settings,
+                dsn,
+                replace=replace,
+                until=until,
+                batch_size=batch_size,
+                progress=progress,
+            )
+        total = sum(limit.values())
+        store = open_store(dsn)
+        tag = uuid.uuid4().hex[:8]
+        names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
         store.prepare("rebuild", replace=replace)
         store.start_bulk_load()
         jobs = [
             Job(settings, store.open_stage(name), {p: limit[p] for p in share}, batch_size)
             for name, share in zip(names, shares, strict=True)
         ]
-        stats = await _run_workers(jobs, total, progress)
+        stats = await _run_workers(processes[: len(jobs)], jobs, total, progress)
         store.merge_stages(names)
         store.finish_bulk_load()
         return stats
     finally:
-        for name in names:
-            with contextlib.suppress(Exception):
-                store.drop_stage(name)
-        store.close()
+        await _reap(processes)
+        if store is not None:
+            for name in names:
+                with contextlib.suppress(Exception):
+                    store.drop_stage(name)
+            store.close()
+
+
+async def _spawn(i: int) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "projections.parallel_rebuild",
+        f"--worker={i}",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def _reap(processes: Sequence[asyncio.subprocess.Process]) -> None:
+    """Close the stdin of workers that got no job (they exit), kill any still running."""
+    for process in processes:
+        if process.returncode is None:
+            if process.stdin is not None and not process.stdin.is_closing():
+                process.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
 
 async def _run_workers(
-    jobs: Sequence[Job], total: int, progress: ProgressCallback | None
+    processes: Sequence[asyncio.subprocess.Process],
+    jobs: Sequence[Job],
+    total: int,
+    progress: ProgressCallback | None,
 ) -> ProjectionStats:
-    """Start one process per job, follow their progress, and sum their stats; the first
-    worker to fail stops the others and fails the rebuild."""
-    processes = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "projections.parallel_rebuild",
-            f"--worker={i}",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for i in range(len(jobs))
-    ]
+    """Give each started process its job, follow their progress, and sum their stats; the
+    first worker to fail stops the others (``_reap``) and fails the rebuild."""
     done = [0] * len(jobs)
 
     def advanced(i: int, records: int) -> None:
@@ -167,24 +189,17 @@ async def _run_workers(
         if progress is not None:
             progress(sum(done), total)
 
+    followers = [
+        asyncio.ensure_future(_follow(i, len(jobs), process, job, advanced))
+        for i, (process, job) in enumerate(zip(processes, jobs, strict=True))
+    ]
     try:
-        followers = [
-            asyncio.ensure_future(_follow(i, len(jobs), process, job, advanced))
-            for i, (process, job) in enumerate(zip(processes, jobs, strict=True))
-        ]
-        try:
-            results = await asyncio.gather(*followers)
-        except BaseException:
-            for follower in followers:
-                follower.cancel()
-            await asyncio.gather(*followers, return_exceptions=True)
-            raise
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+        results = await asyncio.gather(*followers)
+    except BaseException:
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+        raise
     stats = ProjectionStats()
     for result in results:
         for name, value in asdict(result).items():
@@ -263,7 +278,10 @@ def _say(message: dict[str, Any]) -> None:
 def main() -> None:
     """``python -m projections.parallel_rebuild --worker=N``: run the pickled ``Job`` on stdin,
     reporting progress, then stats or one error line, as JSON lines on stdout."""
-    job = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 (from our parent, over a pipe)
+    data = sys.stdin.buffer.read()
+    if not data:
+        return  # started ahead, then not needed: fewer shares than workers
+    job = pickle.loads(data)  # noqa: S301 (from our parent, over a pipe)
     try:
         stats = asyncio.run(_work(job))
     except LedgerError as exc:
