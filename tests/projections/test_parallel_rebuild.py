@@ -94,6 +94,15 @@ async def test_parallel_equals_sequential_undecodable_records_and_given_offsets(
     assert (three.records, three.applied, three.skipped) == (one.records, one.applied, one.skipped)
     assert three.records < (await rebuild(settings, dsn_factory(), workers=3)).records
 
+    # An observer must see every record in one process: the sequential path, whatever workers.
+    observed: list[int] = []
+    watched = dsn_factory()
+    stats = await rebuild(
+        settings, watched, until=until, workers=2, observe=lambda rs: observed.append(len(rs))
+    )
+    assert sum(observed) == stats.records == one.records
+    assert _dump(watched) == _dump(sequential)
+
 
 @pytest.mark.parametrize("dsn_factory", ["sqlite", "postgres"], indirect=True)
 async def test_a_worker_killed_mid_batch_fails_the_rebuild_and_merges_nothing(
