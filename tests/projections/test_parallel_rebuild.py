@@ -4,6 +4,10 @@ backends; a worker that dies fails it and leaves no partial ledger. Real broker.
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -136,10 +140,43 @@ async def test_a_worker_killed_mid_batch_fails_the_rebuild_and_merges_nothing(
     _assert_no_stages(dsn)
 
 
+async def test_a_worker_killed_from_outside_fails_the_rebuild(
+    settings: Settings, tmp_path: Path
+) -> None:
+    await publish(settings, fleet(300))
+    dsn = f"sqlite://{tmp_path / 'killed.sqlite3'}"
+    killed: list[int] = []
+    before = _children(os.getpid())  # the test's own broker, if it started one
+
+    def kill_one(done: int, total: int | None) -> None:
+        if not killed:
+            children = [c for c in _children(os.getpid()) if c not in before]
+            assert len(children) == 2
+            os.kill(children[-1], signal.SIGKILL)
+            killed.append(children[-1])
+
+    with pytest.raises(LedgerError, match="was killed by SIGKILL before it finished") as failed:
+        await rebuild(settings, dsn, workers=2, batch_size=50, progress=kill_one)
+    assert f"pid {killed[0]})" in failed.value.message
+    store = open_store(dsn)
+    try:
+        assert store.load_offsets() == {}
+        assert not store.dump()["deliveries"]
+    finally:
+        store.close()
+    _assert_no_stages(dsn)
+    assert _children(os.getpid()) == before  # the other worker is gone too
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return sorted(found)
+
+
 def _assert_no_stages(dsn: str) -> None:
     if dsn.startswith("sqlite://"):
-        from pathlib import Path
-
         path = Path(dsn.removeprefix("sqlite://"))
         assert not [p.name for p in path.parent.iterdir() if ".rebuild_" in p.name]
         return
