@@ -37,7 +37,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from events.errors import LedgerError
 from events.settings import Settings
@@ -111,30 +111,32 @@ async def parallel_rebuild(
     """``rebuild`` (projections/projector.py) with ``workers`` processes: the same tables,
     row for row. Use ``rebuild(..., workers=N)``, which falls back to one process when
     there is nothing to share."""
-    # The workers start first: their imports (~0.4 s each) overlap the planning.
+    # The workers start first: their imports (~0.4 s each) overlap the preparing and planning.
     processes = [await _spawn(i) for i in range(workers)]
-    store = None
+    store = open_store(dsn)
     names: list[str] = []
     try:
+        # Prepared before the log is read, as a sequential rebuild does (the same errors).
+        store.prepare("rebuild", replace=replace)
+        store.start_bulk_load()
         limit, shares = await plan(settings, until, workers)
         # Those without a share (and, below, all of them) are told so: no job, stdin closed.
         await _reap(processes[len(shares) :] if len(shares) >= 2 else processes)
         if len(shares) < 2:
-            # One partition with records (or none): nothing to share.
+            # One partition with records (or none): nothing to share. The tables there
+            # are the empty ones just prepared.
+            store.close()
             return await rebuild(
                 settings,
                 dsn,
-                replace=replace,
+                replace=True,
                 until=until,
                 batch_size=batch_size,
                 progress=progress,
             )
         total = sum(limit.values())
-        store = open_store(dsn)
         tag = uuid.uuid4().hex[:8]
         names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
-        store.prepare("rebuild", replace=replace)
-        store.start_bulk_load()
         jobs = [
             Job(settings, store.open_stage(name), {p: limit[p] for p in share}, batch_size)
             for name, share in zip(names, shares, strict=True)
@@ -145,11 +147,10 @@ async def parallel_rebuild(
         return stats
     finally:
         await _reap(processes)
-        if store is not None:
-            for name in names:
-                with contextlib.suppress(Exception):
-                    store.drop_stage(name)
-            store.close()
+        for name in names:
+            with contextlib.suppress(Exception):
+                store.drop_stage(name)
+        store.close()
 
 
 async def _spawn(i: int) -> asyncio.subprocess.Process:
@@ -226,7 +227,10 @@ async def _follow(
     stats: ProjectionStats | None = None
     error: str | None = None
     async for line in process.stdout:
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by its death: the exit status tells
         if "records" in message:
             advanced(i, message["records"])
         elif "stats" in message:
@@ -270,9 +274,14 @@ async def _work(job: Job) -> ProjectionStats:
         store.close()
 
 
+# The worker's messages to its parent: the original stdout (main() points fd 1 at stderr,
+# so that nothing else printed can be taken for a message).
+_parent: TextIO = sys.stdout
+
+
 def _say(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    _parent.write(json.dumps(message) + "\n")
+    _parent.flush()
 
 
 def main() -> None:
@@ -282,6 +291,9 @@ def main() -> None:
     if not data:
         return  # started ahead, then not needed: fewer shares than workers
     job = pickle.loads(data)  # noqa: S301 (from our parent, over a pipe)
+    global _parent
+    _parent = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
     try:
         stats = asyncio.run(_work(job))
     except LedgerError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from events import RunStarted
 from events.errors import LedgerError
 from events.settings import Settings
 from projections.backends import open_store
@@ -20,7 +21,7 @@ from projections.projector import ProjectionStats, rebuild
 from projections.schema import PROJECTION_META, TABLES
 from projections.store import PROJECTOR_MID_BATCH, Dump, Offsets
 from tests.fixtures.postgres import DsnFactory
-from tests.projections.scenarios import fleet, incident_log, publish
+from tests.projections.scenarios import P, at, fleet, incident_log, publish
 from tests.projections.test_cli import ledger
 
 # Records no fold may apply: not JSON, JSON of no event, an event on the wrong topic.
@@ -199,3 +200,19 @@ async def test_ledger_rebuild_workers_from_the_command_line(
     stats: ProjectionStats = await rebuild(settings, reference, workers=1)
     assert f"{stats.applied} events applied, {stats.skipped} skipped" in built.stdout
     assert _dump(dsn) == _dump(reference)
+
+
+async def test_nothing_to_share_falls_back_to_one_process(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # An empty log, then a log of one run (one partition with records): no second share.
+    empty = f"sqlite://{tmp_path / 'empty.sqlite3'}"
+    stats = await rebuild(settings, empty, workers=2)
+    assert stats.records == 0
+    assert _dump(empty)[0] == {}
+    await publish(settings, [RunStarted(run_id="only", agent="a", producer=P, occurred_at=at(1))])
+    one, two = f"sqlite://{tmp_path / 'one.sqlite3'}", f"sqlite://{tmp_path / 'two.sqlite3'}"
+    await rebuild(settings, one, workers=1)
+    assert (await rebuild(settings, two, workers=2)).records == 1
+    assert _dump(two) == _dump(one)
+    _assert_no_stages(two)
