@@ -5,7 +5,8 @@ after a timeout, a lookup and a retry; 14 events per run) into fresh topics, the
 the same run measures, over exactly those topics:
 
 * raw: read both topics from offset 0 (read_committed) and decode every record;
-* sqlite: ``ledger rebuild`` into an empty SQLite file;
+* sqlite: ``ledger rebuild`` into an empty SQLite file, with --workers processes (default:
+  one per CPU, as ``ledger rebuild``) and, paired in the same rounds, with one (sequential);
 * postgres: ``ledger rebuild`` into an empty PostgreSQL database (if a DSN is given).
 
     .venv/bin/python -m bench.rebuild --events 100000
@@ -49,6 +50,7 @@ from events.topics import record_key
 from ledger.broker import LocalBroker
 from ledger.topics import create_topics
 from projections.log import LogReader
+from projections.parallel_rebuild import default_workers
 from projections.projector import rebuild
 
 EVENTS_PER_RUN = 14
@@ -174,35 +176,56 @@ async def raw_read(settings: Settings) -> tuple[int, float]:
     return count, time.perf_counter() - began
 
 
-async def timed_rebuild(settings: Settings, dsn: str, batch_size: int) -> tuple[int, float]:
-    """Rebuild into ``dsn``; (records, seconds)."""
+async def timed_rebuild(
+    settings: Settings, dsn: str, batch_size: int, workers: int = 1
+) -> tuple[int, float]:
+    """Rebuild into ``dsn`` with ``workers`` processes; (records, seconds)."""
     began = time.perf_counter()
-    stats = await rebuild(settings, dsn, batch_size=batch_size)
+    stats = await rebuild(settings, dsn, batch_size=batch_size, workers=workers)
     return stats.records, time.perf_counter() - began
 
 
 async def figures(
-    settings: Settings, events: int, batch_size: int, repeat: int, progress: Any = None
+    settings: Settings,
+    events: int,
+    batch_size: int,
+    repeat: int,
+    progress: Any = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Generate ``events`` into ``settings``' topics, then ``repeat`` rounds of raw read +
-    decode and of rebuild into an empty SQLite file; events/s of every round."""
+    decode and of rebuild into an empty SQLite file (``workers`` processes, default one
+    per CPU as ``ledger rebuild``; with more than one, the same round also rebuilds with
+    one, sequentially, for a paired comparison); events/s of every round."""
+    workers = default_workers() if workers is None else workers
     await create_topics(settings)
     made, _ = await generate(settings, events)
     raw: list[float] = []
     sqlite: list[float] = []
+    sequential: list[float] = []
     task = progress.add_task("rebuild rounds", total=repeat) if progress else None
     for r in range(repeat):
         records, seconds = await raw_read(settings)
         raw.append(records / seconds)
-        with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
-            dsn = f"sqlite://{Path(tmp) / 'rebuilt.sqlite3'}"
-            records, seconds = await timed_rebuild(settings, dsn, batch_size)
-        sqlite.append(records / seconds)
+        # Alternate which goes first, so neither always gets the warmer page cache.
+        order = [workers, 1] if r % 2 == 0 else [1, workers]
+        for n in order if workers > 1 else [1]:
+            with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
+                dsn = f"sqlite://{Path(tmp) / 'rebuilt.sqlite3'}"
+                records, seconds = await timed_rebuild(settings, dsn, batch_size, n)
+            (sqlite if n == workers else sequential).append(records / seconds)
         if progress is not None:
             progress.update(task, completed=r + 1)
     if progress is not None:
         progress.remove_task(task)
-    return {"events": made, "records": records, "raw_per_s": raw, "sqlite_per_s": sqlite}
+    return {
+        "events": made,
+        "records": records,
+        "workers": workers,
+        "raw_per_s": raw,
+        "sqlite_per_s": sqlite,
+        "sequential_per_s": sequential,
+    }
 
 
 def main() -> None:
@@ -211,6 +234,9 @@ def main() -> None:
     )
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument(
+        "--workers", type=int, default=default_workers(), help="rebuild processes (default: CPUs)"
+    )
     parser.add_argument(
         "--postgres-dsn",
         default=os.environ.get("LEDGER_TEST_POSTGRES_DSN"),
@@ -236,12 +262,12 @@ def main() -> None:
         print(f"raw: {results[-1][1]:,} records in {results[-1][2]:.1f}s", flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
             dsn = f"sqlite://{Path(tmp) / 'rebuilt.sqlite3'}"
-            results.append(
-                ("rebuild into SQLite", *asyncio.run(timed_rebuild(settings, dsn, args.batch_size)))
-            )
+            rebuilt = asyncio.run(timed_rebuild(settings, dsn, args.batch_size, args.workers))
+            results.append((f"rebuild into SQLite, {args.workers} workers", *rebuilt))
             print(f"sqlite: {results[-1][2]:.1f}s", flush=True)
         if args.postgres_dsn:
-            results.append(("rebuild into PostgreSQL", *postgres_round(settings, args)))
+            label = f"rebuild into PostgreSQL, {args.workers} workers"
+            results.append((label, *postgres_round(settings, args)))
             print(f"postgres: {results[-1][2]:.1f}s", flush=True)
         else:
             print("no --postgres-dsn (or LEDGER_TEST_POSTGRES_DSN): PostgreSQL skipped")
@@ -265,7 +291,7 @@ def postgres_round(settings: Settings, args: argparse.Namespace) -> tuple[int, f
         if info.get("password"):
             auth += f":{info['password']}"
         dsn = f"postgresql://{auth}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
-        return asyncio.run(timed_rebuild(settings, dsn, args.batch_size))
+        return asyncio.run(timed_rebuild(settings, dsn, args.batch_size, args.workers))
     finally:
         with psycopg.connect(args.postgres_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -285,7 +311,8 @@ def render(results: list[tuple[str, int, float]], args: argparse.Namespace) -> s
         "",
         "## Rebuild",
         "",
-        f"`python -m bench.rebuild --events {args.events} --batch-size {args.batch_size}`, "
+        f"`python -m bench.rebuild --events {args.events} --batch-size {args.batch_size} "
+        f"--workers {args.workers}`, "
         f"{datetime.now(UTC):%Y-%m-%d}: {cpu}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, SQLite {__import__('sqlite3').sqlite_version}, "
         "local single-node Kafka, PostgreSQL on 127.0.0.1 (fsync off, throwaway cluster). "

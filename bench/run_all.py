@@ -296,7 +296,13 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         )
         notes.append(
             f"Rebuild: {rb['records']:,} records (runs of 14 events); SQLite "
-            f"{rounds_of(rb['sqlite_per_s'])}, raw {rounds_of(rb['raw_per_s'])} events/s."
+            f"{rounds_of(rb['sqlite_per_s'])} ({rb.get('workers', 1)} worker processes), raw "
+            f"{rounds_of(rb['raw_per_s'])} events/s"
+            + (
+                f"; sequential (--workers 1) in the same rounds {rounds_of(seq)}."
+                if (seq := rb.get("sequential_per_s"))
+                else "."
+            )
         )
     if "peer" in results:
         peer.rows(results["peer"], row)

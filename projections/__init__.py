@@ -7,7 +7,8 @@
 
 Modules: ``schema`` (tables, version), ``fold`` (pure event folding), ``store`` (the
 SQL store and its exactly-once batch), ``sqlite`` / ``postgres`` (backends), ``log``
-(reading the topics), ``projector`` (project, rebuild), ``verify``, ``queries``,
+(reading the topics), ``projector`` (project, rebuild), ``parallel_rebuild`` (a rebuild
+in several processes), ``verify``, ``queries``,
 ``incident`` (one run's timeline).
 """
 

@@ -7,6 +7,7 @@ seeks to where its last committed batch ended.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from types import TracebackType
 from typing import Self
 
@@ -34,11 +35,17 @@ class LogReader:
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
 
-    async def start(self, offsets: Offsets) -> None:
-        """Connect, assign every partition of both topics, seek to ``offsets`` (else 0)."""
+    async def start(
+        self, offsets: Offsets, only: Collection[tuple[str, int]] | None = None
+    ) -> None:
+        """Connect, assign every partition of both topics (or those in ``only``: a parallel
+        rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
         for topic in (self._settings.topic_runs, self._settings.topic_deliveries):
-            self.partitions += await self._log.partitions(topic)
+            found = await self._log.partitions(topic)
+            if only is not None:
+                found = [tp for tp in found if (tp.topic, tp.partition) in only]
+            self.partitions += found
         starts = {tp: offsets.get((tp.topic, tp.partition), 0) for tp in self.partitions}
         self.start_offsets = {(tp.topic, tp.partition): o for tp, o in starts.items()}
         self._log.assign(self.partitions, starts)

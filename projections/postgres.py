@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 
@@ -45,9 +47,15 @@ class PostgresStore(Store):
             cursor.executemany(sql, rows)
 
     def begin(self) -> None:
-        """Start a transaction and take the writer lock (released at commit)."""
+        """Start a transaction and take the writer lock (released at commit).
+
+        One lock per schema: the projection lives in the DSN's current schema, and a
+        parallel rebuild's workers each write their own staging schema at once."""
         self._conn.execute("BEGIN")
-        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
+        self._conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(coalesce(current_schema(), '')))",
+            (_WRITER_LOCK,),
+        )
 
     def begin_read(self) -> None:
         """A snapshot for the whole transaction."""
@@ -86,3 +94,27 @@ class PostgresStore(Store):
 
     def _bulk_load_done(self) -> None:
         """Nothing to tidy: the durable commit already restored the usual setting."""
+
+    # Staging (a parallel rebuild): a schema per worker in this database.
+
+    def open_stage(self, name: str) -> str:
+        """A fresh schema in this database, and this DSN with it as the search path."""
+        schema = _stage_name(name)
+        self._execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        self._execute(f"CREATE SCHEMA {schema}")
+        option = "options=" + quote(f"-csearch_path={schema}", safe="")
+        return f"{self.dsn}{'&' if '?' in self.dsn else '?'}{option}"
+
+    def drop_stage(self, name: str) -> None:
+        """Drop the stage's schema and its tables."""
+        self._execute(f"DROP SCHEMA IF EXISTS {_stage_name(name)} CASCADE")
+
+    def _stage_table(self, name: str, table: str) -> str:
+        return f"{_stage_name(name)}.{table}"
+
+
+def _stage_name(name: str) -> str:
+    """A stage name usable as an unquoted SQL identifier."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
+        raise ValueError(f"bad stage name {name!r}")
+    return name

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,6 +53,7 @@ async def project(
     observe: RecordObserver | None = None,
     dead_letters: RunsDeadLetters | None = None,
     write_in_thread: bool = True,
+    partitions: Collection[tuple[str, int]] | None = None,
 ) -> ProjectionStats:
     """Fold the log into ``store`` from its stored offsets.
 
@@ -62,11 +63,12 @@ async def project(
     ``dead_letters`` (the live projector), each batch's undecodable ``ledger.runs``
     records are dead-lettered before the batch that skips them commits. Without
     ``write_in_thread``, each batch is written in the event loop's thread, before the
-    next one is read (see ``rebuild``).
+    next one is read (see ``rebuild``). With ``partitions``, only those are read (a
+    parallel rebuild's worker: projections/parallel_rebuild.py).
     """
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
-        await reader.start(store.load_offsets())
+        await reader.start(store.load_offsets(), partitions)
         ends = await reader.end_offsets()
         limit = ends if until == "end" else until
         if limit is not None:
@@ -126,14 +128,31 @@ async def rebuild(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
     observe: RecordObserver | None = None,
+    workers: int = 1,
 ) -> ProjectionStats:
     """Replay both topics from offset 0 into an empty database (to the end, or ``until``).
+
+    With ``workers`` > 1 (and no ``observe``, which must see every record in one process),
+    that many processes share the partitions (projections/parallel_rebuild.py): the same
+    tables, row for row.
 
     Into SQLite the batches are written in the event loop's thread, not beside the
     reading: both are CPU-bound under the GIL, so a writer thread overlapped little
     (SQLite's own steps) and cost more than it saved in GIL hand-offs (BENCHMARKS.md,
     issue 12). PostgreSQL runs the statements in its own process: there the thread stays.
     """
+    if workers > 1 and observe is None:
+        from projections.parallel_rebuild import parallel_rebuild
+
+        return await parallel_rebuild(
+            settings,
+            dsn,
+            workers=workers,
+            replace=replace,
+            until=until,
+            batch_size=batch_size,
+            progress=progress,
+        )
     store = open_store(dsn)
     try:
         store.prepare("rebuild", replace=replace)

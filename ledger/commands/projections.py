@@ -21,6 +21,7 @@ from events.settings import Settings
 from projections.backends import default_dsn, open_store
 from projections.deadletters import RunsDeadLetters
 from projections.incident import run_view
+from projections.parallel_rebuild import default_workers
 from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
 from projections.queries import status_report
 from projections.store import Store, redacted
@@ -104,13 +105,30 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--replace", help="Drop existing ledger tables there first.")
         ] = False,
         batch_size: BatchSize = DEFAULT_BATCH_SIZE,
+        workers: Annotated[
+            int | None,
+            typer.Option(
+                "--workers",
+                min=1,
+                help="Processes sharing the partitions (default: one per CPU); 1 rebuilds "
+                "in this process alone.",
+                show_default=False,
+            ),
+        ] = None,
     ) -> None:
         """Replay both topics from offset 0 into an empty database."""
         settings = Settings()
         began = time.perf_counter()
         with _progress_bar("rebuilding") as progress:
             stats = asyncio.run(
-                rebuild(settings, into, replace=replace, batch_size=batch_size, progress=progress)
+                rebuild(
+                    settings,
+                    into,
+                    replace=replace,
+                    batch_size=batch_size,
+                    progress=progress,
+                    workers=default_workers() if workers is None else workers,
+                )
             )
         seconds = time.perf_counter() - began
         rate = stats.records / seconds if seconds > 0 else 0.0
