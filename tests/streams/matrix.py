@@ -75,10 +75,21 @@ async def until(
             if k not in states or states[k].status not in statuses
         }
         twice = {k[:12]: n for k in keys if receiver and (n := receiver.accepted(k)) > 1}
+        story = "\n".join(f"{w.name}:\n{ownership(w.output())}" for w in workers)
         raise AssertionError(
-            f"{exc}; {len(behind)} not there: {behind}; accepted more than once: {twice}"
+            f"{exc}; {len(behind)} not there: {behind}; accepted more than once: {twice}\n{story}"
         ) from None
     return await view()
+
+
+OWNERSHIP_MARKS = ("owns partitions", "rebuilt", "Recovery complete", "WARNING", "ERROR")
+
+
+def ownership(output: str, lines: int = 30) -> str:
+    """What a worker that stopped making progress logged about its partitions: which it
+    owned, the timers it rebuilt, its warnings (the cause of a stall, without the noise)."""
+    marked = [line[:240] for line in output.splitlines() if any(m in line for m in OWNERSHIP_MARKS)]
+    return "\n".join(marked[-lines:])
 
 
 def last_words(output: str) -> str:

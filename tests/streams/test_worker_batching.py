@@ -53,4 +53,3 @@ def test_faust_app_gets_linger_and_standby(
     worker = create_app(settings, "batching")
     assert worker.app.conf.producer_linger == pytest.approx(linger_ms / 1000)
     assert worker.app.conf.table_standby_replicas == standby
-
