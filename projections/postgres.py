@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -10,7 +9,7 @@ from urllib.parse import quote
 import psycopg
 
 from events.errors import LedgerError
-from projections.store import Store, redacted
+from projections.store import Store, redacted, stage_name
 
 # pg_advisory_xact_lock key: one projector writes a database at a time.
 _WRITER_LOCK = 0x1ED6E5
@@ -99,7 +98,7 @@ class PostgresStore(Store):
 
     def open_stage(self, name: str) -> str:
         """A fresh schema in this database, and this DSN with it as the search path."""
-        schema = _stage_name(name)
+        schema = stage_name(name)
         self._execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         self._execute(f"CREATE SCHEMA {schema}")
         option = "options=" + quote(f"-csearch_path={schema}", safe="")
@@ -107,14 +106,4 @@ class PostgresStore(Store):
 
     def drop_stage(self, name: str) -> None:
         """Drop the stage's schema and its tables."""
-        self._execute(f"DROP SCHEMA IF EXISTS {_stage_name(name)} CASCADE")
-
-    def _stage_table(self, name: str, table: str) -> str:
-        return f"{_stage_name(name)}.{table}"
-
-
-def _stage_name(name: str) -> str:
-    """A stage name usable as an unquoted SQL identifier."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
-        raise ValueError(f"bad stage name {name!r}")
-    return name
+        self._execute(f"DROP SCHEMA IF EXISTS {stage_name(name)} CASCADE")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from projections.store import Store
+from projections.store import Store, stage_name
 
 # A rebuild's page cache (KiB): the batch's lookups and upserts touch pages all over the
 # tables, and SQLite's default of 2 MB sends most of them back to the OS.
@@ -103,7 +102,7 @@ class SqliteStore(Store):
     # Staging (a parallel rebuild): a file beside this one per worker, attached to merge.
 
     def _stage_path(self, name: str) -> Path:
-        return self._path.with_name(f"{self._path.name}.{_stage_name(name)}")
+        return self._path.with_name(f"{self._path.name}.{stage_name(name)}")
 
     def open_stage(self, name: str) -> str:
         """A fresh file beside this one: its own writer lock, so workers never wait on
@@ -121,21 +120,11 @@ class SqliteStore(Store):
         # ATTACH is refused inside a transaction: attach them all before it begins.
         for name in names:
             self._conn.execute(
-                f"ATTACH DATABASE ? AS {_stage_name(name)}", (str(self._stage_path(name)),)
+                f"ATTACH DATABASE ? AS {stage_name(name)}", (str(self._stage_path(name)),)
             )
 
     def _detach_stages(self, names: Sequence[str]) -> None:
         attached = {row[1] for row in self._conn.execute("PRAGMA database_list")}
         for name in names:
-            if _stage_name(name) in attached:
-                self._conn.execute(f"DETACH DATABASE {_stage_name(name)}")
-
-    def _stage_table(self, name: str, table: str) -> str:
-        return f"{_stage_name(name)}.{table}"
-
-
-def _stage_name(name: str) -> str:
-    """A stage name usable as a file suffix and an SQL identifier."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
-        raise ValueError(f"bad stage name {name!r}")
-    return name
+            if stage_name(name) in attached:
+                self._conn.execute(f"DETACH DATABASE {stage_name(name)}")

@@ -9,6 +9,7 @@ is applied exactly once whatever kills the process.
 from __future__ import annotations
 
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
@@ -272,9 +273,10 @@ class Store(ABC):
         """Undo ``_attach_stages``."""
         return
 
-    @abstractmethod
     def _stage_table(self, name: str, table: str) -> str:
-        """How this connection names ``table`` of stage ``name`` in SQL."""
+        """How this connection names ``table`` of stage ``name`` in SQL: an attached
+        SQLite database and a PostgreSQL schema are both qualified by the stage's name."""
+        return f"{stage_name(name)}.{table}"
 
     # Applying a batch ---------------------------------------------------------------
 
@@ -422,3 +424,10 @@ def redacted(dsn: str) -> str:
     auth, _, host = rest.rpartition("@")
     user = auth.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in auth else dsn
+
+
+def stage_name(name: str) -> str:
+    """A stage name usable as an unquoted SQL identifier (and a file suffix)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
+        raise ValueError(f"bad stage name {name!r}")
+    return name

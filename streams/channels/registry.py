@@ -66,20 +66,16 @@ def build_channels(
             f"no channel plugin registered for {', '.join(sorted(missing))}",
             "reinstall the package so its entry points are registered: pip install -e .",
         )
-    unknown = set(settings.channel_settings) - set(channel_names())
-    if unknown:
-        raise ConfigError(
-            f"LEDGER_CHANNEL_SETTINGS names channels that are not installed: "
-            f"{', '.join(sorted(unknown))}",
-            "see `ledger channels` for the installed ones",
-        )
-    unknown = set(settings.send_deadlines) - set(channel_names())
-    if unknown:
-        raise ConfigError(
-            f"LEDGER_SEND_DEADLINES names channels that are not installed: "
-            f"{', '.join(sorted(unknown))}",
-            "see `ledger channels` for the installed ones",
-        )
+    for setting, named in (
+        ("LEDGER_CHANNEL_SETTINGS", settings.channel_settings),
+        ("LEDGER_SEND_DEADLINES", settings.send_deadlines),
+    ):
+        unknown = set(named) - set(channel_names())
+        if unknown:
+            raise ConfigError(
+                f"{setting} names channels that are not installed: {', '.join(sorted(unknown))}",
+                "see `ledger channels` for the installed ones",
+            )
     if client is None:
         client = create_http_client(settings)
     channels: dict[str, Channel] = {}

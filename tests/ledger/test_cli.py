@@ -29,6 +29,18 @@ def ledger(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ledger_worker(**env: str) -> subprocess.CompletedProcess[str]:
+    """``ledger worker`` with ``env`` over this process's environment (it should refuse)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ledger", "worker"],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_publish_then_replay_json(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
     payload = tmp_path / "payload.json"
     payload.write_text('{"text": "report ready"}')
@@ -96,15 +108,7 @@ def test_no_broker_is_one_line(settings: Settings) -> None:
 
 
 def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None:
-    env = dict(os.environ, LEDGER_LEASE_SECONDS="5", LEDGER_SEND_DEADLINE_S="10")
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = ledger_worker(LEDGER_LEASE_SECONDS="5", LEDGER_SEND_DEADLINE_S="10")
     assert done.returncode == 2  # a bad setting is bad input
     assert (
         "error: invalid settings: LEDGER_LEASE_SECONDS=5 must exceed LEDGER_SEND_DEADLINE_S=10"
@@ -114,19 +118,10 @@ def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None
 
 
 def test_a_send_deadline_for_a_channel_that_is_not_installed_is_refused_with_one_line() -> None:
-    env = dict(
-        os.environ,
+    done = ledger_worker(
         LEDGER_SEND_DEADLINES='{"pigeon": 20}',
         LEDGER_WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVz",
         LEDGER_BOOTSTRAP_SERVERS="127.0.0.1:9",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "ledger", "worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert done.returncode != 0
     assert (

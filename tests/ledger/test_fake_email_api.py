@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 
 from tests.fixtures.email_api import API_KEY, SENDER, BackgroundFakeEmailApi, FakeEmailApiFactory
+from tests.fixtures.fake_cli import fake_server, interrupt
 
-ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {API_KEY}"}
 MESSAGE = {"from": SENDER, "to": "ops@example.com", "subject": "Hi", "text": "Ready."}
 
@@ -52,31 +47,14 @@ def test_dedupe_honours_the_key_for_its_window_only(
 
 
 def test_ledger_fake_email_api_serves_until_interrupted() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    env["LEDGER_CHANNEL_SETTINGS"] = json.dumps(
-        {"email_api": {"api_url": "http://127.0.0.1:1", "api_key": API_KEY, "from_address": SENDER}}
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "fake-email-api", "--port", "0", "--json", "--dedupe"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        api = json.loads(process.stdout.readline())["api"]
+    settings = {"api_url": "http://127.0.0.1:1", "api_key": API_KEY, "from_address": SENDER}
+    channels = {"LEDGER_CHANNEL_SETTINGS": json.dumps({"email_api": settings})}
+    with fake_server("fake-email-api", "--port", "0", "--dedupe", env=channels) as (process, urls):
+        api = urls["api"]
         headers = {**AUTH, "idempotency-key": "k2"}
         sent = httpx.post(f"{api}/emails", json=MESSAGE, headers=headers).json()["id"]
         again = httpx.post(f"{api}/emails", json=MESSAGE, headers=headers).json()["id"]
         assert sent == again
         shown = httpx.get(f"{api}/emails", params={"idempotency_key": "k2"}, headers=AUTH)
         assert shown.json()["id"] == sent
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
-        assert "fake email API stopped" in process.stdout.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        assert "fake email API stopped" in interrupt(process)

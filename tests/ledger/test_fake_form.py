@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 
 from tests.fixtures.broker import TEST_BROKER_PORT
+from tests.fixtures.fake_cli import fake_server, interrupt
 from tests.fixtures.form import BackgroundFakeForm
 
-ROOT = Path(__file__).resolve().parents[2]
 # Outside the ephemeral range, beside this run's broker ports.
 CLI_PORT = TEST_BROKER_PORT + 13
 
@@ -66,33 +60,7 @@ def test_the_login_switch_redirects_the_form_and_accepts_nothing(
 
 
 def test_ledger_fake_form_login_required() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ledger",
-            "fake-form",
-            "--port",
-            str(CLI_PORT),
-            "--json",
-            "--login-required",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        urls = json.loads(process.stdout.readline())
+    with fake_server("fake-form", "--port", str(CLI_PORT), "--login-required") as (process, urls):
         assert urls["search"].endswith("/search")
         assert httpx.get(urls["form"]).status_code == 302
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
-        assert "fake form stopped" in process.stdout.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        assert "fake form stopped" in interrupt(process)

@@ -31,6 +31,8 @@ from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.settings import Settings
 from events.topics import record_key
+from projections.backends import open_store
+from projections.store import Dump, Offsets
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 P = "test"
@@ -338,3 +340,13 @@ def found_later(req: DeliveryRequested, t: float) -> DeliveryReconciled:
         evidence="lookup by key: queued",
         occurred_at=at(t),
     )
+
+
+def snapshot(dsn: str) -> tuple[Offsets, Dump]:
+    """A projection's offsets and every table's rows, to compare two ledgers."""
+    store = open_store(dsn)
+    try:
+        store.prepare("read")
+        return store.load_offsets(), store.dump()
+    finally:
+        store.close()

@@ -19,9 +19,9 @@ from projections.log import LogReader
 from projections.parallel_rebuild import balance
 from projections.projector import ProjectionStats, rebuild
 from projections.schema import PROJECTION_META, TABLES
-from projections.store import PROJECTOR_MID_BATCH, Dump, Offsets
+from projections.store import PROJECTOR_MID_BATCH, Offsets
 from tests.fixtures.postgres import DsnFactory
-from tests.projections.scenarios import P, at, fleet, incident_log, publish
+from tests.projections.scenarios import P, at, fleet, incident_log, publish, snapshot
 from tests.projections.test_cli import ledger
 
 # Records no fold may apply: not JSON, JSON of no event, an event on the wrong topic.
@@ -48,15 +48,6 @@ def test_balance_shares_partitions_by_record_count() -> None:
         balance(counts, 0)
 
 
-def _dump(dsn: str) -> tuple[Offsets, Dump]:
-    store = open_store(dsn)
-    try:
-        store.prepare("read")
-        return store.load_offsets(), store.dump()
-    finally:
-        store.close()
-
-
 async def _log(settings: Settings) -> None:
     events = [*incident_log(), *fleet(60)]
     raw = [(settings.topic_runs, UNDECODABLE[0]), (settings.topic_deliveries, UNDECODABLE[1])]
@@ -79,13 +70,13 @@ async def test_parallel_equals_sequential_undecodable_records_and_given_offsets(
     one = await rebuild(settings, sequential, workers=1)
     seen: list[tuple[int, int | None]] = []
     two = await rebuild(settings, parallel, workers=2, progress=lambda d, t: seen.append((d, t)))
-    assert _dump(parallel) == _dump(sequential)
+    assert snapshot(parallel) == snapshot(sequential)
     assert one.skipped >= len(UNDECODABLE)
     assert (two.records, two.applied, two.skipped) == (one.records, one.applied, one.skipped)
     assert seen
     # The total counts offsets, as a sequential rebuild's does (transaction markers too).
     assert seen[-1] == (one.records, sum((await _ends(settings)).values()))
-    skipped = _dump(parallel)[1]["skipped_records"]
+    skipped = snapshot(parallel)[1]["skipped_records"]
     assert len(skipped) == one.skipped
 
     # More workers than CPUs, and a rebuild to given offsets (about half of every partition).
@@ -95,7 +86,7 @@ async def test_parallel_equals_sequential_undecodable_records_and_given_offsets(
     sequential, parallel = dsn_factory(), dsn_factory()
     one = await rebuild(settings, sequential, until=until, workers=1)
     three = await rebuild(settings, parallel, until=until, workers=3)
-    assert _dump(parallel) == _dump(sequential)
+    assert snapshot(parallel) == snapshot(sequential)
     assert (three.records, three.applied, three.skipped) == (one.records, one.applied, one.skipped)
     assert three.records < (await rebuild(settings, dsn_factory(), workers=3)).records
 
@@ -106,7 +97,7 @@ async def test_parallel_equals_sequential_undecodable_records_and_given_offsets(
         settings, watched, until=until, workers=2, observe=lambda rs: observed.append(len(rs))
     )
     assert sum(observed) == stats.records == one.records
-    assert _dump(watched) == _dump(sequential)
+    assert snapshot(watched) == snapshot(sequential)
 
 
 @pytest.mark.parametrize("dsn_factory", ["sqlite", "postgres"], indirect=True)
@@ -137,7 +128,7 @@ async def test_a_worker_killed_mid_batch_fails_the_rebuild_and_merges_nothing(
     await rebuild(settings, dsn, workers=2, replace=True)
     reference = dsn_factory()
     await rebuild(settings, reference, workers=1)
-    assert _dump(dsn) == _dump(reference)
+    assert snapshot(dsn) == snapshot(reference)
     _assert_no_stages(dsn)
 
 
@@ -199,7 +190,7 @@ async def test_ledger_rebuild_workers_from_the_command_line(
     reference = f"sqlite://{settings.data_dir / 'reference.sqlite3'}"
     stats: ProjectionStats = await rebuild(settings, reference, workers=1)
     assert f"{stats.applied} events applied, {stats.skipped} skipped" in built.stdout
-    assert _dump(dsn) == _dump(reference)
+    assert snapshot(dsn) == snapshot(reference)
 
 
 async def test_nothing_to_share_falls_back_to_one_process(
@@ -209,10 +200,10 @@ async def test_nothing_to_share_falls_back_to_one_process(
     empty = f"sqlite://{tmp_path / 'empty.sqlite3'}"
     stats = await rebuild(settings, empty, workers=2)
     assert stats.records == 0
-    assert _dump(empty)[0] == {}
+    assert snapshot(empty)[0] == {}
     await publish(settings, [RunStarted(run_id="only", agent="a", producer=P, occurred_at=at(1))])
     one, two = f"sqlite://{tmp_path / 'one.sqlite3'}", f"sqlite://{tmp_path / 'two.sqlite3'}"
     await rebuild(settings, one, workers=1)
     assert (await rebuild(settings, two, workers=2)).records == 1
-    assert _dump(two) == _dump(one)
+    assert snapshot(two) == snapshot(one)
     _assert_no_stages(two)

@@ -16,12 +16,11 @@ from aiokafka import AIOKafkaProducer
 
 from events import DeadLetter, Publisher
 from events.settings import Settings
-from projections.backends import open_store
 from projections.projector import rebuild
-from projections.store import Dump, Offsets
+from projections.store import Offsets
 from tests.fixtures.postgres import DsnFactory
 from tests.fixtures.worker import wait_for
-from tests.projections.scenarios import fleet, publish
+from tests.projections.scenarios import fleet, publish, snapshot
 
 
 def ledger_env(settings: Settings, faults: list[str] | None = None) -> dict[str, str]:
@@ -49,15 +48,6 @@ def start_projector(
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def snapshot(dsn: str) -> tuple[Offsets, Dump]:
-    store = open_store(dsn)
-    try:
-        store.prepare("read")
-        return store.load_offsets(), store.dump()
-    finally:
-        store.close()
 
 
 async def wait_until_at(dsn: str, offsets: Offsets, process: subprocess.Popen[str]) -> None:

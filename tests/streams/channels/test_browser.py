@@ -17,7 +17,7 @@ import pytest
 from events.channels.browser_targets import BrowserSettings
 from events.outcomes import ErrorClass
 from events.settings import Settings
-from streams.channels.base import OutboundDelivery, SendOutcome
+from streams.channels.base import OutboundDelivery, SendOutcome, SendResult
 from streams.channels.browser import BrowserChannel
 from streams.channels.http import create_http_client
 from streams.channels.write_guard import WriteGuard
@@ -48,6 +48,18 @@ def delivery(**fields: Any) -> OutboundDelivery:
     base = outbound(TARGET, "browser", payload={"title": "disk full", "body": "on db-1"})
     fields.setdefault("fencing_token", 3)
     return dataclasses.replace(base, **fields)
+
+
+async def send_once(
+    config: BrowserSettings, screenshots: Path, deadline_s: float = 6.0
+) -> SendResult:
+    """One delivery through a channel of its own (its own browser), closed after."""
+    async with httpx.AsyncClient() as http:
+        channel = BrowserChannel(http, config, deadline_s=deadline_s, screenshots=screenshots)
+        try:
+            return await channel.send(delivery())
+        finally:
+            await channel.aclose()
 
 
 def screenshot(evidence: str) -> Path:
@@ -126,12 +138,7 @@ async def test_failures_before_the_submit_submit_nothing(
     target = form_target(fake_form.app.url)
     target["steps"].append({"click": "#no-such-button"})
     broken = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
-    async with httpx.AsyncClient() as http:
-        other = BrowserChannel(http, broken, deadline_s=8.0, screenshots=tmp_path)
-        try:
-            result = await other.send(delivery())
-        finally:
-            await other.aclose()
+    result = await send_once(broken, tmp_path, deadline_s=8.0)
     assert (result.outcome, result.error_class) == (
         SendOutcome.NOT_SENT,
         ErrorClass.PAGE_STEP_FAILED,
@@ -315,12 +322,7 @@ async def test_a_login_page_before_the_submit_is_not_sent_with_a_screenshot(
     fake_form.app.login_required(True)  # the form redirects to /login
     target = {**form_target(fake_form.app.url), "login": login}
     config = BrowserSettings.model_validate({"targets": {TARGET: target}})
-    async with httpx.AsyncClient() as http:
-        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
-        try:
-            result = await channel.send(delivery())
-        finally:
-            await channel.aclose()
+    result = await send_once(config, tmp_path)
     assert (result.outcome, result.error_class) == (
         SendOutcome.NOT_SENT,
         ErrorClass.LOGIN_PAGE,
