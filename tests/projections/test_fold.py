@@ -9,7 +9,14 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import encode
+from events import (
+    DeliveryClaimed,
+    DeliveryReconciled,
+    DeliveryRetryScheduled,
+    DeliverySent,
+    DeliveryUnknown,
+    encode,
+)
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from projections.backends import open_store
@@ -17,11 +24,6 @@ from projections.fold import Batch, Position, apply
 from projections.records import LogRecord, decode_at
 from projections.store import Dump
 from tests.projections.scenarios import (
-    DeliveryClaimed,
-    DeliveryReconciled,
-    DeliveryRetryScheduled,
-    DeliverySent,
-    DeliveryUnknown,
     P,
     at,
     fleet,

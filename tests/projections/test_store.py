@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from events import DeliverySent
 from events.errors import LedgerError
 from events.settings import Settings
 from projections.backends import open_store
@@ -12,7 +13,6 @@ from projections.schema import SCHEMA_VERSION
 from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import (
-    DeliverySent,
     P,
     at,
     incident_log,
