@@ -18,6 +18,7 @@ from events import DeadLetter, Publisher
 from events.settings import Settings
 from projections.projector import rebuild
 from projections.store import Offsets
+from tests.fixtures.fake_cli import interrupt as stop_with_ctrl_c
 from tests.fixtures.postgres import DsnFactory
 from tests.fixtures.worker import wait_for
 from tests.projections.scenarios import fleet, publish, snapshot
@@ -65,9 +66,7 @@ async def wait_until_at(dsn: str, offsets: Offsets, process: subprocess.Popen[st
 
 
 def interrupt(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr
+    stdout = stop_with_ctrl_c(process, timeout_s=30)
     assert "stopped cleanly" in stdout
     return stdout
 
