@@ -32,6 +32,7 @@ from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
 from events.settings import Settings, signer_for, verifier_for
 from events.topics import record_key
+from streams.agent_log import quiet
 from streams.channels.registry import ChannelRegistry
 from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
@@ -114,6 +115,7 @@ class Worker:
             options=TABLE_ROCKSDB_OPTIONS,
         )
         self.store = TableStore(self.table)
+        self.app.before_commit = self.store.flush
         self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
         self.metrics = WorkerMetrics()
@@ -196,6 +198,17 @@ class Worker:
             lambda: len(self.owned),
         )
         watch(
+            "ledger_worker_state_puts",
+            "Delivery states put by the fold (counted).",
+            lambda: self.store.puts,
+        )
+        watch(
+            "ledger_worker_state_writes",
+            "Delivery states written to the table and its changelog (counted): the puts "
+            "less those overwritten before the next offset commit.",
+            lambda: self.store.writes,
+        )
+        watch(
             "ledger_worker_sender_failures",
             "Sender tasks that raised (counted).",
             lambda: self.sender.failures,
@@ -203,7 +216,7 @@ class Worker:
 
     def _connect(self) -> None:
         """Register the handlers with faust (its decorators, applied here)."""
-        self.app.agent(self.deliveries, name="delivery-state-machine")(self.state_machine)
+        quiet(self.app.agent(self.deliveries, name="delivery-state-machine")(self.state_machine))
         self.app.on_partitions_assigned.connect(self.on_assigned)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
@@ -281,7 +294,12 @@ class Worker:
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        # faust flushed its producer before this signal: what the table still holds goes
+        # to the changelog now, before the partitions' next owner recovers them.
+        written = self.store.flush()
         self.store.forget()
+        if written:
+            await self.app.producer.flush()
 
     async def on_recovered(self) -> None:
         """Tables recovered: timers are derived state, rebuilt from the table."""
