@@ -170,6 +170,9 @@ WORKER_COUNTERS = (
     "ledger_worker_refused_sends_total",
     "ledger_worker_skipped_records_recovered_total",
     "ledger_worker_lookups_total",
+    # States the fold put, and those written to the table's changelog (write-back).
+    "ledger_worker_state_puts",
+    "ledger_worker_state_writes",
 )
 
 
