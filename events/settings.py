@@ -215,6 +215,10 @@ class Settings(BaseSettings):
     # round, so a few milliseconds more per record buys a cheaper broker under load
     # (BENCHMARKS.md, issue 12 part 6); 0 sends every record at once.
     worker_linger_ms: float = Field(default=20.0, ge=0, le=1000)
+    # How long the broker may hold the worker's fetch for company (up to 64 KiB) before
+    # answering it; 0 answers as soon as one record is there. Each fetch answered costs
+    # the broker and the worker a request (streams/transport.py).
+    worker_fetch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
     # Standby copies of the worker's table kept warm by other workers (faust's
     # table_standby_replicas). Each standby replays every changelog write, which costs
     # the broker and the other worker CPU on every delivery; without one, a worker taking

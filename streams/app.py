@@ -369,7 +369,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
 
 def _faust_app(settings: Settings, datadir: Any) -> Any:
     # faust's decorators and signals are loosely typed; the app is handled as Any here.
-    return LedgerApp(
+    app = LedgerApp(
         settings.worker_group,
         broker=f"kafka://{settings.bootstrap_servers}",
         broker_credentials=faust_credentials(settings),
@@ -400,6 +400,8 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         producer_linger=settings.worker_linger_ms / 1000,
         table_standby_replicas=settings.worker_standby_replicas,
     )
+    app.fetch_wait_ms = settings.worker_fetch_wait_ms
+    return app
 
 
 def _raw_topic(app: Any, name: str, partitions: int | None) -> Any:

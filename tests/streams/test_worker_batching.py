@@ -53,3 +53,23 @@ def test_faust_app_gets_linger_and_standby(
     worker = create_app(settings, "batching")
     assert worker.app.conf.producer_linger == pytest.approx(linger_ms / 1000)
     assert worker.app.conf.table_standby_replicas == standby
+
+
+@pytest.mark.parametrize(
+    ("wait_ms", "min_bytes", "max_wait_ms"), [(0.0, 1, 1500), (25.0, 65536, 25)]
+)
+async def test_the_worker_consumer_gets_the_fetch_wait(
+    tmp_path: object, wait_ms: float, min_bytes: int, max_wait_ms: int
+) -> None:
+    """``LEDGER_WORKER_FETCH_WAIT_MS`` reaches the aiokafka consumer faust builds for the
+    agent (0 keeps faust's: answered at the first byte, 1.5 s at most)."""
+    settings = Settings(
+        data_dir=tmp_path,  # type: ignore[arg-type]
+        worker_fetch_wait_ms=wait_ms,
+        webhook_secret="whsec_" + "A" * 32,
+    )
+    worker = create_app(settings, "fetching")
+    thread = worker.app.consumer._thread  # faust builds the consumer in its own thread
+    consumer = thread._create_worker_consumer(worker.app.transport)
+    assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == (min_bytes, max_wait_ms)
+    assert consumer._isolation_level == "read_committed"
