@@ -82,11 +82,6 @@ class TableStore:
         self.writes += len(held)
         return len(held)
 
-    @property
-    def held(self) -> int:
-        """How many states wait for the next flush."""
-        return len(self._held)
-
     def _remember(self, key: str, state: DeliveryState) -> None:
         self._states[key] = state  # states are frozen: sharing them is safe
         if len(self._states) > self._cached:
