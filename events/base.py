@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 from typing import ClassVar
 from uuid import UUID, uuid4
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from events.bounds import Moment
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/@+=]{0,199}$")
 KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -32,7 +34,7 @@ class Event(BaseModel):
 
     schema_version: int = 1
     event_id: UUID = Field(default_factory=uuid4)
-    occurred_at: AwareDatetime = Field(default_factory=utc_now)
+    occurred_at: Moment = Field(default_factory=utc_now)
     producer: str = Field(min_length=1, max_length=200)
 
     @field_validator("occurred_at")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from events.base import Event
+from events.bounds import check_json_values
 from events.model import EVENT_ADAPTER, AnyDeliveryEvent, AnyExecutionEvent
 from events.upcasting import upcast
 
@@ -73,6 +74,8 @@ def _decode(data: bytes) -> AnyExecutionEvent | AnyDeliveryEvent:
         raise EventDecodeError(f"value nests deeper than {MAX_DEPTH} levels") from None
     if (depth := _depth(record)) > MAX_DEPTH:
         raise EventDecodeError(f"value nests {depth} levels deep, over the limit of {MAX_DEPTH}")
+    if (unfit := check_json_values(record)) is not None:
+        raise EventDecodeError(f"value is not an event: {unfit}")
     return decode_record(record)
 
 

@@ -6,9 +6,19 @@ from datetime import datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
-from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from events.base import Event, check_key, check_run_id
+from events.bounds import (
+    MAX_COUNTER,
+    MAX_ID_CHARS,
+    MAX_RECIPIENT_CHARS,
+    MAX_SLO_SECONDS,
+    MAX_TEXT_CHARS,
+    Counter,
+    Moment,
+    Ordinal,
+)
 from events.channels import check_recipient
 from events.keys import idempotency_key, payload_hash
 from events.outcomes import ErrorClass, LookupOutcome
@@ -42,11 +52,11 @@ class DeliveryRequested(DeliveryEvent):
     type: Literal["delivery.requested"] = "delivery.requested"
     schema_version: int = 2
     event_type: str = Field(pattern=r"^[A-Za-z0-9._\-]{1,100}$")
-    channel: str
-    recipient: str
+    channel: str = Field(min_length=1, max_length=64)
+    recipient: str = Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)
     payload: JsonValue
     payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    slo_seconds: int = Field(ge=1)
+    slo_seconds: int = Field(ge=1, le=MAX_SLO_SECONDS)
 
     @model_validator(mode="after")
     def _consistent(self) -> DeliveryRequested:
@@ -66,10 +76,10 @@ class DeliveryClaimed(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.claimed"
     type: Literal["delivery.claimed"] = "delivery.claimed"
-    attempt: int = Field(ge=1)
+    attempt: Ordinal
     worker_id: str = Field(min_length=1, max_length=200)
-    fencing_token: int = Field(ge=1)
-    lease_expires_at: AwareDatetime
+    fencing_token: Ordinal
+    lease_expires_at: Moment
 
 
 class DeliverySent(DeliveryEvent):
@@ -77,12 +87,12 @@ class DeliverySent(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.sent"
     type: Literal["delivery.sent"] = "delivery.sent"
-    attempt: int = Field(ge=1)
-    fencing_token: int = Field(ge=1)
+    attempt: Ordinal
+    fencing_token: Ordinal
     worker_id: str = Field(min_length=1, max_length=200)
-    provider_message_id: str | None = None
-    provider_status: str | None = None
-    http_status: int | None = None
+    provider_message_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    provider_status: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    http_status: int | None = Field(default=None, ge=0, le=999)
 
 
 class DeliveryConfirmed(DeliveryEvent):
@@ -90,11 +100,11 @@ class DeliveryConfirmed(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.confirmed"
     type: Literal["delivery.confirmed"] = "delivery.confirmed"
-    attempt: int = Field(ge=1)
-    fencing_token: int = Field(ge=1)
+    attempt: Ordinal
+    fencing_token: Ordinal
     source: Literal["send", "reconciliation"]
-    provider_message_id: str | None = None
-    evidence: str = Field(min_length=1, max_length=4000)
+    provider_message_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    evidence: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class DeliveryNotSent(DeliveryEvent):
@@ -104,11 +114,11 @@ class DeliveryNotSent(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.not_sent"
     type: Literal["delivery.not_sent"] = "delivery.not_sent"
-    attempt: int = Field(ge=1)
-    fencing_token: int = Field(ge=1)
+    attempt: Ordinal
+    fencing_token: Ordinal
     worker_id: str = Field(min_length=1, max_length=200)
     error_class: ErrorClass
-    reason: str = Field(min_length=1, max_length=4000)
+    reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class DeliveryUnknown(DeliveryEvent):
@@ -116,10 +126,10 @@ class DeliveryUnknown(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.unknown"
     type: Literal["delivery.unknown"] = "delivery.unknown"
-    attempt: int = Field(ge=1)
-    fencing_token: int = Field(ge=1)
+    attempt: Ordinal
+    fencing_token: Ordinal
     error_class: ErrorClass
-    reason: str = Field(min_length=1, max_length=4000)
+    reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class DeliveryReconciled(DeliveryEvent):
@@ -127,12 +137,12 @@ class DeliveryReconciled(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.reconciled"
     type: Literal["delivery.reconciled"] = "delivery.reconciled"
-    attempt: int = Field(ge=1)
-    fencing_token: int = Field(ge=1)
+    attempt: Ordinal
+    fencing_token: Ordinal
     outcome: LookupOutcome
-    provider_message_id: str | None = None
-    provider_status: str | None = None
-    evidence: str = Field(min_length=1, max_length=4000)
+    provider_message_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    provider_status: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    evidence: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class DeliveryRetryScheduled(DeliveryEvent):
@@ -147,11 +157,11 @@ class DeliveryRetryScheduled(DeliveryEvent):
     SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["delivery.retry_scheduled"] = "delivery.retry_scheduled"
     schema_version: int = 2
-    attempt: int = Field(ge=1)
-    next_attempt: int = Field(ge=2)
-    retry_at: AwareDatetime
+    attempt: Ordinal
+    next_attempt: int = Field(ge=2, le=MAX_COUNTER)
+    retry_at: Moment
     error_class: ErrorClass
-    safety: str = Field(min_length=1, max_length=4000)
+    safety: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
     dedupe_rule: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
 
 
@@ -160,9 +170,9 @@ class DeliveryFailed(DeliveryEvent):
 
     TYPE: ClassVar[str] = "delivery.failed"
     type: Literal["delivery.failed"] = "delivery.failed"
-    attempts: int = Field(ge=0)
+    attempts: Counter
     error_class: ErrorClass
-    reason: str = Field(min_length=1, max_length=4000)
+    reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class DuplicateDeliveryRequest(DeliveryEvent):

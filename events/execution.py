@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from events.base import Event, check_run_id
+from events.bounds import MAX_TEXT_CHARS
 
 
 class ExecutionEvent(Event):
@@ -41,7 +42,7 @@ class RunFailed(ExecutionEvent):
 
     TYPE: ClassVar[str] = "run.failed"
     type: Literal["run.failed"] = "run.failed"
-    error: str = Field(min_length=1, max_length=4000)
+    error: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
 class RunMarkedUnknown(ExecutionEvent):
@@ -49,4 +50,4 @@ class RunMarkedUnknown(ExecutionEvent):
 
     TYPE: ClassVar[str] = "run.marked_unknown"
     type: Literal["run.marked_unknown"] = "run.marked_unknown"
-    reason: str = Field(min_length=1, max_length=4000)
+    reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)

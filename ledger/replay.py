@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from aiokafka import TopicPartition
@@ -12,6 +12,7 @@ from events.codec import EventDecodeError, decode
 from events.committed_log import CommittedLog
 from events.deadletter import DeadLetter
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.refusal import refusal
 from events.settings import Settings
 from ledger.errors import UsageError
 
@@ -117,8 +118,13 @@ async def replay(
                     if message.offset >= ends[tp]:
                         continue
                     read += 1
-                    record = _decoded(message)
-                    if wanted.keeps(record):
+                    try:
+                        record = _decoded(message)
+                        kept = wanted.keeps(record)
+                    except Exception as exc:  # noqa: BLE001 - the record guard
+                        record = refused(_decoded_nothing(message), exc)
+                        kept = wanted.keeps(record)
+                    if kept:
                         yield record
             for tp in list(remaining):
                 if await reader.position(tp) >= ends[tp]:
@@ -142,6 +148,24 @@ def _check_partitions(asked: frozenset[int], existing: list[TopicPartition]) -> 
             f"partition {missing[0]} does not exist ({counts})",
             f"partitions are numbered from 0 to {max(numbers)}",
         )
+
+
+def refused(record: ReplayedRecord, exc: BaseException) -> ReplayedRecord:
+    """``record`` shown as one the replay could not use, with the one-line reason (the
+    record guard: a record that cannot be read or shown never ends a replay)."""
+    reason = refusal("replay", record.topic, record.partition, record.offset, exc)
+    return replace(record, event=None, error=reason, deadletter=None)
+
+
+def _decoded_nothing(message: object) -> ReplayedRecord:
+    return ReplayedRecord(
+        topic=getattr(message, "topic", ""),
+        partition=getattr(message, "partition", -1),
+        offset=getattr(message, "offset", -1),
+        timestamp_ms=getattr(message, "timestamp", 0),
+        event=None,
+        error=None,
+    )
 
 
 def _decoded(message: object) -> ReplayedRecord:

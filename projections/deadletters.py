@@ -1,5 +1,5 @@
-"""Dead letters for ``ledger.runs``: no worker reads that topic, so the projector writes
-them.
+"""Dead letters the projector writes: for ``ledger.runs`` (no worker reads that topic), and
+for any record its record guard refuses (events/refusal.py).
 
 The live projector (``ledger project``) sends one dead letter per undecodable record on
 ``ledger.runs`` — reason, original bytes and position, ``detected_by="projector"`` — and
@@ -51,8 +51,18 @@ class RunsDeadLetters:
         """Dead-letter every undecodable ``ledger.runs`` record of ``records``; wait until
         the broker has them all. Returns how many were sent."""
         bad = [
-            r for r in records if r.event is None and r.position.topic == self._settings.topic_runs
+            (r, r.reason or "undecodable")
+            for r in records
+            if r.event is None and r.position.topic == self._settings.topic_runs
         ]
+        return await self._send_or_log(bad)
+
+    async def refused(self, record: LogRecord, reason: str) -> int:
+        """Dead-letter one record the projection's record guard refused (either topic: the
+        worker folds by other steps, so it may not refuse the same record)."""
+        return await self._send_or_log([(record, reason)])
+
+    async def _send_or_log(self, bad: Sequence[tuple[LogRecord, str]]) -> int:
         if not bad:
             return 0
         try:
@@ -65,13 +75,13 @@ class RunsDeadLetters:
                 "hint: the projector's principal needs Write on %s (ledger acls grant "
                 "projector USER)",
                 len(bad),
-                self._settings.topic_runs,
+                ", ".join(sorted({r.position.topic for r, _ in bad})),
                 type(exc).__name__,
                 self._settings.topic_deadletter,
             )
             return 0
 
-    async def _send(self, records: Sequence[LogRecord]) -> int:
+    async def _send(self, records: Sequence[tuple[LogRecord, str]]) -> int:
         if self._producer is None:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._settings.bootstrap_servers,
@@ -88,10 +98,10 @@ class RunsDeadLetters:
             self._producer = producer
         producer = self._producer
         futures = []
-        for record in records:
+        for record, reason in records:
             where = record.position
             letter = DeadLetter.of(
-                reason=record.reason or "undecodable",
+                reason=reason,
                 topic=where.topic,
                 partition=where.partition,
                 offset=where.offset,

@@ -19,6 +19,14 @@ class PostgresStore(Store):
     """A projection in a PostgreSQL database (the DSN's current schema)."""
 
     placeholder = "%s"
+    # A lost connection, a server shutting down, a pool problem: never one record's fault.
+    system_errors = (
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        psycopg.InternalError,
+        OSError,
+        MemoryError,
+    )
     # Byte-order text ("C") and 64-bit integers: the same ordering and range as SQLite.
     column_types = {"TEXT": 'TEXT COLLATE "C"', "INTEGER": "BIGINT"}
 

@@ -16,10 +16,10 @@ from typing import Literal
 from events.settings import Settings
 from projections.backends import open_store
 from projections.deadletters import RunsDeadLetters
-from projections.fold import Batch
+from projections.fold import Batch, Position
 from projections.log import LogReader
 from projections.records import LogRecord
-from projections.store import Offsets, Store
+from projections.store import BatchUnwritable, Offsets, RecordRefused, Store
 
 log = logging.getLogger(__name__)
 
@@ -96,17 +96,57 @@ async def project(
                     if dead_letters is not None:
                         stats.dead_lettered += await dead_letters.send(records)
                     stats.records += len(records)
+                    write = _Writer(store, settings.faults, write_in_thread, dead_letters)
                     if write_in_thread:
-                        writing = asyncio.ensure_future(
-                            asyncio.to_thread(store.apply_records, records, settings.faults)
-                        )
+                        writing = asyncio.ensure_future(write(records))
                     else:
-                        batch = store.apply_records(records, settings.faults)
-                        _count(stats, batch, progress, total)
+                        _count(stats, await write(records), progress, total)
         finally:
             if writing is not None:
                 _count(stats, await writing, progress, total)
     return stats
+
+
+@dataclass
+class _Writer:
+    """Writes one batch under the record guard (events/refusal.py): a record the fold or
+    the database refuses is dead-lettered (live projector only), then skipped with its
+    reason, and the batch is written again without it; a batch the database refuses as a
+    whole is written record by record to find the record. Failures of the database
+    itself (``Store.system_errors``) propagate."""
+
+    store: Store
+    faults: frozenset[str]
+    in_thread: bool
+    dead_letters: RunsDeadLetters | None
+
+    async def __call__(
+        self, records: Sequence[LogRecord], refused: dict[Position, str] | None = None
+    ) -> Batch:
+        refused = {} if refused is None else refused
+        for _ in range(len(records) + 1):  # each round refuses one more record, or ends
+            try:
+                if self.in_thread:
+                    return await asyncio.to_thread(
+                        self.store.apply_records, records, self.faults, refused
+                    )
+                return self.store.apply_records(records, self.faults, refused)
+            except RecordRefused as exc:
+                log.warning("%s", exc.reason)
+                refused[exc.record.position] = exc.reason
+                if self.dead_letters is not None:
+                    await self.dead_letters.refused(exc.record, exc.reason)
+            except BatchUnwritable as exc:
+                if len(records) <= 1:
+                    raise  # not one record's fault after all: the database's own
+                log.warning("a batch of %d records was refused (%s): one by one", len(records), exc)
+                whole = Batch()
+                for record in records:
+                    one = await self([record], refused)
+                    whole.applied += one.applied
+                    whole.skipped += one.skipped
+                return whole
+        raise AssertionError("unreachable: every record refused and still no batch written")
 
 
 def _count(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from events.codec import EventDecodeError, decode
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
 from events.outcome_signing import Headers, OutcomeVerifier
+from events.refusal import refusal
 from events.topics import record_key
 from projections.fold import Position
 
@@ -18,7 +19,7 @@ class LogRecord:
     position: Position
     event: AnyExecutionEvent | AnyDeliveryEvent | None
     reason: str | None = None
-    # The original bytes, kept only for an undecodable record (for its dead letter).
+    # The original bytes, for a dead letter if the record is refused.
     key: bytes | None = None
     value: bytes | None = None
 
@@ -41,6 +42,21 @@ def decode_at(
     signature (in ``headers``) does not verify."""
     where = Position(topic, partition, offset)
     try:
+        return _decode_at(where, value, key, holds, verifier, headers)
+    except Exception as exc:  # noqa: BLE001 - the record guard: any failure is this record's
+        return LogRecord(where, None, refusal("reader", topic, partition, offset, exc), key, value)
+
+
+def _decode_at(
+    where: Position,
+    value: bytes | None,
+    key: bytes | None,
+    holds: type[ExecutionEvent] | type[DeliveryEvent] | None,
+    verifier: OutcomeVerifier | None,
+    headers: Headers | None,
+) -> LogRecord:
+    topic = where.topic
+    try:
         event = decode(value)
     except EventDecodeError as exc:
         return LogRecord(where, None, exc.reason, key, value)
@@ -53,4 +69,4 @@ def decode_at(
         return LogRecord(where, None, reason, key, value)
     if verifier is not None and (forged := verifier.refuses(event, value or b"", headers)):
         return LogRecord(where, None, forged, key, value)
-    return LogRecord(where, event)
+    return LogRecord(where, event, None, key, value)

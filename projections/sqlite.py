@@ -20,6 +20,14 @@ class SqliteStore(Store):
 
     placeholder = "?"
     rebuild_writes_in_thread = False
+    # Locks, I/O, a closed connection: the database's failures, not a record's.
+    system_errors = (
+        sqlite3.OperationalError,
+        sqlite3.InterfaceError,
+        sqlite3.InternalError,
+        OSError,
+        MemoryError,
+    )
 
     def __init__(self, dsn: str, path: Path) -> None:
         super().__init__(dsn)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Literal
 
 from events.errors import LedgerError
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
-from projections.fold import Batch, Row, apply
+from events.refusal import one_line, refusal
+from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
     AGENT_RUNS,
@@ -41,6 +42,7 @@ PROJECTOR_MID_BATCH = "projector.mid_batch"
 Offsets = dict[tuple[str, int], int]
 Dump = dict[str, list[tuple[Any, ...]]]
 Mode = Literal["project", "rebuild", "read"]
+PROJECTOR = "projector"
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +53,26 @@ log = logging.getLogger(__name__)
 _CHUNK = 900
 
 
+class RecordRefused(Exception):
+    """One record the projection cannot fold or write; the batch was rolled back."""
+
+    def __init__(self, record: LogRecord, reason: str) -> None:
+        super().__init__(reason)
+        self.record = record
+        self.reason = reason
+
+
+class BatchUnwritable(Exception):
+    """A batch whose rows the database refused for a reason that is not its own failure;
+    rolled back: write its records one at a time to find the record."""
+
+
 class Store(ABC):
     """A projection database. Use ``open_store(dsn)``; close it when done."""
 
     placeholder: str = "?"
+    # The database's own failures (connection, disk, locks): never about one record.
+    system_errors: tuple[type[BaseException], ...] = (OSError, MemoryError)
     column_types: dict[str, str] = {}
     # Whether a rebuild writes each batch in a thread while the next is read and decoded:
     # worth it when the statements run in another process (a database server), not when
@@ -285,12 +303,23 @@ class Store(ABC):
         rows = self._execute("SELECT topic, kafka_partition, next_offset FROM projection_offsets")
         return {(topic, part): offset for topic, part, offset in rows}
 
-    def apply_records(self, records: Sequence[LogRecord], faults: frozenset[str]) -> Batch:
+    def apply_records(
+        self,
+        records: Sequence[LogRecord],
+        faults: frozenset[str],
+        refused: Mapping[Position, str] | None = None,
+    ) -> Batch:
         """Fold records into the tables and store the offsets they consumed, atomically.
 
         Records at or past an offset already stored are applied; earlier ones (another
-        projector got there first) are dropped inside the transaction.
+        projector got there first) are dropped inside the transaction. Records in
+        ``refused`` are skipped with their reason. The record guard: an exception while
+        folding one record rolls the transaction back and raises ``RecordRefused`` naming
+        it (the caller applies the batch again with it refused); an exception while
+        writing a batch of several records that is not the database's own failure
+        (``system_errors``) raises ``BatchUnwritable`` (the caller writes them one by one).
         """
+        refused = refused or {}
         self.begin()
         try:
             stored = self.load_offsets()
@@ -304,13 +333,25 @@ class Store(ABC):
             offsets: Offsets = {}
             for record in fresh:
                 where = record.position
-                if record.event is None:
+                if where in refused:
+                    batch.skip(where, refused[where])
+                elif record.event is None:
                     batch.skip(where, record.reason or "undecodable")
                 else:
-                    apply(batch, where, record.event)
+                    try:
+                        apply(batch, where, record.event)
+                    except Exception as exc:  # noqa: BLE001 - the record guard: a pure fold
+                        raise RecordRefused(record, _refusal(where, exc)) from None
                 ident = (where.topic, where.partition)
                 offsets[ident] = max(offsets.get(ident, 0), where.offset + 1)
-            self._write(batch, offsets)
+            try:
+                self._write(batch, offsets)
+            except self.system_errors:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the record guard: what a row cannot hold
+                if len(fresh) != 1:
+                    raise BatchUnwritable(one_line(exc)) from None
+                raise RecordRefused(fresh[0], _refusal(fresh[0].position, exc)) from None
             crash_if_enabled(PROJECTOR_MID_BATCH, faults)
         except BaseException:
             self.rollback()
@@ -409,6 +450,10 @@ class Store(ABC):
         finally:
             self.rollback()
         return result
+
+
+def _refusal(where: Position, exc: BaseException) -> str:
+    return refusal(PROJECTOR, where.topic, where.partition, where.offset, exc)
 
 
 def _index_name(create_sql: str) -> str:

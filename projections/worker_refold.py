@@ -45,7 +45,10 @@ class WorkerFold:
                 continue
             key = event.idempotency_key
             before = self.states.get(key)
-            after = apply(before, event)
+            try:
+                after = apply(before, event)
+            except Exception:  # noqa: BLE001, S112 - the record guard: the worker refuses it too
+                continue
             if after is None:
                 continue
             if before is None and isinstance(event, DeliveryRequested):

@@ -30,6 +30,7 @@ from events.deadletter import DeadLetter
 from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
+from events.refusal import one_line
 from events.settings import Settings, signer_for, verifier_for
 from events.topics import record_key
 from streams.agent_log import quiet
@@ -258,15 +259,18 @@ class Worker:
             try:
                 self.continuity.note(record.partition, record.offset)
                 await self.processor.handle(record)
-            except BaseException:
-                # Crash loudly and WITHOUT committing this record: faust's supervisors
-                # would commit it first (it would be lost) or restart the agent quietly.
-                # The record's coordinates, never its bytes: payloads do not go to logs.
+            except BaseException as exc:
+                # Not about this record (the processor dead-letters what is): the table,
+                # the producer or the disk failed. Crash loudly and WITHOUT committing this
+                # record: faust's supervisors would commit it first (it would be lost) or
+                # restart the agent quietly. The record's coordinates, never its bytes.
                 log.critical(
-                    "delivery agent failed on %s[%d]@%d; exiting",
+                    "delivery agent failed on %s[%d]@%d, not because of the record (%s); "
+                    "exiting",
                     record.topic,
                     record.partition,
                     record.offset,
+                    one_line(exc),
                     exc_info=True,
                 )
                 logging.shutdown()

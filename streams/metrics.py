@@ -32,6 +32,11 @@ class WorkerMetrics:
             "Records sent to the dead-letter topic.",
             registry=self.registry,
         )
+        self.timers_refused = Counter(
+            "ledger_worker_timers_refused",
+            "Timer decisions that raised for one key: that key's timer was dropped.",
+            registry=self.registry,
+        )
         self.sends = Counter(
             "ledger_worker_sends",
             "Send attempts by channel and outcome.",

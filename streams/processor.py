@@ -19,7 +19,9 @@ from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
+from events.model import AnyDeliveryEvent
 from events.outcome_signing import OutcomeVerifier
+from events.refusal import SystemFailure, one_line, refusal
 from streams.decisions import Context, claim, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
@@ -79,6 +81,27 @@ Append = Callable[[Sequence[Event]], Awaitable[None]]
 DeadLetterSink = Callable[[Record, str], Awaitable[None]]
 
 
+class _Refused(Exception):
+    """A record this worker will not fold, with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one record leads to, computed before anything changes."""
+
+    event: AnyDeliveryEvent
+    before: DeliveryState | None
+    after: DeliveryState
+    decided: list[Event]
+    claiming: bool
+    live_claim: bool
+    due: datetime | None
+
+
 class DeliveryProcessor:
     """The state machine's I/O edge for one worker."""
 
@@ -125,55 +148,101 @@ class DeliveryProcessor:
         self._waiting: dict[str, int] = {}
 
     async def handle(self, record: Record) -> None:
-        """Process one record in partition order."""
+        """Process one record in partition order.
+
+        The record guard (events/refusal.py): an exception in a pure step (decode, fold,
+        decide, the due time) refuses this record alone (dead-lettered with the reason,
+        nothing of it applied) and the partition goes on. A failure of the table, the
+        producer or the disk is no record's fault: it propagates and stops the worker.
+        """
+        try:
+            event = self._admit(record)
+        except _Refused as refused:
+            await self._reject(record, refused.reason)
+            return
+        except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
+            await self._reject(record, self._refusal(record, exc))
+            return
+        before = self._store.get(event.idempotency_key)
+        try:
+            plan = self._plan(record, event, before)
+        except _Refused as refused:
+            await self._reject(record, refused.reason)
+            return
+        except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
+            await self._reject(record, self._refusal(record, exc))
+            return
+        await self._carry_out(record, plan)
+
+    def _refusal(self, record: Record, exc: BaseException) -> str:
+        return refusal(
+            f"worker {self.ctx.worker_id}", record.topic, record.partition, record.offset, exc
+        )
+
+    def _admit(self, record: Record) -> AnyDeliveryEvent:
+        """The record's event, if this worker may fold it (pure)."""
         try:
             event = decode(record.value)
         except EventDecodeError as exc:
-            await self._reject(record, exc.reason)
-            return
+            raise _Refused(exc.reason) from None
         if not isinstance(event, DeliveryEvent):
-            await self._reject(record, f"{event.type} does not belong on the deliveries topic")
-            return
+            raise _Refused(f"{event.type} does not belong on the deliveries topic")
         if record.key is not None and record.key != event.idempotency_key.encode():
-            await self._reject(record, "record key does not match the event's idempotency_key")
-            return
+            raise _Refused("record key does not match the event's idempotency_key")
         if self._verifier is not None and (
             forged := self._verifier.refuses(event, record.value or b"", record.headers)
         ):
-            await self._reject(record, forged)
-            return
-        key = event.idempotency_key
-        before = self._store.get(key)
+            raise _Refused(forged)
+        return event
+
+    def _plan(
+        self, record: Record, event: AnyDeliveryEvent, before: DeliveryState | None
+    ) -> _Plan:
+        """Everything the record leads to, computed before anything is changed (pure)."""
         after = apply(before, event)
         if after is None:
-            await self._reject(record, f"{event.type} for a key with no DeliveryRequested")
-            return
-        if after != before:
+            raise _Refused(f"{event.type} for a key with no DeliveryRequested")
+        now = self._clock()
+        decided: list[Event] = []
+        if isinstance(event, DeliveryRequested):
+            decided = list(on_request(before, event, after, now, self.ctx))
+        return _Plan(
+            event=event,
+            before=before,
+            after=after,
+            decided=decided,
+            claiming=bool(decided) and isinstance(decided[0], DeliveryClaimed),
+            live_claim=self._is_my_live_claim(before, after, event),
+            due=due_at(after, self.ctx),
+        )
+
+    async def _carry_out(self, record: Record, plan: _Plan) -> None:
+        """Apply a plan: the table, the appends, the sender, the timer."""
+        key = plan.event.idempotency_key
+        after = plan.after
+        if after != plan.before:
             self._store.put(key, after)
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
         if self._metrics is not None:
-            self._metrics.events.labels(event.type).inc()
-        now = self._clock()
-        if isinstance(event, DeliveryRequested):
-            decided = on_request(before, event, after, now, self.ctx)
+            self._metrics.events.labels(plan.event.type).inc()
+        if isinstance(plan.event, DeliveryRequested):
             crash_if_enabled(BEFORE_CLAIM, self.faults)
             if AGENT_RAISES in self.faults:
-                raise RuntimeError(f"fault injection: {AGENT_RAISES}")
-            claiming = bool(decided) and isinstance(decided[0], DeliveryClaimed)
-            if claiming and (self._waiting or self._room() <= 0):
+                raise SystemFailure(f"fault injection: {AGENT_RAISES}")
+            if plan.claiming and (self._waiting or self._room() <= 0):
                 # No room now (or others wait first): it stays PENDING in the waiting room;
                 # its claim-grace timer is the backstop.
                 self._waiting[key] = record.partition
-            elif decided:
-                await self._append_claims(decided)
-                if claiming:
+            elif plan.decided:
+                await self._append_claims(plan.decided)
+                if plan.claiming:
                     self._claims_out.add(key)
                     # The tick must not propose the same claim again before it is read back.
-                    self._proposed[key] = _proposal(after, decided)
-        elif self._is_my_live_claim(before, after, event):
+                    self._proposed[key] = _proposal(after, plan.decided)
+        elif plan.live_claim:
             self._sender.submit_send(after, record.partition)
-        self._due.schedule(record.partition, key, due_at(after, self.ctx))
+        self._due.schedule(record.partition, key, plan.due)
         if self._waiting and self._room() > 0:
             await self.claim_waiting()
 
@@ -198,7 +267,11 @@ class DeliveryProcessor:
             state = self._store.get(key)
             if state is None or state.status is not Status.PENDING:
                 continue  # claimed meanwhile (a timer, another worker) or settled
-            event = claim(state, now, self.ctx)
+            try:
+                event = claim(state, now, self.ctx)
+            except Exception as exc:  # noqa: BLE001 - one key's claim never stops the others
+                self._timer_refused(partition, key, exc)
+                continue
             if self._proposed.get(key) == _proposal(state, [event]):
                 continue
             claims.append(event)
@@ -245,7 +318,11 @@ class DeliveryProcessor:
             if state is None or state.status.terminal:
                 self._due.schedule(partition, key, None)
                 continue
-            events, action = on_timer(state, now, self.ctx)
+            try:
+                events, action = on_timer(state, now, self.ctx)
+            except Exception as exc:  # noqa: BLE001 - one key's timer never stops the tick
+                self._timer_refused(partition, key, exc)
+                continue
             claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
@@ -280,11 +357,23 @@ class DeliveryProcessor:
         """Rebuild the timers of a newly assigned partition from its table states."""
         count = 0
         for state in states:
-            due = due_at(state, self.ctx)
+            try:
+                due = due_at(state, self.ctx)
+            except Exception as exc:  # noqa: BLE001 - one state never stops the rebuild
+                self._timer_refused(partition, state.idempotency_key, exc)
+                continue
             if due is not None:
                 self._due.schedule(partition, state.idempotency_key, due)
                 count += 1
         return count
+
+    def _timer_refused(self, partition: int, key: str, exc: BaseException) -> None:
+        """A timer decision that raised: its timer is dropped (the delivery stays visible
+        in its state, for an operator), and the worker goes on with the other keys."""
+        self._due.schedule(partition, key, None)
+        if self._metrics is not None:
+            self._metrics.timers_refused.inc()
+        log.error("timer of %s (partition %d) dropped: %s", key, partition, one_line(exc))
 
     def forget(self, partition: int) -> None:
         """Drop the timers of a revoked partition (and what this worker proposed there)."""

@@ -25,8 +25,15 @@ from events.base import Event
 from events.delivery_state import DeliveryState, Status
 from events.faults import crash_if_enabled
 from events.outcomes import ErrorClass
-from streams.channels.base import Channel, OutboundDelivery, SendOutcome, SendResult
-from streams.channels.write_guard import WriteGuard
+from events.refusal import one_line
+from streams.channels.base import (
+    Channel,
+    LookupResult,
+    OutboundDelivery,
+    SendOutcome,
+    SendResult,
+)
+from streams.channels.write_guard import SendRefused, WriteGuard
 from streams.decisions import Context, after_lookup, after_send
 from streams.metrics import WorkerMetrics
 
@@ -291,11 +298,33 @@ class Sender:
         why = refusal(state.channel, state.recipient, state.payload, self._max_payload_bytes)
         if why is not None:
             return SendResult(SendOutcome.REJECTED, f"not sent: {why}", ErrorClass.REFUSED_REQUEST)
-        return await self._channels[state.channel].send(self._outbound(state), work.guard)
+        try:
+            return await self._channels[state.channel].send(self._outbound(state), work.guard)
+        except SendRefused as exc:
+            return SendResult(SendOutcome.NOT_SENT, f"not sent: {exc.reason}", ErrorClass.FENCED)
+        except Exception as exc:  # noqa: BLE001 - the record guard of a send
+            # An adapter that raises has a delivery it cannot take (or a bug): recorded
+            # with the reason, never left to a lease. Before its first byte nothing left.
+            if work.guard.written:
+                return SendResult(
+                    SendOutcome.UNKNOWN,
+                    f"{state.channel} adapter raised after writing: {one_line(exc)}",
+                    ErrorClass.PROTOCOL_ERROR,
+                )
+            return SendResult(
+                SendOutcome.REJECTED,
+                f"not sent: {state.channel} adapter raised before writing: {one_line(exc)}",
+                ErrorClass.REFUSED_REQUEST,
+            )
 
     async def _lookup(self, state: DeliveryState) -> None:
         async with self._slots:
-            result = await self._channels[state.channel].lookup(self._outbound(state))
+            try:
+                result = await self._channels[state.channel].lookup(self._outbound(state))
+            except Exception as exc:  # noqa: BLE001 - the record guard of a lookup
+                result = LookupResult(
+                    "lookup_error", f"{state.channel} lookup raised: {one_line(exc)}"
+                )
             if self._metrics is not None:
                 self._metrics.lookups.labels(state.channel, result.outcome).inc()
             await self._append(after_lookup(state, result, self._clock(), self._ctx))

@@ -20,10 +20,12 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 _DUE = b"d"
 _KEY = b"k"
 _HEAD = struct.Struct(">HQ")  # partition, due time in ms
+_MAX_MS = 2**64 - 1
 
 
 def _ms(moment: datetime) -> int:
-    return max(0, int(moment.timestamp() * 1000))
+    # Clamped: a due time past what 64 bits of milliseconds hold is as good as never.
+    return min(_MAX_MS, max(0, int(moment.timestamp() * 1000)))
 
 
 class DueIndex:

@@ -27,7 +27,7 @@ from ledger.render import (
     RecordWriter,
     TableWriter,
 )
-from ledger.replay import ReplayFilter, ReplayProgress, replay
+from ledger.replay import ReplayFilter, ReplayProgress, refused, replay
 
 err = Console(stderr=True)
 # A replay at least this long (records to read) gets a progress bar unless told otherwise.
@@ -225,7 +225,10 @@ async def _export(
     try:
         with _progress(show) as advance:
             async for record in replay(settings, topics, wanted, progress=advance):
-                writer.write(record)
+                try:
+                    writer.write(record)
+                except Exception as exc:  # noqa: BLE001 - the record guard: shown as refused
+                    writer.write(refused(record, exc))
                 written += 1
     finally:
         writer.close()

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from events.base import Event
 from events.codec import encode
-from events.delivery import DeliveryClaimed, DeliveryConfirmed
+from events.delivery import DeliveryClaimed, DeliveryConfirmed, DeliveryRequested
 from events.delivery_state import apply
 from streams.processor import DeliveryProcessor, MemoryStore, Record
 from streams.sender import Sender
 from streams.timers import DueIndex
-from tests.fixtures.core import Appended, Clock, FakeChannel, core_context, eventually, requested
+from tests.fixtures.core import (
+    T0,
+    Appended,
+    Clock,
+    FakeChannel,
+    core_context,
+    eventually,
+    requested,
+)
 
 CTX = core_context()
 
@@ -166,3 +175,56 @@ async def test_a_delivery_held_back_for_room_is_claimed_as_soon_as_room_frees(
     claims = appended.of(DeliveryClaimed)
     assert [c.idempotency_key for c in claims] == [r.idempotency_key for r in requests[:4]]
     due.close()
+
+
+def record_of(event: DeliveryRequested, offset: int) -> Record:
+    """``event`` as the agent would hand it over, at ``offset`` of partition 0."""
+    return Record("ledger.deliveries", 0, offset, event.idempotency_key.encode(), encode(event))
+
+
+async def test_a_record_whose_decision_raises_is_refused_alone_and_the_next_one_goes_on(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    """The record guard, for an exception nobody foresaw: a clock at the end of time makes
+    the claim's lease overflow inside the pure decision. That record is dead-lettered with
+    a one-line reason naming the worker and its position, nothing of it is applied, and the
+    next record is claimed as usual."""
+    store = MemoryStore()
+    letters: list[tuple[Record, str]] = []
+
+    async def dead_letter(record: Record, reason: str) -> None:
+        letters.append((record, reason))
+
+    processor = processor_for(
+        store, clock, appended, DueIndex(tmp_path / "due"), dead_letter=dead_letter
+    )
+    first, second = requested(1), requested(2)
+    clock.now = datetime.max.replace(tzinfo=UTC)
+    await processor.handle(record_of(first, 7))
+    clock.now = T0
+    await processor.handle(record_of(second, 8))
+    assert [(r.offset, reason) for r, reason in letters] == [
+        (
+            7,
+            f"worker {CTX.worker_id} refused ledger.deliveries[0]@7: "
+            "OverflowError: date value out of range",
+        )
+    ]
+    assert store.get(first.idempotency_key) is None
+    claimed = [e for e in appended.events if isinstance(e, DeliveryClaimed)]
+    assert [c.idempotency_key for c in claimed] == [second.idempotency_key]
+
+
+async def test_a_failing_append_is_not_the_record_s_fault_and_stops_the_worker(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The other side of the guard: the producer failing is no reason to dead-letter the
+    record. It propagates (the agent exits without committing), and nothing is refused."""
+
+    async def broken(events: Sequence[Event]) -> None:
+        raise ConnectionError("broker down")
+
+    processor = processor_for(store := MemoryStore(), clock, broken, DueIndex(tmp_path / "due"))
+    with pytest.raises(ConnectionError):
+        await processor.handle(record_of(requested(3), 1))
+    assert store.get(requested(3).idempotency_key) is not None  # applied; the claim was not
