@@ -25,6 +25,7 @@ class EventDecodeError(ValueError):
     """Bytes that are not a valid event. ``reason`` says what was wrong, in one line."""
 
     def __init__(self, reason: str) -> None:
+        reason = _bounded(reason, 600)
         super().__init__(reason)
         self.reason = reason
 
@@ -120,4 +121,11 @@ def _one_line(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "value"
         parts.append(f"{where}: {err['msg']}")
     more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
-    return "invalid event: " + "; ".join(parts) + more
+    return "invalid event: " + "; ".join(_bounded(p, 200) for p in parts) + more
+
+
+def _bounded(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters: a reason quotes the bad value, which may
+    be 200,000 characters long or span lines."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
