@@ -23,6 +23,9 @@ __all__ = [
 
 
 TlsMode = Literal["starttls", "implicit", "none"]
+# The origin key signs every message's X-Ledger-Origin; shorter keys are guessable offline
+# from one captured message (24 bytes: Standard Webhooks' floor for a shared secret).
+MIN_ORIGIN_KEY_BYTES = 24
 
 
 class SmtpSettings(BaseModel):
@@ -63,6 +66,11 @@ class SmtpSettings(BaseModel):
     imap_username: str | None = None
     imap_password: SecretStr | None = None
     imap_mailbox: str = "INBOX"
+    # The key of the X-Ledger-Origin header (HMAC-SHA256 of the Message-ID) every message
+    # carries when it is set; the lookup takes an archived copy as ours only when that
+    # header verifies, so someone else's message with our Message-ID confirms nothing.
+    # Required with imap_host. The workers' own secret, not the relay's or the archive's.
+    origin_key: SecretStr | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -77,6 +85,14 @@ class SmtpSettings(BaseModel):
             self.imap_username is None or self.imap_password is None
         ):
             raise ValueError("an IMAP lookup needs imap_username and imap_password")
+        if self.imap_host is not None and self.origin_key is None:
+            raise ValueError(
+                "an IMAP lookup needs origin_key, the secret that proves an archived copy is "
+                "ours (any random string of 24+ bytes, e.g. `openssl rand -base64 32`)"
+            )
+        key = self.origin_key
+        if key is not None and len(key.get_secret_value().encode()) < MIN_ORIGIN_KEY_BYTES:
+            raise ValueError(f"origin_key must be at least {MIN_ORIGIN_KEY_BYTES} bytes")
         if any(ch in self.imap_mailbox for ch in '\r\n"\\'):
             raise ValueError("imap_mailbox may not contain quotes, backslashes or line breaks")
         return self

@@ -59,7 +59,9 @@ async def serve(
         except DovecotFailed as exc:
             hint = "pick another --imap-port (0: any)" if "in use" in exc.reason else ""
             raise LedgerError(f"dovecot did not start: {exc.reason}", hint) from None
-        entry = MailStack(smtp, imap).config()
+        # The origin key is the workers' secret, not the relay's: made here only so that the
+        # printed entry is complete.
+        entry = MailStack(smtp, imap, origin_key=secrets.token_urlsafe(32)).config()
         for name in ("from_address", "message_id_domain"):  # the workers' own choice
             entry.pop(name, None)
         _announce(entry, smtp.delivered_dir, smtp.archive_dir, as_json)

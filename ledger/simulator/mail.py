@@ -50,6 +50,9 @@ IMAP_PASSWORD = "journal-pw-for-tests"  # noqa: S105
 IMAP_MAILBOX = "INBOX"  # dovecot serves the archive Maildir as its INBOX
 FROM = "ledger@ledger.test"
 DOMAIN = "ledger.test"
+# The tests' smtp origin_key (the X-Ledger-Origin HMAC key); `ledger fake-mail` makes a
+# random one per start.
+ORIGIN_KEY = "origin-key-for-tests-0123456789"
 
 
 def free_port() -> int:
@@ -375,6 +378,7 @@ class MailStack:
 
     smtp: MailServer
     imap: Dovecot | None
+    origin_key: str = ORIGIN_KEY
 
     def config(self, **overrides: Any) -> dict[str, Any]:
         """The smtp channel's LEDGER_CHANNEL_SETTINGS entry for this stack."""
@@ -384,6 +388,7 @@ class MailStack:
             "tls": "none",
             "from_address": FROM,
             "message_id_domain": DOMAIN,
+            "origin_key": self.origin_key,
         }
         if self.imap is not None:
             config.update(

@@ -1,9 +1,10 @@
-"""A fake Slack Web API on loopback: ``chat.postMessage`` and ``conversations.history``.
+"""A fake Slack Web API on loopback: ``auth.test``, ``chat.postMessage``, ``conversations.history``.
 
 It follows the real request and response shapes (form, query or JSON arguments; the bot
 token as ``Authorization: Bearer``, or ``token`` in a form; ``ok``/``error``, ``warning``
 and ``response_metadata``; HTTP 429 with ``Retry-After`` for ``ratelimited``), keeps each
-conversation's history with its messages' metadata, and does NOT dedupe: a second post is
+conversation's history with its messages' metadata and poster (``user``, ``bot_id``,
+``app_id``, ``bot_profile``, as Slack lists a bot's message), and does NOT dedupe: a second post is
 a second message, so a double send shows. Faults on command: a timeout or a 500 after the
 message was posted, ``ratelimited``, or any Slack error (``channel_not_found``) answered
 before posting. ``slack_sdk``'s clients parse every answer (tests/ledger/test_fake_slack.py).
@@ -29,8 +30,11 @@ from events.channels.urls import SLACK_CHANNEL_ID
 from ledger.simulator.app_server import AppServer
 
 MAX_TEXT = 40_000  # Slack truncates past 40,000 characters and refuses longer: msg_too_long
+# The identity of the ledger's bot: every token in ``FakeSlackConfig.tokens`` is this app's.
 BOT_USER = "U0LEDGERBOT"
 BOT_ID = "B0LEDGERBOT"
+APP_ID = "A0LEDGERAPP"
+BOT_NAME = "ledger"
 
 
 class SlackFaultKind(enum.StrEnum):
@@ -58,14 +62,30 @@ class SlackFault(BaseModel):
     error: str = "channel_not_found"
 
 
+class FakeSlackApp(BaseModel):
+    """Another app installed in a workspace: its own bot token, bot user, bot and app ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace: str
+    token: str
+    name: str = "other-app"
+    bot_id: str = "B0OTHERBOT"
+    app_id: str = "A0OTHERAPP"
+    user_id: str = "U0OTHERBOT"
+
+
 class FakeSlackConfig(BaseModel):
-    """Where it listens, the workspaces (name -> bot token) and their conversations."""
+    """Where it listens, the workspaces (name -> the ledger's bot token), other apps'
+    tokens, and the conversations."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
     tokens: dict[str, str] = Field(default_factory=dict)
+    # Other apps in the same workspaces: they may post anything, metadata included.
+    apps: list[FakeSlackApp] = Field(default_factory=list)
     # Conversation IDs that exist in every workspace; any other is channel_not_found.
     channels: list[str] = Field(default_factory=lambda: ["C0LEDGER01"])
     # Random faults on chat.postMessage, by fraction, from a seeded generator.
@@ -90,6 +110,12 @@ class SlackMessage:
         """The idempotency key in its metadata, if any."""
         payload = (self.body.get("metadata") or {}).get("event_payload")
         value = payload.get("idempotency_key") if isinstance(payload, dict) else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def bot_id(self) -> str | None:
+        """The bot that posted it (``BOT_ID``: the ledger's)."""
+        value = self.body.get("bot_id")
         return value if isinstance(value, str) else None
 
     def listed(self, with_metadata: bool) -> dict[str, Any]:
@@ -177,11 +203,13 @@ class FakeSlack:
         with self._state.lock:
             return list(self._state.histories.get((workspace, channel), []))
 
-    def messages(self, key: str | None = None) -> list[SlackMessage]:
-        """Every posted message (with ``key``: those carrying it), oldest first."""
+    def messages(self, key: str | None = None, bot_id: str | None = None) -> list[SlackMessage]:
+        """Every posted message (with ``key``: those carrying it; with ``bot_id``: those
+        that bot posted), oldest first."""
         with self._state.lock:
             every = [m for h in self._state.histories.values() for m in h]
-        return sorted((m for m in every if key is None or m.key == key), key=lambda m: m.ts)
+        chosen = (m for m in every if key in (None, m.key) and bot_id in (None, m.bot_id))
+        return sorted(chosen, key=lambda m: m.ts)
 
     def calls(self, method: str | None = None, key: str | None = None) -> list[SlackCall]:
         """The call log, optionally by API method and key."""
@@ -197,7 +225,7 @@ class FakeSlack:
         key: str | None = None
         try:
             args = await self._arguments(request, warnings)
-            workspace = self._authenticate(request, args)
+            poster = self._authenticate(request, args)
             key = _metadata_key(args.get("metadata"))
             fault = self._take_fault(method, key, args.get("channel"))
             if fault is not None and fault.kind is SlackFaultKind.RATELIMITED:
@@ -210,9 +238,11 @@ class FakeSlack:
             if fault is not None and fault.kind is SlackFaultKind.ERROR:
                 raise SlackError(fault.error)
             if method == "chat.postMessage":
-                answer = self._post(workspace, args)
+                answer = self._post(poster, args)
             elif method == "conversations.history":
-                answer = self._history(workspace, args)
+                answer = self._history(poster.workspace, args)
+            elif method == "auth.test":
+                answer = _auth_test(poster)
             else:
                 raise SlackError("unknown_method")
         except SlackError as exc:
@@ -245,7 +275,7 @@ class FakeSlack:
             args.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
         return args
 
-    def _authenticate(self, request: web.Request, args: dict[str, Any]) -> str:
+    def _authenticate(self, request: web.Request, args: dict[str, Any]) -> FakeSlackApp:
         header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else None
         if token is None and request.content_type != "application/json":
@@ -254,7 +284,17 @@ class FakeSlack:
             raise SlackError("not_authed")
         for workspace, known in self.config.tokens.items():
             if known == token:
-                return workspace
+                return FakeSlackApp(
+                    workspace=workspace,
+                    token=known,
+                    name=BOT_NAME,
+                    bot_id=BOT_ID,
+                    app_id=APP_ID,
+                    user_id=BOT_USER,
+                )
+        for app in self.config.apps:
+            if app.token == token:
+                return app
         raise SlackError("invalid_auth")
 
     def _take_fault(self, method: str, key: str | None, channel: object) -> SlackFault | None:
@@ -289,7 +329,8 @@ class FakeSlack:
             raise SlackError("channel_not_found")
         return channel
 
-    def _post(self, workspace: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, poster: FakeSlackApp, args: dict[str, Any]) -> dict[str, Any]:
+        workspace = poster.workspace
         channel = self._channel(args)
         text, blocks, attachments = args.get("text"), args.get("blocks"), args.get("attachments")
         blocks = _json_argument(blocks, "invalid_blocks")
@@ -316,13 +357,22 @@ class FakeSlack:
             stamp = max(time.time(), self._state.last_ts + 0.000001)
             self._state.last_ts = stamp
             ts = f"{stamp:.6f}"
+            # As Slack lists a message a bot token posted: who posted it, by bot and app.
             body: dict[str, Any] = {
                 "type": "message",
-                "user": BOT_USER,
-                "bot_id": BOT_ID,
+                "user": poster.user_id,
+                "bot_id": poster.bot_id,
+                "app_id": poster.app_id,
                 "text": text or "",
                 "ts": ts,
                 "team": workspace,
+                "bot_profile": {
+                    "id": poster.bot_id,
+                    "app_id": poster.app_id,
+                    "name": poster.name,
+                    "deleted": False,
+                    "team_id": workspace,
+                },
             }
             if blocks:
                 body["blocks"] = blocks
@@ -377,6 +427,23 @@ class FakeSlack:
             self._state.calls.append(
                 SlackCall(method, http_method, key, status, error, time.monotonic())
             )
+
+
+def _auth_test(poster: FakeSlackApp) -> dict[str, Any]:
+    """auth.test's answer for a bot token: the workspace, the bot user and the bot id.
+
+    Slack's answer carries ``bot_id`` but no ``app_id``; the fake does the same.
+    """
+    return {
+        "ok": True,
+        "url": f"https://{poster.workspace}.slack.com/",
+        "team": poster.workspace,
+        "user": poster.name,
+        "team_id": poster.workspace,
+        "user_id": poster.user_id,
+        "bot_id": poster.bot_id,
+        "is_enterprise_install": False,
+    }
 
 
 def _answer(body: dict[str, Any], warnings: list[str], status: int = 200) -> web.Response:

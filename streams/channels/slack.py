@@ -7,7 +7,10 @@ key and the fencing token). ``ok: true`` with a ``ts`` means the message is in t
 conversation: CONFIRMED, provider message id ``CHANNEL/TS``. Slack does not dedupe, so a
 doubt is settled by a lookup: ``conversations.history`` with ``include_all_metadata``, from
 the time the delivery was requested, paged by ``response_metadata.next_cursor`` (bounded),
-matching the key in the metadata.
+matching the key in the metadata AND the poster: metadata is only what a poster wrote, and
+any app in the conversation may write ours, so only a message our own bot posted (the
+``bot_id`` of the workspace's token, from ``auth.test``; and its ``app_id`` where known)
+counts as ours.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 from pydantic import JsonValue
@@ -104,6 +108,38 @@ def message_arguments(delivery: OutboundDelivery, channel: str) -> dict[str, Jso
     return arguments
 
 
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who our messages are posted by in one workspace: the token's bot (and app)."""
+
+    bot_id: str
+    # auth.test does not say it; chat.postMessage's answer does. None: not yet known.
+    app_id: str | None = None
+
+
+def poster_of(message: dict[str, JsonValue]) -> tuple[str | None, str | None]:
+    """The ``bot_id`` and ``app_id`` a history message names (``bot_profile`` as fallback)."""
+    profile = message.get("bot_profile")
+    profile = profile if isinstance(profile, dict) else {}
+    bot_id = message.get("bot_id", profile.get("id"))
+    app_id = message.get("app_id", profile.get("app_id"))
+    return (
+        bot_id if isinstance(bot_id, str) else None,
+        app_id if isinstance(app_id, str) else None,
+    )
+
+
+def posted_by(message: JsonValue, us: BotIdentity) -> bool:
+    """Did our bot post ``message``? Its ``bot_id`` must be ours, and its ``app_id`` too
+    where both are known: another app can copy our metadata, never our bot id."""
+    if not isinstance(message, dict):
+        return False
+    bot_id, app_id = poster_of(message)
+    if bot_id != us.bot_id:
+        return False
+    return us.app_id is None or app_id is None or app_id == us.app_id
+
+
 def carries_key(message: JsonValue, key: str) -> bool:
     """Is ``message`` (one of conversations.history's) a ledger post of ``key``?"""
     if not isinstance(message, dict):
@@ -135,6 +171,9 @@ class SlackChannel:
         self._max_pages = settings.slack_lookup_max_pages
         # Slack's clock and ours may disagree: a lookup starts this much before the request.
         self._skew_s = settings.clock_skew_margin_s
+        # Our bot per workspace (the tokens are fixed for this adapter's life, so the
+        # workspace names its token): learnt once by auth.test or from a post's answer.
+        self._identities: dict[str, BotIdentity] = {}
 
     def receiver_dedupes(self, recipient: str) -> bool:
         """False: Slack posts a second message for a second request, whatever its metadata."""
@@ -183,7 +222,49 @@ class SlackChannel:
             )
         except (httpx.RequestError, httpx.InvalidURL, SendRefused, DeadlineExceeded) as exc:
             return attempt_failure(exc, what)
-        return self._classify(answer, what, channel)
+        result = self._classify(answer, what, channel)
+        if result.outcome is SendOutcome.CONFIRMED:
+            self._learn_from_post(workspace, answer)
+        return result
+
+    def _learn_from_post(self, workspace: str, answer: Answer) -> None:
+        """chat.postMessage's answer lists the posted message, poster included: our bot."""
+        body = answer.json_object()
+        message = body.get("message") if body is not None else None
+        if not isinstance(message, dict):
+            return
+        bot_id, app_id = poster_of(message)
+        if bot_id is not None:
+            self._identities[workspace] = BotIdentity(bot_id, app_id)
+
+    async def _identity(
+        self, workspace: str, auth: dict[str, str], deadline_s: float
+    ) -> BotIdentity | LookupResult:
+        """Our bot in ``workspace`` (cached), or the lookup error saying why it is unknown."""
+        known = self._identities.get(workspace)
+        if known is not None:
+            return known
+        url = f"{self._api}auth.test"
+        what = f"POST {url} (workspace {workspace!r})"
+        try:
+            answer = await request(self._client, "POST", url, deadline_s=deadline_s, headers=auth)
+        except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
+            return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+        body = answer.json_object()
+        if answer.status != 200 or body is None or body.get("ok") is not True:
+            return LookupResult(
+                "lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
+            )
+        bot_id = string_field(body, "bot_id")
+        if bot_id is None:
+            return LookupResult(
+                "lookup_error",
+                f"{what}: the token has no bot_id (not a bot token?), so our messages cannot "
+                "be told from other apps' (LEDGER_SLACK_TOKENS takes bot tokens, xoxb-)",
+            )
+        identity = BotIdentity(bot_id, string_field(body, "app_id"))
+        self._identities[workspace] = identity
+        return identity
 
     def _classify(self, answer: Answer, what: str, channel: str) -> SendResult:
         if not 200 <= answer.status <= 299:
@@ -232,10 +313,12 @@ class SlackChannel:
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
         """conversations.history since the request, page by page (at most
-        ``LEDGER_SLACK_LOOKUP_MAX_PAGES``), for a message whose metadata carries the key.
+        ``LEDGER_SLACK_LOOKUP_MAX_PAGES``), for a message whose metadata carries the key
+        and that our bot posted (other posters' messages with the key are named, not taken).
 
-        All pages share the hard deadline. "Not found" only when the history since the
-        request was read to its end; a history longer than the page bound is an error.
+        auth.test (once per workspace) and all pages share the hard deadline. "Not found"
+        only when the history since the request was read to its end; a history longer than
+        the page bound is an error.
         """
         url = f"{self._api}conversations.history"
         try:
@@ -258,7 +341,11 @@ class SlackChannel:
             params["oldest"] = f"{max(oldest, 0.0):.6f}"
         loop = asyncio.get_running_loop()
         ends = loop.time() + self._deadline_s
+        us = await self._identity(workspace, auth, self._deadline_s)
+        if isinstance(us, LookupResult):
+            return us
         what = f"GET {url} ({delivery.recipient})"
+        foreign: list[str] = []  # other posters' messages that carry the key
         for page in range(1, self._max_pages + 1):
             left = ends - loop.time()
             if left <= 0:
@@ -280,14 +367,16 @@ class SlackChannel:
             messages = body.get("messages")
             if not isinstance(messages, list):
                 return LookupResult("lookup_error", f"{what} -> 200 without messages")
-            found = [m for m in messages if carries_key(m, delivery.idempotency_key)]
+            keyed = [m for m in messages if carries_key(m, delivery.idempotency_key)]
+            found = [m for m in keyed if posted_by(m, us)]
+            foreign += [_describe(m) for m in keyed if not posted_by(m, us)]
             if found:
                 # History lists the newest first: the last match is the first post.
                 first = found[-1]
                 ts = string_field(first, "ts") if isinstance(first, dict) else None
                 evidence = (
-                    f"{what} -> message ts {ts} carries the key (page {page}, "
-                    f"{len(found)} on that page)"
+                    f"{what} -> message ts {ts} by our bot {us.bot_id} carries the key "
+                    f"(page {page}, {len(found)} on that page)"
                 )
                 return LookupResult(
                     "found",
@@ -300,9 +389,16 @@ class SlackChannel:
             cursor = string_field(metadata, "next_cursor") if isinstance(metadata, dict) else None
             if body.get("has_more") is not True:
                 since = params.get("oldest", "the start")
+                others = (
+                    f"; not ours, so not taken: {len(foreign)} message(s) by other posters "
+                    f"carry it ({', '.join(foreign[:5])})"
+                    if foreign
+                    else ""
+                )
                 return LookupResult(
                     "not_found",
-                    f"{what}: no message with this key since {since} ({page} page(s))",
+                    f"{what}: no message of our bot {us.bot_id} with this key since {since} "
+                    f"({page} page(s)){others}"[:1000],
                 )
             if cursor is None:  # more history, but no way to read it: not evidence
                 return LookupResult("lookup_error", f"{what}: has_more without a next_cursor")
@@ -312,6 +408,16 @@ class SlackChannel:
             f"{what}: more than {self._max_pages} pages of history since the request; "
             "the key may be further back (LEDGER_SLACK_LOOKUP_MAX_PAGES)",
         )
+
+
+def _describe(message: JsonValue) -> str:
+    """``ts TS by bot B / app A`` of a message, for evidence."""
+    if not isinstance(message, dict):
+        return "?"
+    bot_id, app_id = poster_of(message)
+    ts = string_field(message, "ts")
+    user = string_field(message, "user")
+    return f"ts {ts} by bot {bot_id} / app {app_id} / user {user}"[:200]
 
 
 def adapter(build: AdapterBuild) -> SlackChannel:

@@ -1,6 +1,7 @@
 """The smtp channel: one email per logical event, its Message-ID made of the idempotency key.
 
-``Message-ID: <KEY@DOMAIN>``, ``Idempotency-Key: KEY`` and ``Fencing-Token: N`` headers. The
+``Message-ID: <KEY@DOMAIN>``, ``Idempotency-Key: KEY`` and ``Fencing-Token: N`` headers, and
+with an ``origin_key`` the seal ``X-Ledger-Origin`` (streams/channels/mail_origin.py). The
 SMTP transaction is classified by how far it got, because only the end of DATA hands a
 message over:
 
@@ -42,6 +43,7 @@ from streams.channels.base import (
     SendResult,
 )
 from streams.channels.imap_lookup import ArchiveLookup
+from streams.channels.mail_origin import ORIGIN_HEADER, origin_seal
 from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
 KEY_HEADER = "Idempotency-Key"
@@ -88,7 +90,10 @@ def build_message(delivery: OutboundDelivery, config: SmtpSettings, now: datetim
     # Control characters in a header could start a header of their own: never let one through.
     msg["Subject"] = _one_line(subject, MAX_SUBJECT)
     msg["Date"] = format_datetime(now)
-    msg["Message-ID"] = message_id(delivery.idempotency_key, domain)
+    mid = message_id(delivery.idempotency_key, domain)
+    msg["Message-ID"] = mid
+    if config.origin_key is not None:
+        msg[ORIGIN_HEADER] = origin_seal(config.origin_key, mid)
     msg[KEY_HEADER] = delivery.idempotency_key
     msg[FENCING_HEADER] = str(delivery.fencing_token)
     msg[ATTEMPT_HEADER] = str(delivery.attempt)

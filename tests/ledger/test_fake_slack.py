@@ -11,7 +11,16 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.fixtures.slack import CHANNEL, TOKEN, BackgroundFakeSlack, FakeSlackFactory
+from ledger.simulator.slack import APP_ID, BOT_ID, BOT_USER
+from tests.fixtures.slack import (
+    CHANNEL,
+    OTHER_APP,
+    OTHER_TOKEN,
+    TOKEN,
+    WORKSPACE,
+    BackgroundFakeSlack,
+    FakeSlackFactory,
+)
 
 METADATA = {"event_type": "ledger_delivery", "event_payload": {"idempotency_key": "k1"}}
 
@@ -163,3 +172,32 @@ async def test_async_client_parses_and_raises(fake_slack: BackgroundFakeSlack) -
     with pytest.raises(SlackApiError) as raised:
         await sdk.conversations_history(channel="C0NOSUCH")
     assert raised.value.response["error"] == "channel_not_found"
+
+
+def test_auth_test_and_every_message_name_the_poster(fake_slack: BackgroundFakeSlack) -> None:
+    # As Slack: auth.test gives a bot token's bot user and bot id; a bot's message carries
+    # user, bot_id, app_id and bot_profile, in the post's answer and in the history.
+    ours, other = client(fake_slack), client(fake_slack, OTHER_TOKEN)
+    me = ours.auth_test()
+    assert (me["ok"], me["team_id"], me["user_id"], me["bot_id"]) == (
+        True,
+        WORKSPACE,
+        BOT_USER,
+        BOT_ID,
+    )
+    assert other.auth_test()["bot_id"] == OTHER_APP.bot_id != BOT_ID
+    posted = ours.chat_postMessage(channel=CHANNEL, text="ours", metadata=METADATA)
+    assert (posted["message"]["bot_id"], posted["message"]["app_id"]) == (BOT_ID, APP_ID)
+    assert posted["message"]["bot_profile"]["app_id"] == APP_ID
+    other.chat_postMessage(channel=CHANNEL, text="theirs", metadata=METADATA)
+    history = ours.conversations_history(channel=CHANNEL, include_all_metadata=True)
+    posters = [(m["text"], m["bot_id"], m["app_id"], m["user"]) for m in history["messages"]]
+    assert posters == [
+        ("theirs", OTHER_APP.bot_id, OTHER_APP.app_id, OTHER_APP.user_id),
+        ("ours", BOT_ID, APP_ID, BOT_USER),
+    ]
+    assert fake_slack.posted("k1") == 1  # ours only
+    assert len(fake_slack.fake.messages("k1")) == 2
+    with pytest.raises(SlackApiError) as raised:
+        client(fake_slack, "xoxb-nobody").auth_test()
+    assert raised.value.response["error"] == "invalid_auth"

@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from slack_sdk.web.async_client import AsyncWebClient
+
 from events import DeliverySpec
 from events.delivery_state import Status
 from events.settings import Settings
+from ledger.simulator.slack import BOT_ID
+from streams.channels.slack import METADATA_EVENT_TYPE
 from tests.fixtures.projection import LiveProjection
-from tests.fixtures.slack import CHANNEL, BackgroundFakeSlack
+from tests.fixtures.slack import CHANNEL, OTHER_APP, OTHER_TOKEN, BackgroundFakeSlack
 from tests.fixtures.worker import LedgerView, WorkerFactory
 from tests.streams.matrix import publish, until
 
@@ -44,10 +48,12 @@ def posts(fake: BackgroundFakeSlack, key: str) -> int:
 
 
 def posted_once(fake: BackgroundFakeSlack, key: str) -> str:
-    """Exactly one message in the conversation carries ``key``; its provider id."""
-    messages = fake.fake.messages(key)
+    """Exactly one message our bot posted in the conversation carries ``key``; its
+    provider id. (Another app's message with the key is not a delivery of ours.)"""
+    messages = fake.fake.messages(key, bot_id=BOT_ID)
     assert len(messages) == 1, [m.ts for m in messages]
-    assert [m.key for m in fake.fake.history("acme", CHANNEL)].count(key) == 1
+    history = fake.fake.history("acme", CHANNEL)
+    assert [(m.key, m.bot_id) for m in history].count((key, BOT_ID)) == 1
     return f"{CHANNEL}/{messages[0].ts}"
 
 
@@ -143,4 +149,34 @@ async def test_slack_worker_killed_after_the_post_is_settled_by_lookup(
     states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED after crash")
     assert states[key].provider_message_id == posted_once(fake_slack, key)
     assert posts(fake_slack, key) == 1, "nothing may be posted twice after the crash"
+    await live_projection.matches(await ledger_view())
+
+
+async def test_slack_another_apps_message_with_the_key_does_not_confirm_it(
+    worker_factory: WorkerFactory,
+    fake_slack: BackgroundFakeSlack,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    settings = use_slack(worker_factory, fake_slack, live_projection)
+    key = await publish_one(settings, fake_slack, "run-s8")
+    # Killed with the claim in the log and nothing posted: the lease expires into UNKNOWN.
+    doomed = worker_factory.start("w1", faults=("worker.before_send",))
+    await asyncio.to_thread(doomed.process.wait, 60)
+    assert doomed.process.returncode == -signal.SIGKILL
+    assert fake_slack.fake.messages(key) == []
+    # Another app in the conversation posts a message carrying the key's metadata (the
+    # official SDK, with its own bot token). It is not our delivery: only "not found" of
+    # OUR message (twice) may let the next worker post, once.
+    other = AsyncWebClient(token=OTHER_TOKEN, base_url=fake_slack.api_url)
+    metadata = {"event_type": METADATA_EVENT_TYPE, "event_payload": {"idempotency_key": key}}
+    forged = await other.chat_postMessage(channel=CHANNEL, text="forged", metadata=metadata)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED by our post")
+    state = states[key]
+    assert state.attempt >= 2, "a foreign message may not settle the UNKNOWN as delivered"
+    assert state.provider_message_id == posted_once(fake_slack, key)
+    assert state.provider_message_id != f"{CHANNEL}/{forged['ts']}"
+    assert posts(fake_slack, key) == 2  # the other app's post and our one post
+    assert [m.bot_id for m in fake_slack.fake.messages(key)] == [OTHER_APP.bot_id, BOT_ID]
     await live_projection.matches(await ledger_view())

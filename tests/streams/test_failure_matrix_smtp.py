@@ -9,14 +9,21 @@ one; two identical Message-IDs where the endpoint declared that its receiver dro
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from email.message import EmailMessage
 from typing import Any
+
+import aiosmtplib
+from pydantic import SecretStr
 
 from events import DeliverySpec
 from events.delivery_state import Status
 from events.retry_policy import RetryPolicy
 from events.settings import Settings
+from streams.channels.mail_origin import ORIGIN_HEADER, sealed_by_us
 from streams.channels.smtp import message_id
-from tests.fixtures.mail import DOMAIN, MailStack
+from tests.fixtures.mail import DOMAIN, ORIGIN_KEY, MailStack
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 from tests.streams.matrix import publish, until
@@ -48,6 +55,17 @@ async def publish_one(settings: Settings, run_id: str) -> str:
 def copies(stack: MailStack, key: str) -> int:
     """Messages in the Maildir with this key's Message-ID."""
     return len(stack.smtp.messages(message_id(key, DOMAIN)))
+
+
+def ours(stack: MailStack, key: str) -> int:
+    """Those of them the ledger sent: their X-Ledger-Origin verifies."""
+    mid = message_id(key, DOMAIN)
+    sealed = [
+        m
+        for m in stack.smtp.messages(mid)
+        if sealed_by_us(SecretStr(ORIGIN_KEY), mid, m.get_all(ORIGIN_HEADER) or [])
+    ]
+    return len(sealed)
 
 
 async def test_smtp_drop_after_data_is_unknown_then_confirmed_by_imap_lookup(
@@ -166,4 +184,37 @@ async def test_smtp_drop_after_data_with_message_id_dedupe_resends_the_same_mess
     [retry] = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert retry.dedupe_rule == "message-id"  # the channel's rule, named in the event
     assert "receiver_dedupes_message_id=true" in retry.safety
+    await live_projection.matches(await ledger_view())
+
+
+async def test_smtp_another_senders_message_with_the_message_id_does_not_confirm_it(
+    worker_factory: WorkerFactory,
+    mail_stack: MailStack,
+    ledger_view: LedgerView,
+    live_projection: LiveProjection,
+) -> None:
+    settings = use_mail(worker_factory, mail_stack, live_projection)
+    key = await publish_one(settings, "run-m6")
+    # Killed with the claim in the log and nothing sent: the lease expires into UNKNOWN.
+    doomed = worker_factory.start("w1", faults=("worker.before_send",))
+    await asyncio.to_thread(doomed.process.wait, 60)
+    assert doomed.process.returncode == -signal.SIGKILL
+    assert copies(mail_stack, key) == 0
+    # Someone else mails our Message-ID through the relay, which files it in the archive
+    # like everything it accepts. It is not our delivery: only "not found" of OUR copy
+    # (twice) may let the next worker send, once.
+    other = EmailMessage()
+    other["From"], other["To"], other["Subject"] = "mallory@example.net", TO, "not ours"
+    other["Message-ID"] = message_id(key, DOMAIN)
+    other["Idempotency-Key"] = key
+    other.set_content("forged")
+    await aiosmtplib.send(other, hostname="127.0.0.1", port=mail_stack.smtp.port)
+    worker = worker_factory.start("w1")
+    states = await until(ledger_view, [key], {Status.CONFIRMED}, [worker], "CONFIRMED, ours")
+    state = states[key]
+    assert state.attempt >= 2, "a copy we did not send may not settle the UNKNOWN"
+    assert (state.provider_message_id or "").endswith("/2"), state.provider_message_id
+    assert ours(mail_stack, key) == 1  # exactly one of ours at the receiver
+    assert copies(mail_stack, key) == 2  # and the other sender's, untouched
+    assert mail_stack.smtp.transactions(TO) == 2
     await live_projection.matches(await ledger_view())

@@ -8,14 +8,22 @@ from datetime import UTC, datetime
 
 import pytest
 from pydantic import SecretStr
+from slack_sdk.web.async_client import AsyncWebClient
 
 from events.outcomes import ErrorClass
 from events.settings import Settings
+from ledger.simulator.slack import BOT_ID
 from streams.channels import slack as slack_module
 from streams.channels.base import OutboundDelivery, SendOutcome
 from streams.channels.http import create_http_client
-from streams.channels.slack import SlackChannel
-from tests.fixtures.slack import TOKEN, BackgroundFakeSlack, FakeSlackFactory
+from streams.channels.slack import SlackChannel, message_arguments
+from tests.fixtures.slack import (
+    OTHER_APP,
+    OTHER_TOKEN,
+    TOKEN,
+    BackgroundFakeSlack,
+    FakeSlackFactory,
+)
 from tests.streams.channels.support import outbound
 
 FAST = Settings(
@@ -196,3 +204,56 @@ async def test_a_wrong_token_fails_and_is_never_shown(fake_slack: BackgroundFake
     assert "invalid_auth" in result.evidence
     assert "xoxb" not in result.evidence
     assert TOKEN not in repr(settings)
+
+
+async def test_another_apps_message_with_the_key_is_not_ours(
+    fake_slack: BackgroundFakeSlack, channel: SlackChannel
+) -> None:
+    # Another app in the conversation copies our metadata (the official SDK, its own token):
+    # the lookup must not take it for our post, or an undelivered key turns CONFIRMED.
+    d = delivery(fake_slack)
+    other = AsyncWebClient(token=OTHER_TOKEN, base_url=fake_slack.api_url)
+    metadata = message_arguments(d, "C0LEDGER01")["metadata"]
+    await other.chat_postMessage(channel="C0LEDGER01", text="not yours", metadata=metadata)
+    missing = await channel.lookup(d)
+    assert missing.outcome == "not_found", missing.evidence
+    assert not missing.delivered
+    assert f"by bot {OTHER_APP.bot_id}" in missing.evidence  # named for an operator
+    [auth] = fake_slack.fake.calls("auth.test")  # our bot learnt from our token
+    assert auth.status == 200
+    # Our own post of the key is found, and only it: the provider id is our message's.
+    sent = await channel.send(d)
+    await other.chat_postMessage(channel="C0LEDGER01", text="again", metadata=metadata)
+    found = await channel.lookup(d)
+    assert (found.outcome, found.delivered) == ("found", True)
+    assert found.provider_message_id == sent.provider_message_id
+    [ours] = fake_slack.fake.messages(d.idempotency_key, bot_id=BOT_ID)
+    assert found.provider_message_id == f"C0LEDGER01/{ours.ts}"
+    assert len(fake_slack.fake.messages(d.idempotency_key)) == 3
+
+
+async def test_our_bot_is_learnt_once_per_workspace(fake_slack: BackgroundFakeSlack) -> None:
+    settings = fake_slack.settings(FAST)
+    async with create_http_client(settings) as http:
+        looker = SlackChannel(http, settings)  # never posted: asks auth.test, once
+        for _ in range(3):
+            assert (await looker.lookup(delivery(fake_slack))).outcome == "not_found"
+        assert len(fake_slack.fake.calls("auth.test")) == 1
+        sender = SlackChannel(http, settings)  # its post's answer names our bot
+        d = delivery(fake_slack)
+        await sender.send(d)
+        assert (await sender.lookup(d)).outcome == "found"
+        assert len(fake_slack.fake.calls("auth.test")) == 1
+
+
+async def test_a_token_auth_test_refuses_is_a_lookup_error(
+    fake_slack: BackgroundFakeSlack,
+) -> None:
+    fake_slack.fake.fault("error", method="auth.test", error="token_revoked")
+    settings = fake_slack.settings(FAST)
+    async with create_http_client(settings) as http:
+        result = await SlackChannel(http, settings).lookup(delivery(fake_slack))
+    assert result.outcome == "lookup_error", result.evidence
+    assert "token_revoked" in result.evidence
+    assert TOKEN not in result.evidence
+    assert fake_slack.fake.calls("conversations.history") == []

@@ -4,15 +4,23 @@ the archive lookup by Message-ID."""
 
 from __future__ import annotations
 
+import asyncio
+import imaplib
+import time
+from email.message import EmailMessage
+
+import aiosmtplib
 import pytest
+from pydantic import SecretStr, ValidationError
 
 from events.channels.mail import SmtpSettings, check_email_recipient
 from events.outcomes import ErrorClass
 from streams.channels.base import SendOutcome
 from streams.channels.imap_lookup import ArchiveLookup
+from streams.channels.mail_origin import ORIGIN_HEADER, origin_seal
 from streams.channels.smtp import SmtpChannel, message_id
 from streams.channels.write_guard import WriteGuard
-from tests.fixtures.mail import DOMAIN, MailStack, free_port
+from tests.fixtures.mail import DOMAIN, ORIGIN_KEY, MailStack, free_port
 from tests.streams.channels.support import outbound
 
 TO = "ops@example.org"
@@ -167,3 +175,96 @@ def test_email_recipient_form(recipient: str, says: str | None) -> None:
     with pytest.raises(ValueError, match=says) as caught:
         check_email_recipient(recipient)
     assert "\n" not in str(caught.value)
+
+
+def forged(mid: str, key: str, seal: str | None = None) -> EmailMessage:
+    """Someone else's message with our Message-ID and key headers (and maybe a seal)."""
+    msg = EmailMessage()
+    msg["From"] = "mallory@example.net"
+    msg["To"] = "someone@example.org"
+    msg["Subject"] = "not from the ledger"
+    msg["Message-ID"] = mid
+    msg["Idempotency-Key"] = key
+    if seal is not None:
+        msg[ORIGIN_HEADER] = seal
+    msg.set_content("forged")
+    return msg
+
+
+def append_to_archive(stack: MailStack, msg: EmailMessage) -> None:
+    """APPEND over IMAP, as anyone holding the archive's login could."""
+    assert stack.imap is not None
+    imap = imaplib.IMAP4("127.0.0.1", stack.imap.port, timeout=10)
+    try:
+        imap.login(stack.imap.username, stack.imap.password)
+        status, _ = imap.append("INBOX", None, imaplib.Time2Internaldate(time.time()), bytes(msg))
+        assert status == "OK"
+    finally:
+        imap.logout()
+
+
+async def test_every_message_carries_the_origin_seal_of_its_message_id(
+    mail_stack: MailStack,
+) -> None:
+    delivery = outbound(TO, "smtp")
+    assert (await channel(mail_stack).send(delivery)).outcome is SendOutcome.SENT
+    mid = message_id(delivery.idempotency_key, DOMAIN)
+    [msg] = mail_stack.smtp.messages(mid)
+    assert msg[ORIGIN_HEADER] == origin_seal(SecretStr(ORIGIN_KEY), mid)
+    assert msg[ORIGIN_HEADER].startswith("v1=")
+    assert ORIGIN_KEY not in msg.as_string()
+
+
+async def test_a_copy_with_our_message_id_that_we_did_not_send_is_not_ours(
+    mail_stack: MailStack,
+) -> None:
+    # Two others file our Message-ID in the archive before we send: one mails it through
+    # the relay (which journals everything), one APPENDs it over IMAP with a seal made
+    # under another key. Neither may confirm the key; our own copy, sent after, does.
+    smtp = channel(mail_stack)
+    delivery = outbound(TO, "smtp")
+    key = delivery.idempotency_key
+    mid = message_id(key, DOMAIN)
+    await aiosmtplib.send(forged(mid, key), hostname="127.0.0.1", port=mail_stack.smtp.port)
+    wrong = origin_seal(SecretStr("another-key-entirely-0123456789"), mid)
+    await asyncio.to_thread(append_to_archive, mail_stack, forged(mid, key, wrong))
+    missing = await smtp.lookup(delivery)
+    assert missing.outcome == "not_found", missing.evidence
+    assert not missing.delivered
+    assert "2 with it but without our X-Ledger-Origin, not taken: UIDs 1 2" in missing.evidence
+    assert (await smtp.send(delivery)).outcome is SendOutcome.SENT
+    found = await smtp.lookup(delivery)
+    assert (found.outcome, found.delivered) == ("found", True), found.evidence
+    assert found.provider_message_id is not None
+    assert found.provider_message_id.endswith("/3"), found.evidence  # our copy's UID
+    assert "X-Ledger-Origin verified" in found.evidence
+
+
+async def test_our_seal_on_another_message_id_is_not_ours(mail_stack: MailStack) -> None:
+    # A seal copied from one of our messages proves nothing about another Message-ID.
+    smtp = channel(mail_stack)
+    sent, target = outbound(TO, "smtp"), outbound(TO, "smtp")
+    assert (await smtp.send(sent)).outcome is SendOutcome.SENT
+    [ours] = mail_stack.smtp.messages(message_id(sent.idempotency_key, DOMAIN))
+    mid = message_id(target.idempotency_key, DOMAIN)
+    await asyncio.to_thread(
+        append_to_archive, mail_stack, forged(mid, target.idempotency_key, ours[ORIGIN_HEADER])
+    )
+    result = await smtp.lookup(target)
+    assert result.outcome == "not_found", result.evidence
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"origin_key": None}, "an IMAP lookup needs origin_key"),
+        ({"origin_key": "short"}, "origin_key must be at least 24 bytes"),
+    ],
+)
+def test_an_imap_lookup_needs_an_origin_key(
+    mail_stack: MailStack, overrides: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ValidationError, match=says):
+        SmtpSettings.model_validate({**mail_stack.config(), **overrides})
+    # Without a lookup the key is optional (nothing would check the seal).
+    SmtpSettings.model_validate({**mail_stack.config(imap_host=None), "origin_key": None})
