@@ -89,6 +89,7 @@ POLL_S = 0.05
 SCREENSHOT_TIMEOUT_MS = 2000
 CLOSE_TIMEOUT_S = 3.0
 LAUNCH_TIMEOUT_S = 30.0
+REFUSALS_CHARS = 400
 
 
 class NotSubmitted(Exception):
@@ -130,7 +131,7 @@ class _Attempt:
         """What the address guard refused during the attempt ("" if nothing)."""
         if self.guard is None or not self.guard.refusals:
             return ""
-        return "; ".join(dict.fromkeys(self.guard.refusals))
+        return "; ".join(dict.fromkeys(self.guard.refusals))[:REFUSALS_CHARS]
 
 
 def _describe(step: Fill | Click | WaitFor) -> str:
@@ -468,7 +469,7 @@ class BrowserChannel:
         """Screenshot a failed attempt (named in the evidence), then close its context."""
         refused = attempt.refusals()
         if refused and refused not in result.evidence:
-            result = replace(result, evidence=f"{result.evidence} (the address guard {refused})")
+            result = replace(result, evidence=f"{result.evidence} ({refused})")
         if result.outcome is not SendOutcome.CONFIRMED and attempt.page is not None:
             name = (
                 f"{_safe_name(delivery.recipient)}-{delivery.idempotency_key[:16]}"
