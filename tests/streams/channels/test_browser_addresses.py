@@ -91,7 +91,7 @@ async def test_a_redirect_to_a_refused_address_is_not_followed(
         SendOutcome.REJECTED,
         ErrorClass.BLOCKED_ADDRESS,
     ), result
-    assert "127.0.0.2" in result.evidence
+    assert "127.0.0.2" in result.evidence, result.evidence
     assert_not_shown(result.evidence)
     assert lured.app.posts == 0
 
@@ -129,7 +129,7 @@ async def test_a_start_url_at_a_refused_address_is_not_opened(
         SendOutcome.REJECTED,
         ErrorClass.BLOCKED_ADDRESS,
     ), result
-    assert "127.0.0.2" in result.evidence
+    assert "127.0.0.2" in result.evidence, result.evidence
     assert_not_shown(result.evidence)
 
 
