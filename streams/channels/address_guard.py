@@ -29,6 +29,37 @@ class BlockedAddress(httpcore.ConnectError):
         self.reason = reason
 
 
+async def checked_address(
+    policy: AddressPolicy,
+    host: str,
+    port: int,
+    timeout: float | None,  # noqa: ASYNC109 - a bound on the resolution alone
+) -> str:
+    """Resolve ``host`` once and return its first address, once every address it resolves
+    to is allowed on ``port``: connect to that address, never to the name again.
+
+    Raises ``BlockedAddress`` (a refused address), ``httpcore.ConnectTimeout`` or
+    ``httpcore.ConnectError`` (no answer, no such name). The HTTP guard and the browser's
+    (``streams/channels/browser_guard.py``) both decide here.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            found = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+    except TimeoutError:
+        raise httpcore.ConnectTimeout(f"resolving {host} took over {timeout}s") from None
+    except socket.gaierror as exc:
+        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+    if not addresses:
+        raise httpcore.ConnectError(f"{host} resolves to no address")
+    for address in addresses:
+        if (reason := policy.refuses(host, address, port)) is not None:
+            raise BlockedAddress(reason)
+    return addresses[0]
+
+
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's default backend, behind the address policy."""
 
@@ -45,22 +76,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         """Connect to the first address of ``host``, once every one of them is allowed."""
-        try:
-            async with asyncio.timeout(timeout):
-                found = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM
-                )
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"resolving {host} took over {timeout}s") from None
-        except socket.gaierror as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
-        for address in addresses:
-            if (reason := self._policy.refuses(host, address, port)) is not None:
-                raise BlockedAddress(reason)
-        return await self._inner.connect_tcp(
-            addresses[0], port, timeout, local_address, socket_options
-        )
+        address = await checked_address(self._policy, host, port, timeout)
+        return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
 
     async def connect_unix_socket(
         self,

@@ -16,6 +16,12 @@ One Chromium per worker (Debian's, never a download), launched at the first send
 relaunched after a crash (counted: ``ledger_worker_browser_restarts``); attempts in flight
 bounded by the target settings' ``concurrency``. A failed attempt leaves a screenshot under
 the data dir, named in the evidence.
+
+Every connection Chromium makes passes the HTTP channels' address policy
+(``streams/channels/browser_guard.py``): a start URL, redirect or search page the policy
+refuses is never opened (the attempt is REJECTED ``blocked_address``, nothing submitted),
+and a page's own requests to such an address never leave. Chromium runs sandboxed, never
+as root, with an empty environment (``streams/channels/browser_process.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 from pydantic import JsonValue
 
+from events.addresses import AddressPolicy
 from events.channels.browser_targets import (
     BrowserSettings,
     Click,
@@ -44,6 +51,7 @@ from events.channels.browser_targets import (
 from events.errors import ConfigError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
+from events.settings import address_policy
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,
@@ -51,8 +59,15 @@ from streams.channels.base import (
     SendOutcome,
     SendResult,
 )
+from streams.channels.browser_guard import (
+    LAUNCH_ARGS,
+    BrowserGuard,
+    GuardListener,
+    proxy_settings,
+)
 from streams.channels.browser_login import LoginPage, check_not_login
 from streams.channels.browser_lookup import list_lookup, search_lookup
+from streams.channels.browser_process import ChromiumProcess, unprivileged_user
 from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 
 if TYPE_CHECKING:
@@ -64,7 +79,6 @@ log = logging.getLogger(__name__)
 
 CHROMIUM_ARGS = [
     "--headless",
-    "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
     "--disable-background-networking",
@@ -75,6 +89,7 @@ POLL_S = 0.05
 SCREENSHOT_TIMEOUT_MS = 2000
 CLOSE_TIMEOUT_S = 3.0
 LAUNCH_TIMEOUT_S = 30.0
+REFUSALS_CHARS = 400
 
 
 class NotSubmitted(Exception):
@@ -83,6 +98,10 @@ class NotSubmitted(Exception):
 
 class PageLost(Exception):
     """The page, its navigation or the browser went away after the submit began."""
+
+
+class Blocked(NotSubmitted):
+    """The address policy refused the page the attempt had to open: nothing submitted."""
 
 
 def _with_param(url: str, name: str, value: str) -> str:
@@ -106,6 +125,13 @@ class _Attempt:
     def __init__(self) -> None:
         self.context: Any = None
         self.page: Page | None = None
+        self.guard: GuardListener | None = None
+
+    def refusals(self) -> str:
+        """What the address guard refused during the attempt ("" if nothing)."""
+        if self.guard is None or not self.guard.refusals:
+            return ""
+        return "; ".join(dict.fromkeys(self.guard.refusals))[:REFUSALS_CHARS]
 
 
 def _describe(step: Fill | Click | WaitFor) -> str:
@@ -133,6 +159,7 @@ class BrowserChannel:
         *,
         deadline_s: float,
         screenshots: Path,
+        policy: AddressPolicy,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._client = client
@@ -146,6 +173,11 @@ class BrowserChannel:
         self._browser: Browser | None = None
         self._launches = 0
         self._closing = False
+        # The HTTP channels' address policy, for every connection Chromium makes.
+        self._guard = BrowserGuard(policy)
+        self._process = ChromiumProcess(
+            config.executable_path, run_as=config.run_as, sandbox=config.sandbox
+        )
 
     # -- the channel contract ---------------------------------------------------------------
 
@@ -188,8 +220,11 @@ class BrowserChannel:
                 # it is outside the attempt's deadline; the lease rule still runs before
                 # the submit.
                 browser = await self._running_browser()
-                async with asyncio.timeout(self._deadline_s):
+                async with self._guard.watch() as attempt.guard, asyncio.timeout(self._deadline_s):
                     result = await self._attempt(attempt, browser, target, delivery, guard)
+            except Blocked as exc:
+                evidence = f"{what}: not submitted: {exc}"
+                result = SendResult(SendOutcome.REJECTED, evidence, ErrorClass.BLOCKED_ADDRESS)
             except TimeoutError:
                 result = self._out_of_time(guard, what)
             except LoginPage as exc:
@@ -224,14 +259,20 @@ class BrowserChannel:
         async with self._slots:
             try:
                 browser = await self._running_browser()
-                async with asyncio.timeout(self._deadline_s):
-                    return await search_lookup(browser, search, key, step_timeout_s=step_s)
+                async with self._guard.watch() as listener, asyncio.timeout(self._deadline_s):
+                    found = await search_lookup(
+                        browser, search, key, step_timeout_s=step_s, proxy=listener.proxy()
+                    )
+                    if found.outcome == "lookup_error" and listener.refusals:
+                        refused = "; ".join(dict.fromkeys(listener.refusals))
+                        return replace(found, evidence=f"{found.evidence} ({refused})"[:1000])
+                    return found
             except TimeoutError:
                 return LookupResult(
                     "lookup_error", f"search {search.url}: no answer within {self._deadline_s:g}s"
                 )
-            except NotSubmitted as exc:  # Chromium did not start
-                return LookupResult("lookup_error", f"search {search.url}: {exc}")
+            except (NotSubmitted, OSError) as exc:  # Chromium or the guard did not start
+                return LookupResult("lookup_error", f"search {search.url}: {_one_line(exc)}")
 
     async def aclose(self) -> None:
         """Close the browser and Playwright (the worker is stopping)."""
@@ -244,6 +285,8 @@ class BrowserChannel:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._playwright.stop(), CLOSE_TIMEOUT_S)
             self._playwright = None
+        await self._guard.aclose()
+        self._process.cleanup()
 
     # -- one attempt --------------------------------------------------------------------------
 
@@ -273,9 +316,11 @@ class BrowserChannel:
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
             try:
+                proxy = proxy_settings(await self._guard.start())
                 self._browser = await self._playwright.chromium.launch(
-                    executable_path=str(self._config.executable_path),
-                    args=CHROMIUM_ARGS,
+                    **self._process.launch_options(),
+                    proxy=proxy,
+                    args=[*CHROMIUM_ARGS, *LAUNCH_ARGS],
                     timeout=LAUNCH_TIMEOUT_S * 1000,
                 )
             except Exception as exc:
@@ -293,7 +338,8 @@ class BrowserChannel:
     ) -> SendResult:
         what = f"browser {delivery.recipient} ({target.start_url})"
         try:
-            attempt.context = await browser.new_context()
+            assert attempt.guard is not None
+            attempt.context = await browser.new_context(proxy=attempt.guard.proxy())
             step_s = min(self._config.step_timeout_s, self._deadline_s / 2)
             attempt.context.set_default_timeout(step_s * 1000)
             page = attempt.page = await attempt.context.new_page()
@@ -305,7 +351,12 @@ class BrowserChannel:
             ):
                 if carrier is not None and carrier.param is not None:
                     url = _with_param(url, carrier.param, value)
-            response = await page.goto(url)
+            try:
+                response = await page.goto(url)
+            except Exception as exc:
+                if refused := attempt.refusals():
+                    raise Blocked(f"GET {url}: {refused}") from exc
+                raise
             await check_not_login(page, target.login)
             if response is not None and not response.ok:
                 raise NotSubmitted(f"GET {url} -> {response.status}")
@@ -416,6 +467,9 @@ class BrowserChannel:
         self, result: SendResult, attempt: _Attempt, delivery: OutboundDelivery
     ) -> SendResult:
         """Screenshot a failed attempt (named in the evidence), then close its context."""
+        refused = attempt.refusals()
+        if refused and refused not in result.evidence:
+            result = replace(result, evidence=f"{result.evidence} ({refused})")
         if result.outcome is not SendOutcome.CONFIRMED and attempt.page is not None:
             name = (
                 f"{_safe_name(delivery.recipient)}-{delivery.idempotency_key[:16]}"
@@ -462,11 +516,13 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
                 "does not exist",
                 "install Debian's chromium (scripts/chromium); no browser is downloaded",
             )
+        unprivileged_user(config.run_as)  # root without the user to run Chromium as: stop
     screenshots = config.screenshots_dir or build.settings.data_dir / "browser-screenshots"
     return BrowserChannel(
         build.client,
         config,
         deadline_s=build.deadline_s,
         screenshots=screenshots,
+        policy=address_policy(build.settings),
         metrics=build.metrics,
     )

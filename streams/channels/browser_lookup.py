@@ -23,7 +23,7 @@ from streams.channels.base import LookupResult
 from streams.channels.outcomes import DeadlineExceeded, request
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page
+    from playwright.async_api import Browser, Page, ProxySettings
 
 POLL_S = 0.05
 CLOSE_TIMEOUT_S = 3.0
@@ -68,14 +68,20 @@ async def list_lookup(
 
 
 async def search_lookup(
-    browser: Browser, spec: SearchLookup, key: str, *, step_timeout_s: float
+    browser: Browser,
+    spec: SearchLookup,
+    key: str,
+    *,
+    step_timeout_s: float,
+    proxy: ProxySettings | None = None,
 ) -> LookupResult:
     """Search for ``key`` on the target's search page in a fresh context and read it.
 
     The caller bounds the whole search with the lookup's deadline; ``step_timeout_s``
     bounds each wait for an element (the search box, the results or the not-found mark).
+    ``proxy``: the context's address guard (``streams/channels/browser_guard.py``).
     """
-    context = await browser.new_context()
+    context = await browser.new_context(proxy=proxy)
     try:
         context.set_default_timeout(step_timeout_s * 1000)
         page = await context.new_page()

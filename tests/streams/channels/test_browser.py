@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.outcomes import ErrorClass
 from events.settings import Settings
@@ -23,9 +24,11 @@ from streams.channels.http import create_http_client
 from streams.channels.write_guard import WriteGuard
 from streams.metrics import WorkerMetrics
 from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.streams.channels.browser_support import chromium_of_this_process
 from tests.streams.channels.support import outbound
 
 FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
+LOOPBACK = AddressPolicy(["127.0.0.0/8"])
 SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 
 
@@ -38,6 +41,7 @@ async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterato
             config,
             deadline_s=FAST.send_deadline_s,
             screenshots=tmp_path / "shots",
+            policy=LOOPBACK,
             metrics=WorkerMetrics(),
         )
         yield browser
@@ -55,7 +59,9 @@ async def send_once(
 ) -> SendResult:
     """One delivery through a channel of its own (its own browser), closed after."""
     async with httpx.AsyncClient() as http:
-        channel = BrowserChannel(http, config, deadline_s=deadline_s, screenshots=screenshots)
+        channel = BrowserChannel(
+            http, config, deadline_s=deadline_s, screenshots=screenshots, policy=LOOPBACK
+        )
         try:
             return await channel.send(delivery())
         finally:
@@ -150,34 +156,6 @@ async def test_failures_before_the_submit_submit_nothing(
     assert fake_form.app.posts == 0
 
 
-def chromium_of_this_process() -> list[int]:
-    """The main Chromium processes (no ``--type=``) descended from this test process."""
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-
-    def ours(pid: int) -> bool:
-        for _ in range(10):
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
-
-    return [
-        pid
-        for pid, command in commands.items()
-        if "chromium" in command and "--type=" not in command and ours(pid)
-    ]
-
-
 async def test_a_browser_crash_after_the_submit_is_unknown_and_it_is_relaunched(
     channel: BrowserChannel, fake_form: BackgroundFakeForm
 ) -> None:
@@ -226,7 +204,9 @@ async def test_attempts_beyond_the_concurrency_wait_for_a_slot(
     first, second = delivery(), delivery()
     fake_form.app.fault("slow", key=first.idempotency_key, delay_s=1.5)
     async with httpx.AsyncClient() as http:
-        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        channel = BrowserChannel(
+            http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK
+        )
         try:
             results = await asyncio.gather(channel.send(first), channel.send(second))
         finally:
@@ -247,7 +227,7 @@ def search_channel(
     target["lookup"]["search"].update(search)
     target["lookup"]["search"] = {k: v for k, v in target["lookup"]["search"].items() if v}
     config = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
-    return BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+    return BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK)
 
 
 @pytest.mark.parametrize("box", [False, True], ids=["url", "search-box"])
