@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -21,6 +22,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from events.addresses import AddressPolicy, Origin, origin_of, parse_network
 from events.channels.urls import SLACK_WORKSPACE
+from events.errors import ConfigError
+from events.outcome_keys import KEY_DIR, StoredKeys
 from events.outcome_signing import (
     OutcomeSigner,
     OutcomeVerifier,
@@ -154,10 +157,15 @@ class Settings(BaseSettings):
     slack_api_url: str = "https://slack.com/api/"
     slack_lookup_max_pages: int = Field(default=10, ge=1, le=100)
 
-    # Signed outcome events (events/outcome_signing.py): the workers' Ed25519 signing key
-    # (base64 of 32 bytes; workers only), and the public keys every folding reader checks
-    # worker-written events against (JSON list; several during a rotation). Checking is on
-    # when either is set; ``ledger outcome-keys`` makes a pair.
+    # Signed outcome events (events/outcome_signing.py), on by default: workers sign what
+    # they write and every folding reader refuses an unsigned outcome. The keys come from
+    # DATA_DIR/keys (``ledger init`` writes a pair: events/outcome_keys.py) unless given
+    # here: the workers' Ed25519 signing key (base64 of 32 bytes; workers only), and the
+    # public keys every folding reader checks worker-written events against (JSON list;
+    # several during a rotation); ``ledger outcome-keys`` prints a pair. Off (false) only
+    # on purpose: then anyone who may write ledger.deliveries can forge an outcome, and
+    # every worker and projector says so at start.
+    outcome_signing: bool = True
     outcome_signing_key: SecretStr | None = None
     outcome_verify_keys: list[str] = Field(default_factory=list)
 
@@ -410,15 +418,50 @@ def address_policy(settings: Settings) -> AddressPolicy:
     return AddressPolicy(settings.allowed_networks, settings.allowed_hosts, per_origin)
 
 
+def signing_key_text(settings: Settings) -> str | None:
+    """The workers' signing key: the variable's, else the data directory's (None when
+    signing is off or no key is found)."""
+    if not settings.outcome_signing:
+        return None
+    if settings.outcome_signing_key is not None:
+        return settings.outcome_signing_key.get_secret_value()
+    return StoredKeys.of(settings.data_dir).signing_key()
+
+
+def verify_key_texts(settings: Settings) -> list[str]:
+    """Every public key a reader accepts outcome signatures from (empty when off)."""
+    if not settings.outcome_signing:
+        return []
+    stored = StoredKeys.of(settings.data_dir).verify_key()
+    return [*settings.outcome_verify_keys, *([stored] if stored else [])]
+
+
 def signer_for(settings: Settings) -> OutcomeSigner | None:
-    """The worker's outcome signer (None without a signing key)."""
-    key = settings.outcome_signing_key
-    return outcome_signer(None if key is None else key.get_secret_value())
+    """The worker's outcome signer (None when signing is off)."""
+    return outcome_signer(signing_key_text(settings))
 
 
 def verifier_for(settings: Settings) -> OutcomeVerifier | None:
     """The outcome check of a folding reader (None when outcome signing is off)."""
-    key = settings.outcome_signing_key
-    return outcome_verifier(
-        settings.outcome_verify_keys, None if key is None else key.get_secret_value()
+    return outcome_verifier(verify_key_texts(settings), signing_key_text(settings))
+
+
+def require_outcome_keys(settings: Settings, *, signs: bool) -> None:
+    """Refuse to start a worker (``signs``) or a folding reader without the keys outcome
+    signing needs; with signing turned off, warn at every start."""
+    if not settings.outcome_signing:
+        logging.getLogger("ledger").warning(
+            "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false): anyone who may write "
+            "%s can forge a delivery's outcome",
+            settings.topic_deliveries,
+        )
+        return
+    hint = (
+        f"run 'ledger init' (writes a key pair into {settings.data_dir / KEY_DIR}), or set "
+        "LEDGER_OUTCOME_SIGNING_KEY / LEDGER_OUTCOME_VERIFY_KEYS (ledger outcome-keys), or "
+        "turn signing off on purpose with LEDGER_OUTCOME_SIGNING=false"
     )
+    if signs and signing_key_text(settings) is None:
+        raise ConfigError("outcome signing is on but this worker has no signing key", hint)
+    if not signs and not verify_key_texts(settings) and signing_key_text(settings) is None:
+        raise ConfigError("outcome signing is on but this reader has no verify key", hint)

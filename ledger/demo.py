@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from events.kafka_security import client_options
+from events.outcome_keys import KEY_DIR, StoredKeys
 from events.publisher import DeliverySpec, Publisher
 from events.retry_policy import RetryPolicy
 from events.settings import Settings, WebhookEndpoint
@@ -110,6 +111,9 @@ def run_demo(settings: Settings, out: Console, options: DemoOptions | None = Non
     options = options or DemoOptions()
     if settings.webhook_secret is None:
         settings = settings.model_copy(update={"webhook_secret": DEMO_WEBHOOK_SECRET})
+    if settings.outcome_signing and StoredKeys.of(settings.data_dir).create():
+        # What 'ledger init' does: the demo's workers sign, its projector verifies.
+        out.print(f"[bold]keys[/] a new outcome signing pair in {settings.data_dir / KEY_DIR}")
     broker = LocalBroker(settings)
     started = False
     if metadata_ok(settings.bootstrap_servers, timeout=3.0, options=client_options(settings)):

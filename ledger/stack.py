@@ -59,6 +59,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         secret = getattr(settings, name)
         if secret is not None:
             env[f"LEDGER_{name.upper()}"] = secret.get_secret_value()
+        else:
+            env.pop(f"LEDGER_{name.upper()}", None)  # not inherited: None means none
     return env
 
 

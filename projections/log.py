@@ -17,7 +17,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from events.committed_log import CommittedLog
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
-from events.settings import Settings, verifier_for
+from events.settings import Settings, require_outcome_keys, verifier_for
 from projections.records import LogRecord, decode_at
 from projections.store import Offsets
 
@@ -27,6 +27,8 @@ class LogReader:
 
     def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
         """``batch_size`` caps the records one ``read`` returns."""
+        # Every folding reader (projector, rebuild, verify) checks outcome signatures.
+        require_outcome_keys(settings, signs=False)
         self._settings = settings
         self._verifier = verifier_for(settings)
         self._batch_size = batch_size

@@ -31,7 +31,14 @@ from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
 from events.refusal import one_line
-from events.settings import Settings, signer_for, verifier_for
+from events.settings import (
+    Settings,
+    require_outcome_keys,
+    signer_for,
+    signing_key_text,
+    verifier_for,
+    verify_key_texts,
+)
 from events.topics import record_key
 from streams.agent_log import quiet
 from streams.channels.registry import ChannelRegistry
@@ -73,18 +80,14 @@ def new_worker_id(name: str) -> str:
 
 
 def check_outcome_keys(settings: Settings) -> None:
-    """A worker that checks outcome signatures must sign its own events with a key the
-    other readers accept, or every one of its claims would be refused."""
-    if not settings.outcome_verify_keys:
+    """A worker must sign its own events (signing is on by default), with a key the other
+    readers accept, or every one of its claims would be refused."""
+    require_outcome_keys(settings, signs=True)
+    key = signing_key_text(settings)
+    verify = verify_key_texts(settings)
+    if key is None or not verify:
         return
-    key = settings.outcome_signing_key
-    if key is None:
-        raise ConfigError(
-            "LEDGER_OUTCOME_VERIFY_KEYS is set but LEDGER_OUTCOME_SIGNING_KEY is not: this "
-            "worker's own events would be refused",
-            "give the workers the signing key of the pair (ledger outcome-keys makes one)",
-        )
-    if public_text(private_key(key.get_secret_value())) not in settings.outcome_verify_keys:
+    if public_text(private_key(key)) not in verify:
         raise ConfigError(
             "LEDGER_OUTCOME_SIGNING_KEY is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS "
             "entry: the projector would refuse this worker's events",

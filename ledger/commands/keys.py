@@ -1,4 +1,4 @@
-"""``ledger outcome-keys``: a fresh Ed25519 pair for signed outcome events."""
+"""``ledger init`` and ``ledger outcome-keys``: the Ed25519 pair of signed outcome events."""
 
 from __future__ import annotations
 
@@ -7,11 +7,23 @@ from typing import Annotated, Literal
 
 import typer
 
+from events.outcome_keys import StoredKeys
 from events.outcome_signing import new_pair
+from events.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``outcome-keys`` command."""
+    """Add the ``init`` and ``outcome-keys`` commands."""
+
+    @app.command("init")
+    def init() -> None:
+        """Set up a new installation's data directory: an outcome signing pair in
+        DATA_DIR/keys (directory 0700, files 0600), kept if already there."""
+        settings = Settings()
+        stored = StoredKeys.of(settings.data_dir)
+        created = stored.create()
+        what = "wrote a new outcome signing pair" if created else "kept the outcome signing pair"
+        typer.echo(f"{what} in {stored.directory} (workers sign, readers verify)")
 
     @app.command("outcome-keys")
     def outcome_keys(

@@ -195,7 +195,10 @@ async def test_a_worker_that_checks_but_cannot_sign_refuses_to_start(
     worker_factory: WorkerFactory,
 ) -> None:
     for update, says in (
-        ({"outcome_verify_keys": [VERIFY]}, "LEDGER_OUTCOME_SIGNING_KEY is not"),
+        (
+            {"outcome_verify_keys": [VERIFY], "outcome_signing_key": None},
+            "outcome signing is on but this worker has no signing key",
+        ),
         (
             {"outcome_verify_keys": [VERIFY], "outcome_signing_key": SecretStr(OTHER_SIGNING)},
             "is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS",

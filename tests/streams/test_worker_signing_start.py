@@ -17,7 +17,8 @@ GOOD = "whsec_" + "Z29vZC1zZWNyZXQtZm9yLXRoZS1zdGFydC10ZXN0"
 
 
 def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    keep = ("LEDGER_OUTCOME_SIGNING_KEY", "LEDGER_OUTCOME_VERIFY_KEYS")  # signing is on
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_") or k in keep}
     base.update(
         {
             # Nothing listens there: a worker that got as far as connecting would hang.

@@ -1,0 +1,77 @@
+"""Where a new installation's outcome keys live: two files under the data directory.
+
+``ledger init`` (and the demo) writes an Ed25519 pair into ``DATA_DIR/keys`` once: the
+directory is 0700, both files 0600, and an existing pair is never overwritten. Workers
+sign with the stored signing key and every folding reader checks with the stored verify
+key, unless ``LEDGER_OUTCOME_SIGNING_KEY`` / ``LEDGER_OUTCOME_VERIFY_KEYS`` say otherwise
+(several hosts share keys through those variables or a shared data directory).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from events.outcome_signing import new_pair
+
+KEY_DIR = "keys"
+SIGNING_FILE = "outcome-signing.key"
+VERIFY_FILE = "outcome-verify.key"
+
+
+@dataclass(frozen=True)
+class StoredKeys:
+    """The key files of one data directory."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, data_dir: Path) -> StoredKeys:
+        """The key files under ``data_dir``."""
+        return cls(data_dir / KEY_DIR)
+
+    @property
+    def signing_path(self) -> Path:
+        """The workers' secret signing key (base64)."""
+        return self.directory / SIGNING_FILE
+
+    @property
+    def verify_path(self) -> Path:
+        """Its public verify key (base64)."""
+        return self.directory / VERIFY_FILE
+
+    def signing_key(self) -> str | None:
+        """The stored signing key, if there is one."""
+        return _read(self.signing_path)
+
+    def verify_key(self) -> str | None:
+        """The stored verify key, if there is one."""
+        return _read(self.verify_path)
+
+    def create(self) -> bool:
+        """Write a new pair unless one is stored; True when it wrote one."""
+        if self.signing_path.exists():
+            return False
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        signing, verify = new_pair()
+        _write_private(self.verify_path, verify)
+        _write_private(self.signing_path, signing)  # last: its presence means "done"
+        return True
+
+
+def _read(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create ``path`` readable by its owner only, from its first byte."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="ascii") as out:
+        out.write(text + "\n")
+    os.chmod(path, 0o600)

@@ -1,0 +1,135 @@
+"""Forged outcomes are refused by default (issue 23, item 4): a new installation signs.
+
+``ledger init`` writes an Ed25519 pair into the data directory (0700, files 0600); a worker
+or a projector with no keys refuses to start, in one line and a hint; turned off on
+purpose, each start warns; and with nothing configured but the data directory, a forged
+``DeliveryConfirmed`` written by a raw producer moves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from events import DeadLetter, DeliverySpec, Publisher, encode
+from events.outcome_keys import StoredKeys
+from tests.fixtures.projection import LiveProjection
+from tests.fixtures.receiver import ReceiverFactory
+from tests.fixtures.worker import WorkerFactory, wait_for
+from tests.streams.test_outcome_signing import forged_confirmation
+
+
+def ledger(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ledger ARGS`` with no LEDGER_ variable but the data directory (and ``env``)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    base |= {"LEDGER_DATA_DIR": str(data_dir), "LEDGER_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    return subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_worker_or_projector_without_keys_refuses_to_start(tmp_path: Path) -> None:
+    for args, says in (
+        (("worker", "--name", "w"), "outcome signing is on but this worker has no signing key"),
+        (("project",), "outcome signing is on but this reader has no verify key"),
+    ):
+        done = ledger(
+            tmp_path / "data", *args, LEDGER_WEBHOOK_SECRET=os.environ["LEDGER_WEBHOOK_SECRET"]
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"error: {says}" in done.stderr
+        assert "hint: run 'ledger init'" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_ledger_init_writes_a_private_pair_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = ledger(data, "init")
+    assert first.returncode == 0, first.stderr
+    assert "wrote a new outcome signing pair" in first.stdout
+    stored = StoredKeys.of(data)
+    assert stat.S_IMODE(stored.directory.stat().st_mode) == 0o700
+    for path in (stored.signing_path, stored.verify_path):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    key = stored.signing_key()
+    assert key is not None
+    again = ledger(data, "init")
+    assert "kept the outcome signing pair" in again.stdout
+    assert stored.signing_key() == key
+    assert key not in first.stdout + first.stderr
+
+
+def test_signing_turned_off_warns_at_every_start(tmp_path: Path) -> None:
+    for _ in range(2):
+        done = ledger(tmp_path / "data", "project", LEDGER_OUTCOME_SIGNING="false")
+        assert "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false)" in done.stderr
+        assert "no Kafka broker answers" in done.stderr  # it went on, to the broker
+
+
+async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
+    worker_factory: WorkerFactory,
+    receiver_factory: ReceiverFactory,
+    live_projection: LiveProjection,
+    read_topic: object,
+) -> None:
+    """Nothing about signing is configured; ``ledger init`` ran. A forged, unsigned
+    ``DeliveryConfirmed`` lands right behind its request, before any worker reads them:
+    it is dead-lettered, and the delivery is sent, once, to a receiver that does not
+    dedupe (before, the forged event settled it and nothing was sent)."""
+    receiver = receiver_factory(dedupe=False)
+    settings = receiver.settings(worker_factory.settings).model_copy(
+        update={"outcome_signing_key": None, "outcome_verify_keys": []}
+    )
+    initialised = ledger(settings.data_dir, "init")
+    assert initialised.returncode == 0, initialised.stderr
+    worker_factory.settings = live_projection.settings = settings
+    async with Publisher(settings) as publisher:
+        [request] = await publisher.run_succeeded(
+            "run-forged-default",
+            "h",
+            [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("d"), payload={})],
+        )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        forged = await producer.send_and_wait(
+            settings.topic_deliveries,
+            encode(forged_confirmation(request)),
+            key=request.idempotency_key.encode(),
+        )
+    finally:
+        await producer.stop()
+    worker = worker_factory.start("w1")
+    live_projection.start()
+
+    async def settled() -> bool:
+        assert worker.alive(), worker.output()[-3000:]
+        try:
+            statuses = await asyncio.to_thread(live_projection.statuses)
+        except Exception:  # the projector may not have made its tables yet
+            return False
+        return statuses.get(request.idempotency_key, ("",))[0] == "CONFIRMED"
+
+    await wait_for(settled, 90, "the delivery CONFIRMED by the worker's own signed outcome")
+    assert receiver.accepted(request.idempotency_key) == 1
+    letters = [
+        DeadLetter.model_validate_json(m.value)
+        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+    ]
+    assert [(d.original_offset, d.original_partition) for d in letters] == [
+        (forged.offset, forged.partition)
+    ]
+    assert "carries no outcome signature" in letters[0].reason
+    assert live_projection.statuses()[request.idempotency_key][1] != "forged-id"
+    await live_projection.verify()
