@@ -42,7 +42,9 @@ from projections.backends import default_dsn
 SETTLE_TIMEOUT_S = 300.0
 # The demo's own signing secret, used only when LEDGER_WEBHOOK_SECRET is unset: the demo
 # signs for its own fake provider on 127.0.0.1. Workers have no built-in secret.
-DEMO_WEBHOOK_SECRET = SecretStr("whsec_" + base64.b64encode(b"ledger-demo-only-secret").decode())
+DEMO_WEBHOOK_SECRET = SecretStr(
+    "whsec_" + base64.b64encode(b"ledger-demo-only-secret-24b").decode()
+)
 # The fake Slack's workspace, bot token and conversation: the demo's own, on 127.0.0.1.
 DEMO_SLACK_WORKSPACE = "demo"
 DEMO_SLACK_TOKEN = SecretStr("xoxb-demo-only-token")

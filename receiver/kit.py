@@ -18,14 +18,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token
 from receiver.records import Admission, KeyStatus
 from receiver.store import IdempotencyStore
 from receiver.verification import SignatureVerifier
 
-# The header the ledger's worker puts its attempt's fencing token in (it grows per key).
-FENCING_TOKEN_HEADER = "fencing-token"  # noqa: S105 - a header name
 log = logging.getLogger("receiver")
 MAX_POLLS = 1000  # with the deadline: a bound on the wait for a concurrent first request
+# The largest body the adapters read (aiohttp's own default): a bigger one is refused 413
+# while it arrives, before its signature could be checked.
+MAX_BODY_BYTES = 1024 * 1024
+# How long a connection may take to send a request head (and stay idle between requests)
+# on the kit's servers (``receiver.aiohttp_adapter``, ``receiver.uvicorn_server``).
+HEADER_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,8 @@ class WebhookReceiver:
         await self.store.close()
 
     async def receive(self, headers: Mapping[str, str], body: bytes, route: str = "") -> Reply:
-        """Handle one POST: 401 bad signature, 400 bad body, 409 stale token, else the answer."""
+        """Handle one POST: 401 bad signature (body or token), 400 bad body or token,
+        409 stale token, else the answer."""
         problem = self.verifier.problem(headers, body, now=self._clock())
         if problem is not None:
             return Reply(401, {"error": "invalid webhook signature", "detail": problem})
@@ -101,12 +107,22 @@ class WebhookReceiver:
         raw_token = headers.get(FENCING_TOKEN_HEADER)
         token: int | None = None
         if raw_token is not None:
-            if not raw_token.strip().isdigit():
+            try:
+                token = parse_fencing_token(raw_token)
+            except ValueError as exc:
+                return Reply(400, {"error": str(exc), "webhook_id": key})
+            # Unsigned, a token is anyone's to raise: a replay with 2^63-1 would fence out
+            # every genuine retry of the key.
+            if not self.verifier.token_verified(headers, token):
                 return Reply(
-                    400,
-                    {"error": f"{FENCING_TOKEN_HEADER} must be a non-negative integer"},
+                    401,
+                    {
+                        "error": "invalid fencing token signature",
+                        "detail": "fencing-token-signature is missing or does not sign this "
+                        "token for this webhook-id and timestamp with any of our secrets",
+                        "webhook_id": key,
+                    },
                 )
-            token = int(raw_token)
         decision = await self.store.admit(key, token)
         if decision.admission is Admission.STALE:
             return Reply(
@@ -185,13 +201,18 @@ class WebhookReceiver:
             {"Retry-After": "1"},
         )
 
-    async def lookup(self, key: str) -> Reply:
-        """The lookup contract: 200 done + id, 202 processing, 404 not received (or failed)."""
+    async def lookup(self, key: str, headers: Mapping[str, str]) -> Reply:
+        """The lookup contract: 401 unless signed with one of our secrets and fresh; then
+        200 done + id, 202 processing, 404 not received (or failed)."""
+        problem = self.verifier.lookup_problem(headers, key, now=self._clock())
+        if problem is not None:
+            return Reply(401, {"error": "invalid lookup signature", "detail": problem})
         return await lookup_reply(self.store, key)
 
 
 async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
-    """The lookup contract's answer for ``key`` from ``store`` (no secret needed)."""
+    """The lookup contract's answer for ``key`` from ``store``, for a lookup already
+    authenticated (``WebhookReceiver.lookup`` checks the signature first)."""
     record = await store.get(key)
     if record is None:
         return Reply(404, {"status": "not_found", "webhook_id": key})

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from standardwebhooks import Webhook, WebhookVerificationError
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
+from receiver.contract import fencing_token_verified, lookup_problem, secret_key
+
 LIBRARY_TOLERANCE_S = 300.0  # the library refuses timestamps more than 5 minutes away
 
 
@@ -27,6 +29,7 @@ class SignatureVerifier:
         if not 0 < tolerance_s <= LIBRARY_TOLERANCE_S:
             raise ValueError(f"tolerance_s must be above 0 and at most {LIBRARY_TOLERANCE_S:.0f}")
         self._webhooks = [_webhook(secret, n) for n, secret in enumerate(secrets, 1)]
+        self._keys = [_key(secret, n) for n, secret in enumerate(secrets, 1)]
         self.tolerance_s = tolerance_s
 
     def problem(self, headers: Mapping[str, str], body: bytes, *, now: float) -> str | None:
@@ -62,6 +65,14 @@ class SignatureVerifier:
             "no v1 signature matches any of the receiver's secrets"
         )
 
+    def token_verified(self, headers: Mapping[str, str], token: int) -> bool:
+        """True if ``fencing-token-signature`` binds ``token`` to the (verified) request."""
+        return fencing_token_verified(self._keys, headers, token)
+
+    def lookup_problem(self, headers: Mapping[str, str], key: str, *, now: float) -> str | None:
+        """None if the lookup of ``key`` is signed with one of our secrets and fresh."""
+        return lookup_problem(self._keys, headers, key, now=now, tolerance_s=self.tolerance_s)
+
 
 def signature_header_problem(signatures: str) -> str | None:
     """Why a ``webhook-signature`` header is not space-separated ``version,base64`` entries.
@@ -79,6 +90,15 @@ def signature_header_problem(signatures: str) -> str | None:
         except binascii.Error:
             return "webhook-signature is malformed: a signature is not base64"
     return None
+
+
+def _key(secret: str, position: int) -> bytes:
+    try:
+        return secret_key(secret)
+    except ValueError as exc:  # its text never holds the secret
+        raise ValueError(
+            str(exc).replace("webhook secret", f"webhook secret #{position}", 1)
+        ) from None
 
 
 def _webhook(secret: str, position: int) -> Webhook:

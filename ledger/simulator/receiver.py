@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ledger.simulator.faults import Fault, FaultKind, FaultPlan
 from ledger.simulator.kit_hooks import KitHooks, lookup_result, send_result
 from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
-from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_signature
+from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_lookup, verify_signature
+from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token, secret_key
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -46,6 +47,23 @@ class SimulatorConfig(BaseModel):
     # Freshness window; the standardwebhooks library allows at most 5 minutes.
     timestamp_tolerance_s: float = Field(default=LIBRARY_TOLERANCE_S, gt=0, le=LIBRARY_TOLERANCE_S)
 
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_long_enough(cls, value: str | None) -> str | None:
+        if value is not None:
+            secret_key(value)  # ValueError: too short or not base64, never the secret
+        return value
+
+    @field_validator("hook_secrets")
+    @classmethod
+    def _hook_secrets_long_enough(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, secret in value.items():
+            try:
+                secret_key(secret)
+            except ValueError as exc:
+                raise ValueError(f"hook_secrets[{name!r}]: {exc}") from None
+        return value
+
     @field_validator("host")
     @classmethod
     def _loopback_only(cls, value: str) -> str:
@@ -60,6 +78,14 @@ _NO_RESPONSE = object()
 
 def _processing_answer() -> web.Response:
     return web.json_response({"status": "processing"}, status=202)
+
+
+def _fencing_token(raw: str | None) -> int | None:
+    """The request's fencing token as recorded, None if absent or malformed."""
+    try:
+        return None if raw is None else parse_fencing_token(raw)
+    except ValueError:
+        return None
 
 
 def _abort(request: web.Request, *, reset: bool) -> None:
@@ -126,8 +152,7 @@ class Receiver:
     ) -> web.StreamResponse:
         """Log the request, pick its fault, apply the faults that answer before processing."""
         record = self.recorder.received(request.method, request.path, key)
-        token = request.headers.get("fencing-token", "")
-        record.fencing_token = int(token) if token.isdigit() else None
+        record.fencing_token = _fencing_token(request.headers.get(FENCING_TOKEN_HEADER))
         fault = self.faults.take(request.method, request.path, key)
         record.fault = fault.kind.value if fault else None
         if fault is not None and fault.kind in (FaultKind.REJECT, FaultKind.RATE_LIMIT):
@@ -301,12 +326,26 @@ class Receiver:
         return answer
 
     async def hook_lookup(self, request: web.Request) -> web.StreamResponse:
-        """GET /hooks/lookup/{key}: 200 with the receiver's id if accepted, else 404."""
+        """GET /hooks/lookup/{key}: 401 unless signed; 200 with the receiver's id if
+        accepted, else 404."""
         key = request.match_info["key"]
 
         async def body(
             raw: bytes, record: RequestRecord, fault: Fault | None
         ) -> web.StreamResponse | object:
+            # Lookups are authenticated (the lookup contract): signed with any hook's secret.
+            secrets = [*self.config.hook_secrets.values()]
+            if self.config.webhook_secret is not None:
+                secrets.append(self.config.webhook_secret)
+            problem = verify_lookup(
+                secrets,
+                request.headers,
+                key,
+                now=time.time(),
+                tolerance_s=self.config.timestamp_tolerance_s,
+            )
+            if problem is not None:
+                return self._invalid(record, self.recorder, "unauthorized", 401, problem)
             if self.kit is not None:
                 reply = await self.kit.lookup(key)
                 answer = web.json_response(reply.body, status=reply.status)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from standardwebhooks import Webhook, WebhookVerificationError
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
+from receiver.contract import lookup_problem, secret_key
 from receiver.verification import signature_header_problem
 
 LIBRARY_TOLERANCE_S = 300.0  # standardwebhooks accepts timestamps within 5 minutes
@@ -56,3 +57,19 @@ def verify_signature(
     except ValueError:  # an entry without "," or with bad base64, a body that is not UTF-8
         return "webhook-signature or body is malformed"
     return None
+
+
+def verify_lookup(
+    secrets: list[str],
+    headers: Mapping[str, str],
+    key: str,
+    *,
+    now: float,
+    tolerance_s: float,
+) -> str | None:
+    """None if a lookup of ``key`` is signed with any of ``secrets`` (the receiver contract,
+    as the kit checks it) and fresh; else why not."""
+    if not secrets:
+        return "the receiver has no webhook secret configured"
+    keys = [secret_key(secret) for secret in secrets]
+    return lookup_problem(keys, headers, key, now=now, tolerance_s=tolerance_s)

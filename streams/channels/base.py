@@ -24,6 +24,7 @@ from pydantic import BaseModel, JsonValue
 
 from events.channels.plugin import ChannelPlugin
 from events.outcomes import ErrorClass, LookupOutcome
+from receiver import contract as receiver_contract
 from streams.channels.write_guard import WriteGuard
 
 
@@ -85,8 +86,9 @@ class LookupResult:
 
 # The header that carries the attempt's fencing token on every request (README): it grows
 # per key, so a receiver that remembers the highest token per key can refuse a stale
-# attempt, the one fence a paused process cannot slip past.
-FENCING_TOKEN_HEADER = "fencing-token"  # noqa: S105 - a header name
+# attempt, the one fence a paused process cannot slip past. Defined once, with the rest of
+# the receiver contract (the kit imports no ledger code, so the contract lives there).
+FENCING_TOKEN_HEADER = receiver_contract.FENCING_TOKEN_HEADER
 
 
 class Channel(Protocol):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from standardwebhooks import Webhook
 
 from events.errors import ConfigError
 from events.settings import Settings, WebhookEndpoint
-from streams.channels.signature import signer
+from streams.channels.signature import signer, signing_key
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # A percent-encoded dot is a dot to many servers: "/hooks/%2e%2e/admin" is "/admin".
@@ -108,6 +108,8 @@ class ResolvedEndpoint:
     lookup_url: str | None = None
     receiver_dedupes: bool = False
     settle_s: float | None = None
+    # The same secrets' key bytes: they sign the fencing token and lookups.
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
 
 
 def _shown(prefix: UrlPrefix) -> str:
@@ -127,13 +129,14 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
         ) from None
     try:
         signers = tuple(signer(secret) for secret in endpoint.signing_secrets())
+        keys = tuple(signing_key(secret) for secret in endpoint.signing_secrets())
     except ValueError as exc:
         raise ConfigError(
             f"webhook endpoint {_shown(prefix)!r}: {exc}",
             "a Standard Webhooks secret is 'whsec_' followed by base64",
         ) from None
     return ResolvedEndpoint(
-        prefix, signers, endpoint.lookup_url, endpoint.receiver_dedupes, endpoint.settle_s
+        prefix, signers, endpoint.lookup_url, endpoint.receiver_dedupes, endpoint.settle_s, keys
     )
 
 
@@ -141,9 +144,11 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
     """The default (global secret) and every configured endpoint, checked: a bad key or
     secret, or a worker that could not sign some delivery, is a LedgerError naming it."""
     default_signers: tuple[Webhook, ...] = ()
+    default_keys: tuple[bytes, ...] = ()
     if settings.webhook_secret is not None:
         try:
             default_signers = (signer(settings.webhook_secret),)
+            default_keys = (signing_key(settings.webhook_secret),)
         except ValueError as exc:
             raise ConfigError(f"LEDGER_WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
@@ -172,9 +177,10 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
                 SIGNING_HINT,
             )
     endpoints = [
-        e if e.signers else dataclasses.replace(e, signers=default_signers) for e in endpoints
+        e if e.signers else dataclasses.replace(e, signers=default_signers, keys=default_keys)
+        for e in endpoints
     ]
-    return ResolvedEndpoint(None, default_signers), endpoints
+    return ResolvedEndpoint(None, default_signers, keys=default_keys), endpoints
 
 
 # Recipients whose endpoint is remembered. The answer depends only on the recipient and

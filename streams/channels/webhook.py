@@ -3,8 +3,11 @@
 Headers: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (unix seconds, fresh
 per attempt), ``webhook-signature`` (one ``v1,`` + base64 HMAC-SHA256 over
 ``id.timestamp.body`` per active secret of the endpoint, by the ``standardwebhooks``
-library) and ``Idempotency-Key``. The body is the delivery's payload as canonical JSON, so every
-attempt of one logical event carries the same bytes.
+library), ``Idempotency-Key``, and the attempt's ``fencing-token`` with its
+``fencing-token-signature``. Lookups carry ``lookup-timestamp`` and ``lookup-signature``.
+Both extra signatures follow the receiver contract (``receiver/contract.py``, README).
+The body is the delivery's payload as canonical JSON, so every attempt of one logical
+event carries the same bytes.
 """
 
 from __future__ import annotations
@@ -18,8 +21,13 @@ import httpx
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.settings import Settings
-from streams.channels.base import (
+from receiver.contract import (
     FENCING_TOKEN_HEADER,
+    FENCING_TOKEN_SIGNATURE_HEADER,
+    fencing_token_signature,
+    lookup_headers,
+)
+from streams.channels.base import (
     AdapterBuild,
     LookupResult,
     OutboundDelivery,
@@ -74,7 +82,8 @@ class WebhookChannel:
     ) -> tuple[bytes, dict[str, str]]:
         """The body and headers of one attempt, signed with each of the endpoint's secrets."""
         body = canonical_json(delivery.payload)
-        signers = self.endpoint_for(delivery.recipient).signers
+        endpoint = self.endpoint_for(delivery.recipient)
+        signers = endpoint.signers
         headers = {
             "content-type": "application/json",
             "webhook-id": delivery.idempotency_key,
@@ -84,6 +93,9 @@ class WebhookChannel:
             ),
             "idempotency-key": delivery.idempotency_key,
             FENCING_TOKEN_HEADER: str(delivery.fencing_token),
+            FENCING_TOKEN_SIGNATURE_HEADER: fencing_token_signature(
+                endpoint.keys, delivery.idempotency_key, timestamp, delivery.fencing_token
+            ),
         }
         return body, headers
 
@@ -127,8 +139,10 @@ class WebhookChannel:
         )
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
-        """GET ``{lookup_url}/{idempotency_key}`` if the endpoint names one; else unsupported."""
-        lookup_url = self.endpoint_for(delivery.recipient).lookup_url
+        """GET ``{lookup_url}/{idempotency_key}``, signed with the endpoint's secrets, if the
+        endpoint names a lookup URL; else unsupported."""
+        endpoint = self.endpoint_for(delivery.recipient)
+        lookup_url = endpoint.lookup_url
         if not lookup_url:
             return LookupResult(
                 "unsupported",
@@ -138,7 +152,10 @@ class WebhookChannel:
         return await lookup_request(
             self._client,
             url,
-            {"idempotency-key": delivery.idempotency_key},
+            {
+                "idempotency-key": delivery.idempotency_key,
+                **lookup_headers(endpoint.keys, delivery.idempotency_key, int(self._clock())),
+            },
             deadline_s=self._deadline_s,
         )
 

@@ -120,7 +120,7 @@ def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None
 def test_a_send_deadline_for_a_channel_that_is_not_installed_is_refused_with_one_line() -> None:
     done = ledger_worker(
         LEDGER_SEND_DEADLINES='{"pigeon": 20}',
-        LEDGER_WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVz",
+        LEDGER_WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg==",
         LEDGER_BOOTSTRAP_SERVERS="127.0.0.1:9",
     )
     assert done.returncode != 0

@@ -176,7 +176,7 @@ CASES: dict[str, list[Case]] = {
             (),
             1,
             f"no Kafka broker answers at {NO_BROKER}",
-            {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVz"},
+            {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="},
         ),
         Case((), 2, "webhook secret is empty", {"LEDGER_WEBHOOK_SECRET": ""}),
         Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),

@@ -20,9 +20,17 @@ from ledger.simulator import FaultMix, SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.signature import signature_header, signer
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
+from tests.receiver.support import signed_lookup
 
 Factory = Callable[..., BackgroundSimulator]
 SIGNERS = [signer(SecretStr(TEST_WEBHOOK_SECRET))]
+
+
+def lookup(client: httpx.Client, sim: BackgroundSimulator, key: str) -> httpx.Response:
+    """A webhook lookup signed as the worker signs it (the lookup contract)."""
+    return client.get(
+        f"{sim.webhook_lookup_url}/{key}", headers=signed_lookup(key, TEST_WEBHOOK_SECRET)
+    )
 
 
 def post_hook(
@@ -274,10 +282,10 @@ def test_lookup_says_processing_while_a_request_is_being_processed(
         with httpx.Client(timeout=0.2) as client, pytest.raises(httpx.ReadTimeout):
             post_hook(client, sim.webhook_url(), key, {})
         with httpx.Client(timeout=5) as client:
-            during = client.get(f"{sim.webhook_lookup_url}/{key}")
+            during = lookup(client, sim, key)
             assert during.status_code == expected
             assert sim.wait_for(lambda s=sim, k=key: s.accepted(k) == 1, timeout_s=3)
-            assert client.get(f"{sim.webhook_lookup_url}/{key}").status_code == 200
+            assert lookup(client, sim, key).status_code == 200
 
 
 def signed(key: str, payload: object = None, *, token: int | None = None) -> dict[str, object]:

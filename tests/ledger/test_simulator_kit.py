@@ -12,12 +12,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
+import pytest
 from standardwebhooks.webhooks import Webhook
 
+from ledger.simulator import SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
+from receiver.contract import fencing_token_signature, secret_key
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
+from tests.receiver.support import signed_lookup
 
 Factory = Callable[..., BackgroundSimulator]
+
+
+def lookup(client: httpx.Client, sim: BackgroundSimulator, key: str) -> httpx.Response:
+    """A webhook lookup signed as the worker signs it (the lookup contract)."""
+    return client.get(
+        f"{sim.webhook_lookup_url}/{key}", headers=signed_lookup(key, TEST_WEBHOOK_SECRET)
+    )
 
 
 def post(
@@ -33,6 +44,9 @@ def post(
     }
     if token is not None:
         headers["fencing-token"] = str(token)
+        headers["fencing-token-signature"] = fencing_token_signature(
+            [secret_key(TEST_WEBHOOK_SECRET)], key, int(now.timestamp()), token
+        )
     return client.post(url, content=body.encode(), headers=headers)
 
 
@@ -46,8 +60,8 @@ def test_repeats_reach_the_kit_but_the_handler_runs_once(receiver_factory: Facto
     with httpx.Client(timeout=5) as client:
         first = post(client, kit.webhook_url("orders"), key, {"n": 1})
         again = [post(client, kit.webhook_url("orders"), key, {"n": 1}) for _ in range(3)]
-        found = client.get(f"{kit.webhook_lookup_url}/{key}")
-        missing = client.get(f"{kit.webhook_lookup_url}/{fresh()}")
+        found = lookup(client, kit, key)
+        missing = lookup(client, kit, fresh())
     assert first.status_code == 200
     assert first.json()["duplicate"] is False
     assert {(r.status_code, r.json()["duplicate"]) for r in again} == {(200, True)}
@@ -113,17 +127,17 @@ def test_faults_stay_in_front_of_the_kit(receiver_factory: Factory) -> None:
     kit.fault("delay", key=processing, delay_s=1.5, accept_first=False)
     with httpx.Client(timeout=5) as client:
         assert post(client, kit.webhook_url(), rejected, {}).status_code == 422
-        assert client.get(f"{kit.webhook_lookup_url}/{rejected}").status_code == 404
+        assert lookup(client, kit, rejected).status_code == 404
         assert post(client, kit.webhook_url(), errored, {}).status_code == 500
-        lookup = client.get(f"{kit.webhook_lookup_url}/{errored}")
-        assert (lookup.status_code, lookup.json()["status"]) == (200, "done")
+        looked = lookup(client, kit, errored)
+        assert (looked.status_code, looked.json()["status"]) == (200, "done")
     assert (kit.accepted(rejected), kit.accepted(errored)) == (0, 1)
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool, httpx.Client(timeout=5) as client:
         late = pool.submit(post, client, kit.webhook_url(), processing, {})
         # Read at once, handed to the kit only after the delay: not received yet.
         assert kit.wait_for(lambda: bool(kit.requests(key=processing, method="POST")), 3)
-        assert client.get(f"{kit.webhook_lookup_url}/{processing}").status_code == 404
+        assert lookup(client, kit, processing).status_code == 404
         assert late.result(10).status_code == 200
     assert kit.accepted(processing) == 1
 
@@ -146,6 +160,33 @@ def test_a_bad_signature_is_401_and_reset_forgets_the_kit_records(
         assert forged.status_code == 401
         assert post(client, kit.webhook_url(), key, {}).status_code == 200
         kit.reset()
-        assert client.get(f"{kit.webhook_lookup_url}/{key}").status_code == 404
+        assert lookup(client, kit, key).status_code == 404
         assert post(client, kit.webhook_url(), key, {}).json()["duplicate"] is False
     assert kit.accepted(key) == 1  # counted since the reset
+
+
+def test_lookups_are_answered_only_when_signed(receiver_factory: Factory) -> None:
+    """Kit and plain hooks alike: the lookup contract's 401 for an unsigned or forged lookup."""
+    for sim in (receiver_factory(hooks="kit"), receiver_factory()):
+        key = fresh()
+        with httpx.Client(timeout=5) as client:
+            assert post(client, sim.webhook_url(), key, {"n": 1}).status_code == 200
+            unsigned = client.get(f"{sim.webhook_lookup_url}/{key}")
+            forged = client.get(
+                f"{sim.webhook_lookup_url}/{key}",
+                headers=signed_lookup(key, "whsec_" + "Zm9yZ2VkLWxvb2t1cC1zZWNyZXQtMjRi"),
+            )
+            signed = lookup(client, sim, key)
+        assert (unsigned.status_code, forged.status_code, signed.status_code) == (401, 401, 200)
+        assert [r.result for r in sim.requests(key=key, method="GET")] == [
+            "unauthorized",
+            "unauthorized",
+            "found",
+        ]
+
+
+def test_the_simulator_refuses_a_short_secret() -> None:
+    with pytest.raises(ValueError, match="webhook secret is 1 bytes; at least 24"):
+        SimulatorConfig(webhook_secret="whsec_aw==")
+    with pytest.raises(ValueError, match=r"hook_secrets\['team'\]: webhook secret is 1 bytes"):
+        SimulatorConfig(hook_secrets={"team": "whsec_aw=="})

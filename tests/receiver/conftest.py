@@ -7,13 +7,16 @@ processes would share it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from receiver import WebhookReceiver
 from receiver.postgres import PostgresStore
 from receiver.sqlite import SqliteStore
 from receiver.store import IdempotencyStore
+from tests.receiver.support import UvicornServer, aiohttp_server
 
 StoreFactory = Callable[[], IdempotencyStore]
 
@@ -52,3 +55,24 @@ async def store(store_factory: StoreFactory) -> IdempotencyStore:
     made = store_factory()
     await made.start()
     return made
+
+
+Serve = Callable[[WebhookReceiver], AbstractAsyncContextManager[str]]
+
+
+@asynccontextmanager
+async def uvicorn_server(receiver: WebhookReceiver) -> AsyncIterator[str]:
+    with UvicornServer(receiver) as server:
+        yield server.url
+
+
+@asynccontextmanager
+async def aiohttp_started(receiver: WebhookReceiver) -> AsyncIterator[str]:
+    async with aiohttp_server(receiver) as url:
+        yield url
+
+
+@pytest.fixture(params=["aiohttp", "asgi"])
+def serve(request: pytest.FixtureRequest) -> Serve:
+    """Serve a receiver with the adapter of this case."""
+    return aiohttp_started if request.param == "aiohttp" else uvicorn_server

@@ -21,12 +21,16 @@ from standardwebhooks import Webhook
 
 from events.ports import free_port
 from receiver import ReceivedWebhook, WebhookReceiver
-from receiver.aiohttp_adapter import aiohttp_app
+from receiver.aiohttp_adapter import aiohttp_app, app_runner
 from receiver.asgi import asgi_app
+from receiver.contract import fencing_token_signature, lookup_headers, secret_key
 from receiver.store import IdempotencyStore
+from receiver.uvicorn_server import uvicorn_config
 
 SECRET_A = "whsec_" + base64.b64encode(b"receiver-kit-tests-secret-a").decode()
 SECRET_B = "whsec_" + base64.b64encode(b"receiver-kit-tests-secret-b").decode()
+# The servers' header read timeout in tests: short, so a slow-header test is quick.
+TEST_HEADER_TIMEOUT_S = 1.0
 UNKNOWN_SECRET = "whsec_" + base64.b64encode(b"a-secret-nobody-configured").decode()
 
 
@@ -36,8 +40,10 @@ def signed_headers(
     *secrets: str,
     timestamp: int | None = None,
     fencing_token: int | None = None,
+    sign_token: bool = True,
 ) -> dict[str, str]:
-    """Standard Webhooks headers: one ``v1,`` signature per secret, by the official library."""
+    """Standard Webhooks headers: one ``v1,`` signature per secret, by the official library;
+    the fencing token (if any) signed per the kit's contract unless ``sign_token`` is off."""
     at = int(time.time()) if timestamp is None else timestamp
     when = datetime.fromtimestamp(at, tz=UTC)
     signatures = " ".join(Webhook(s).sign(key, when, body.decode()) for s in secrets)
@@ -49,7 +55,18 @@ def signed_headers(
     }
     if fencing_token is not None:
         headers["fencing-token"] = str(fencing_token)
+        if sign_token:
+            keys = [secret_key(s) for s in secrets]
+            headers["fencing-token-signature"] = fencing_token_signature(
+                keys, key, at, fencing_token
+            )
     return headers
+
+
+def signed_lookup(key: str, *secrets: str, timestamp: int | None = None) -> dict[str, str]:
+    """The headers of a lookup of ``key`` signed with ``secrets`` (the worker's way)."""
+    at = int(time.time()) if timestamp is None else timestamp
+    return lookup_headers([secret_key(s) for s in secrets], key, at)
 
 
 def body_of(payload: Any) -> bytes:
@@ -84,7 +101,7 @@ def kit(handler: CountingHandler, store: IdempotencyStore, **options: Any) -> We
 @asynccontextmanager
 async def aiohttp_server(receiver: WebhookReceiver, prefix: str = "/hooks") -> AsyncIterator[str]:
     """Serve ``receiver`` with aiohttp on 127.0.0.1; yields the base URL."""
-    runner = web.AppRunner(aiohttp_app(receiver, prefix))
+    runner = app_runner(aiohttp_app(receiver, prefix), header_timeout_s=TEST_HEADER_TIMEOUT_S)
     await runner.setup()
     port = free_port()
     # A backlog for 1,000 connections opened at once (the default 128 drops SYNs).
@@ -101,10 +118,11 @@ class UvicornServer:
 
     def __init__(self, receiver: WebhookReceiver, prefix: str = "/hooks") -> None:
         self.port = free_port()
-        config = uvicorn.Config(
+        config = uvicorn_config(
             asgi_app(receiver, prefix),
             host="127.0.0.1",
             port=self.port,
+            header_timeout_s=TEST_HEADER_TIMEOUT_S,
             lifespan="on",
             log_level="warning",
         )

@@ -26,6 +26,7 @@ from events.ports import free_port
 from events.settings import WebhookEndpoint
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 from tests.fixtures.worker import LedgerView, WorkerFactory
+from tests.receiver.support import signed_lookup
 from tests.streams.matrix import publish, until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +116,9 @@ async def test_a_worker_delivers_to_the_readme_example_and_settles_unknown_by_lo
     assert state.reconciled is not None, state  # settled by the lookup, not by a resend
     assert state.provider_message_id == "ticket-7"
     async with httpx.AsyncClient() as client:
-        found = await client.get(f"{base}/hooks/lookup/{keys[0]}")
+        lookup = f"{base}/hooks/lookup/{keys[0]}"
+        unsigned = await client.get(lookup)
+        found = await client.get(lookup, headers=signed_lookup(keys[0], TEST_WEBHOOK_SECRET))
+    assert unsigned.status_code == 401  # only the worker (who holds the secret) looks up
     assert found.json() == {"status": "done", "id": "ticket-7", "webhook_id": keys[0]}
     assert example_receiver.records() == [(keys[0], "done", "ticket-7")]

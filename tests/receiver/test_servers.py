@@ -9,47 +9,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
-import pytest
 
-from receiver import SqliteStore, WebhookReceiver
-from tests.receiver.conftest import StoreFactory
+from receiver import SqliteStore
+from tests.receiver.conftest import Serve, StoreFactory
 from tests.receiver.support import (
     SECRET_A,
     UNKNOWN_SECRET,
     CountingHandler,
-    UvicornServer,
     aiohttp_server,
     body_of,
     kit,
     signed_headers,
+    signed_lookup,
 )
-
-Serve = Callable[[WebhookReceiver], AbstractAsyncContextManager[str]]
-
-
-@asynccontextmanager
-async def uvicorn_server(receiver: WebhookReceiver) -> AsyncIterator[str]:
-    with UvicornServer(receiver) as server:
-        yield server.url
-
-
-@asynccontextmanager
-async def aiohttp_started(receiver: WebhookReceiver) -> AsyncIterator[str]:
-    async with aiohttp_server(receiver) as url:
-        yield url
-
-
-@pytest.fixture(params=["aiohttp", "asgi"])
-def serve(request: pytest.FixtureRequest) -> Serve:
-    """Serve a receiver with the adapter of this case."""
-    return aiohttp_started if request.param == "aiohttp" else uvicorn_server
 
 
 async def test_handler_runs_once_and_every_answer_is_the_first(
@@ -64,8 +41,10 @@ async def test_handler_runs_once_and_every_answer_is_the_first(
         again = await c.post(
             f"{url}/hooks/orders", content=body, headers=signed_headers("k1", body, SECRET_A)
         )
-        found = await c.get(f"{url}/hooks/lookup/k1")
-        missing = await c.get(f"{url}/hooks/lookup/never-sent")
+        found = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
+        missing = await c.get(
+            f"{url}/hooks/lookup/never-sent", headers=signed_lookup("never-sent", SECRET_A)
+        )
     assert first.status_code == 200
     assert first.json() == {"id": "order-k1-1", "webhook_id": "k1", "duplicate": False}
     assert again.status_code == 200
@@ -91,7 +70,7 @@ async def test_bad_signature_is_a_clear_401_and_nothing_is_recorded(
             f"{url}/hooks", content=body, headers=signed_headers("k1", body, UNKNOWN_SECRET)
         )
         unsigned = await c.post(f"{url}/hooks", content=body, headers={"webhook-id": "k1"})
-        lookup = await c.get(f"{url}/hooks/lookup/k1")
+        lookup = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
     assert forged.status_code == 401
     assert forged.json() == {
         "error": "invalid webhook signature",
@@ -136,9 +115,9 @@ async def test_a_failing_handler_is_recorded_failed_and_runs_again(
     async with serve(kit(handler, SqliteStore(tmp_path / "r.db"))) as url, httpx.AsyncClient() as c:
         headers = signed_headers("k1", body, SECRET_A)
         failed = await c.post(f"{url}/hooks", content=body, headers=headers)
-        after_failure = await c.get(f"{url}/hooks/lookup/k1")
+        after_failure = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
         retried = await c.post(f"{url}/hooks", content=body, headers=headers)
-        after_retry = await c.get(f"{url}/hooks/lookup/k1")
+        after_retry = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
     assert failed.status_code == 500
     assert failed.json()["error"] == (
         "the handler failed (RuntimeError); the next attempt runs it again"
@@ -163,10 +142,10 @@ async def test_lookup_answers_processing_while_the_handler_runs(
             if handler.runs["k1"]:
                 break
             await asyncio.sleep(0.02)
-        during = await c.get(f"{url}/hooks/lookup/k1")
+        during = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
         duplicate_during = await c.post(f"{url}/hooks", content=body, headers=headers)
         answered = await first
-        after = await c.get(f"{url}/hooks/lookup/k1")
+        after = await c.get(f"{url}/hooks/lookup/k1", headers=signed_lookup("k1", SECRET_A))
     assert (during.status_code, during.json()) == (
         202,
         {"status": "processing", "webhook_id": "k1"},
@@ -224,7 +203,10 @@ async def test_1000_concurrent_duplicates_over_two_receivers_run_each_key_once(
         )
         elapsed = time.monotonic() - began
         async with httpx.AsyncClient() as c:
-            lookups = [await c.get(f"{url_a}/hooks/lookup/{key}") for key in keys]
+            lookups = [
+                await c.get(f"{url_a}/hooks/lookup/{key}", headers=signed_lookup(key, SECRET_A))
+                for key in keys
+            ]
     assert handler.runs == Counter(dict.fromkeys(keys, 1))
     assert Counter(status for status, _ in answers) == Counter({200: 1000})
     by_key: dict[str, set[str]] = {}

@@ -14,6 +14,9 @@ import pytest
 # that finding it in the output would mean it was echoed.
 REFUSED = "whsec_SeCrEtXyZ"
 GOOD = "whsec_" + "Z29vZC1zZWNyZXQtZm9yLXRoZS1zdGFydC10ZXN0"
+# Valid base64 of one byte, and of 23: below the 24 bytes Standard Webhooks recommends.
+ONE_BYTE = "whsec_" + "aw=="
+SHORT = "whsec_" + "U2VDckV0WHlaLXR3ZW50eS10aHJlZSE="
 
 
 def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[str]:
@@ -70,8 +73,29 @@ def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[st
             "LEDGER_WEBHOOK_SECRET is not set and endpoint 'https://b.example.test:443/hooks' "
             "has none of its own",
         ),
+        (
+            {"LEDGER_WEBHOOK_SECRET": ONE_BYTE},
+            "LEDGER_WEBHOOK_SECRET: webhook secret is 1 bytes; at least 24 are required",
+        ),
+        (
+            {
+                "LEDGER_WEBHOOK_SECRET": GOOD,
+                "LEDGER_WEBHOOK_ENDPOINTS": json.dumps(
+                    {"https://hooks.example.test/team": {"secrets": [GOOD, SHORT]}}
+                ),
+            },
+            "webhook endpoint 'https://hooks.example.test:443/team': webhook secret is 23 "
+            "bytes; at least 24 are required",
+        ),
     ],
-    ids=["no-secret", "refused-global", "refused-endpoint", "endpoint-without-secret"],
+    ids=[
+        "no-secret",
+        "refused-global",
+        "refused-endpoint",
+        "endpoint-without-secret",
+        "one-byte-global",
+        "short-endpoint",
+    ],
 )
 def test_worker_refuses_to_start_in_one_line_and_a_hint(
     tmp_path: object, env: dict[str, str], says: str
@@ -89,3 +113,4 @@ def test_worker_refuses_to_start_in_one_line_and_a_hint(
     assert says in lines[0]
     assert lines[1].startswith("hint: ")
     assert "SeCrEtXyZ" not in output
+    assert "U2VDckV0WHlaLXR3ZW50eS10aHJlZSE=" not in output

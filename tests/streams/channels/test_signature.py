@@ -65,7 +65,7 @@ def test_simulator_rejects_tampering(change: dict[str, object], reason: str) -> 
 
 
 def test_secret_parsing_is_the_librarys_and_refusals_never_echo_the_secret() -> None:
-    raw = b"twenty-byte-key-here"  # base64 of 20 bytes ends in one "=": unpadded below
+    raw = b"a-twenty-six-byte-key-here"  # base64 of 26 bytes ends in one "=": unpadded below
     padded = "whsec_" + base64.b64encode(raw).decode()
     unpadded = padded.rstrip("=")
     assert unpadded != padded
@@ -80,7 +80,8 @@ def test_secret_parsing_is_the_librarys_and_refusals_never_echo_the_secret() -> 
 
 
 def test_every_active_secret_signs_and_each_verifies_alone() -> None:
-    old, new = SecretStr(SECRET), SecretStr("whsec_" + base64.b64encode(b"next").decode())
+    next_secret = "whsec_" + base64.b64encode(b"the-next-secret-24-bytes").decode()
+    old, new = SecretStr(SECRET), SecretStr(next_secret)
     now = int(time.time())
     header = signature_header([signer(old), signer(new)], MSG_ID, now, BODY)
     assert header.count("v1,") == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import select
 import socket
@@ -88,7 +89,7 @@ async def test_tampered_body_is_rejected_by_the_receiver(
 async def test_endpoint_secret_by_longest_prefix(
     receiver_factory: Callable[..., BackgroundSimulator], client: httpx.AsyncClient
 ) -> None:
-    secret = "whsec_" + "c2VjcmV0LWZvci10ZWFtLWE="  # base64("secret-for-team-a")
+    secret = "whsec_" + base64.b64encode(b"secret-for-team-a-28-bytes!!").decode()
     receiver = receiver_factory(hook_secrets={"team-a": secret})
     settings = FAST.model_copy(
         update={
@@ -271,6 +272,10 @@ async def test_lookup_found_not_found_error_and_unsupported(
     found = await channel.lookup(sent)
     assert (found.outcome, found.delivered) == ("found", True)
     assert found.provider_message_id == receiver.event(sent.idempotency_key).receiver_id  # type: ignore[union-attr]
+    # The channel's lookups are signed (the lookup contract); an unsigned one is refused.
+    unsigned = await client.get(f"{receiver.webhook_lookup_url}/{sent.idempotency_key}")
+    assert unsigned.status_code == 401
+    assert "missing lookup-timestamp or lookup-signature" in unsigned.text
     never = outbound(receiver.webhook_url())
     assert (await channel.lookup(never)).outcome == "not_found"
     receiver.fault("reject", status=500, method="GET", path="/hooks/lookup/")

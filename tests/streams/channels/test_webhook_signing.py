@@ -31,10 +31,10 @@ def whsec(raw: bytes) -> str:
 
 GLOBAL = whsec(b"global-signing-secret-for-tests")
 CUSTOMER = whsec(b"customer-endpoint-secret")
-# 20 bytes: base64 ends in one "=", which this secret leaves out. The library adds
+# 26 bytes: base64 ends in one "=", which this secret leaves out. The library adds
 # padding itself, so its receivers accept the secret; the sender must too.
-UNPADDED = whsec(b"unpadded-20-byte-key").rstrip("=")
-OLD, NEW = whsec(b"rotation-old-secret"), whsec(b"rotation-new-secret")
+UNPADDED = whsec(b"unpadded-26-byte-key-here!").rstrip("=")
+OLD, NEW = whsec(b"rotation-old-secret-24-by"), whsec(b"rotation-new-secret-24-by")
 FAST = Settings(
     http_timeout_s=0.5,
     http_connect_timeout_s=0.5,
