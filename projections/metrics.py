@@ -145,6 +145,25 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
     for c in page.counters:
         threshold.add_metric([c.name], c.threshold)
     yield threshold
+    # Beside the past-SLO counters: the backlog now, so a burst shows before it is late.
+    backlog = page.backlog
+    pending = GaugeMetricFamily(
+        "ledger_pending_deliveries", "PENDING deliveries now, within their SLO or past it"
+    )
+    pending.add_metric([], backlog.pending_now)
+    yield pending
+    oldest = GaugeMetricFamily(
+        "ledger_oldest_pending_delivery_age_seconds",
+        "Seconds since the oldest PENDING delivery was requested (0: none pending)",
+    )
+    oldest.add_metric([], backlog.oldest_age_seconds)
+    yield oldest
+    yield _labelled(
+        "ledger_pending_deliveries_by_channel",
+        "PENDING deliveries now, by channel",
+        ["channel"],
+        [((c.channel,), c.pending) for c in backlog.by_channel],
+    )
     yield _labelled(
         "ledger_deliveries",
         "Deliveries by current state",

@@ -6,7 +6,7 @@ Every answer is a list of plain dicts (JSON-ready), in a stable order.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,81 @@ def overdue_pending(store: Store, now: datetime) -> list[Row]:
         "WHERE status = 'PENDING' AND slo_deadline < ? ORDER BY slo_deadline, idempotency_key",
         (timestamp(now),),
     )
+
+
+@dataclass(frozen=True)
+class ChannelBacklog:
+    """PENDING deliveries of one channel as of ``now``."""
+
+    channel: str
+    pending: int
+    oldest_requested_at: str
+    oldest_age_seconds: float
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Every PENDING delivery as of ``now``, late or not: a burst shows here at once,
+    long before any of it passes its SLO. Ages are ``now`` (the reader's clock) less the
+    projection's request times; ``oldest_*`` are None and 0 when nothing is pending."""
+
+    pending_now: int
+    oldest_requested_at: str | None
+    oldest_age_seconds: float
+    by_channel: list[ChannelBacklog] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The backlog as JSON-compatible data."""
+        return asdict(self)
+
+
+PENDING_BY_CHANNEL = (
+    "SELECT channel, COUNT(*) AS pending, MIN(created_at) AS oldest FROM deliveries "
+    "WHERE status = 'PENDING' GROUP BY channel ORDER BY channel"
+)
+
+
+def pending_by_channel(store: Store) -> list[Row]:
+    """PENDING deliveries per channel: how many, and the oldest request time (no clock).
+
+    Indexed: ``deliveries_pending`` (status, channel, created_at) covers it, so the cost
+    grows with the pending rows only, never with the settled ones.
+    """
+    return store.rows(PENDING_BY_CHANNEL)
+
+
+def backlog_at(rows: list[Row], now: datetime) -> Backlog:
+    """The backlog of ``pending_by_channel`` rows as of ``now`` (pure: no I/O)."""
+    channels = [
+        ChannelBacklog(
+            channel=r["channel"],
+            pending=int(r["pending"]),
+            oldest_requested_at=r["oldest"],
+            oldest_age_seconds=age_seconds(r["oldest"], now),
+        )
+        for r in rows
+    ]
+    if not channels:
+        return Backlog(pending_now=0, oldest_requested_at=None, oldest_age_seconds=0.0)
+    oldest = min(c.oldest_requested_at for c in channels)  # fixed-width text: time order
+    return Backlog(
+        pending_now=sum(c.pending for c in channels),
+        oldest_requested_at=oldest,
+        oldest_age_seconds=age_seconds(oldest, now),
+        by_channel=channels,
+    )
+
+
+def pending_backlog(store: Store, now: datetime) -> Backlog:
+    """Pending now, the age of the oldest pending delivery, and both per channel."""
+    return backlog_at(pending_by_channel(store), now)
+
+
+def age_seconds(stored: str, now: datetime) -> float:
+    """Seconds from a stored time to ``now``, never negative (a producer's clock ahead of
+    the reader's makes a fresh request look a little younger than zero)."""
+    then = datetime.fromisoformat(stored.replace("Z", "+00:00"))
+    return round(max(0.0, (now - then).total_seconds()), 3)
 
 
 def overdue_sent(store: Store, now: datetime) -> list[Row]:
@@ -80,6 +155,7 @@ class StatusReport:
     """Every dashboard question at once, as of ``now``."""
 
     now: str
+    backlog: Backlog
     overdue_pending: list[Row]
     overdue_sent: list[Row]
     unknown: list[Row]
@@ -93,7 +169,7 @@ class StatusReport:
 
     @property
     def needs_attention(self) -> bool:
-        """True when any question has a worrying answer."""
+        """True when any question has a worrying answer (a backlog within its SLO is not)."""
         return bool(
             self.overdue_pending
             or self.overdue_sent
@@ -108,6 +184,7 @@ def status_report(store: Store, now: datetime) -> StatusReport:
     the report is for showing, and events in the log may carry credentials in recipients."""
     report = StatusReport(
         now=timestamp(now),
+        backlog=pending_backlog(store, now),
         overdue_pending=overdue_pending(store, now),
         overdue_sent=overdue_sent(store, now),
         unknown=unknown_awaiting_reconciliation(store),
@@ -116,4 +193,5 @@ def status_report(store: Store, now: datetime) -> StatusReport:
         attempts_by_channel=attempts_by_channel(store),
     )
     shown: dict[str, Any] = redacted_data(report.to_json())
-    return StatusReport(**shown)
+    # The backlog holds channel names, counts and times only: nothing to redact.
+    return StatusReport(**{**shown, "backlog": report.backlog})

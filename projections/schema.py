@@ -177,6 +177,10 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX deliveries_created ON deliveries (created_at, status)",
     "CREATE INDEX deliveries_outcome ON deliveries (status, run_id, created_at, confirmed_at)",
     "CREATE INDEX agent_runs_status ON agent_runs (run_id, status)",
+    # The backlog (projections/queries.py: pending_by_channel), covered so that its cost
+    # follows the pending rows, never the settled ones. An index holds no data of its own
+    # and ``ledger project`` creates a missing one (Store.ensure_indexes): no version bump.
+    "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
 )
 
 

@@ -175,7 +175,8 @@ def register(app: typer.Typer) -> None:
     def status_command(
         dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
     ) -> None:
-        """Overdue (pending or sent), unknown, unexplained, conflicting deliveries; attempts."""
+        """Pending now and the oldest pending age; overdue (pending or sent), unknown,
+        unexplained, conflicting deliveries; attempts."""
         settings = Settings()
         with _reading(dsn or default_dsn(settings)) as store:
             # The only clock read: the CLI decides what "now" is; the library never does.
@@ -254,9 +255,32 @@ def _print_status(report: dict[str, Any]) -> None:
          ["channel", "error_class", "outcome", "attempts"]),
     ]  # fmt: skip
     out.print(f"as of {report['now']}", highlight=False)
+    _print_backlog(report["backlog"])
     for name, title, columns in sections:
         rows = report[name]
         table = Table(*columns, title=f"{title}: {len(rows)}", title_justify="left")
         for row in rows:
             table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
         out.print(table)
+
+
+def _print_backlog(backlog: dict[str, Any]) -> None:
+    """Pending now, late or not: a burst shows here before it passes its SLO."""
+    if not backlog["pending_now"]:
+        out.print("pending now: 0", highlight=False)
+        return
+    out.print(
+        f"pending now: {backlog['pending_now']}, the oldest requested at "
+        f"{backlog['oldest_requested_at']} ({backlog['oldest_age_seconds']:.1f}s ago)",
+        highlight=False,
+    )
+    table = Table(
+        "channel", "pending", "oldest requested at", "oldest age (s)",
+        title=f"pending by channel: {len(backlog['by_channel'])}", title_justify="left",
+    )  # fmt: skip
+    for c in backlog["by_channel"]:
+        table.add_row(
+            c["channel"], str(c["pending"]), c["oldest_requested_at"],
+            f"{c['oldest_age_seconds']:.1f}",
+        )  # fmt: skip
+    out.print(table)

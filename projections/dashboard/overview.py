@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from projections.fold import Row
+from projections.queries import Backlog, backlog_at, pending_by_channel
 from projections.schema import timestamp
 from projections.store import Store
 
@@ -47,6 +48,7 @@ class Overview:
 
     now: str
     counters: list[Counter]
+    backlog: Backlog
     deliveries_by_status: dict[str, int]
     attempts_by_channel: list[Row]
     latency: dict[str, Any]
@@ -255,12 +257,15 @@ def overview(
         # Only the overdue counts depend on now; the others are the projection's.
         values["overdue_pending"] = overdue_count(store, now)
         values["overdue_sent"] = overdue_count(store, now, "SENT")
+        # The pending rows change only with the projection; their ages, with now.
+        pending = memo.get(store, ("pending",), lambda: pending_by_channel(store))
         result = Overview(
             now=timestamp(now),
             counters=[
                 Counter(n, titles[n], values[n], limits[n], level(values[n], limits[n]))
                 for n in titles
             ],
+            backlog=backlog_at(pending, now),
             deliveries_by_status=memo.get(store, ("status",), lambda: deliveries_by_status(store)),
             attempts_by_channel=memo.get(store, ("attempts",), lambda: attempts_by_channel(store)),
             latency=memo.get(store, ("latency",), lambda: latency(store)),

@@ -29,7 +29,8 @@ from events import (
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.settings import Settings
+from events.outcome_signing import needs_signature, outcome_signer
+from events.settings import Settings, signing_key_text
 from events.topics import record_key
 from projections.backends import open_store
 from projections.store import Dump, Offsets
@@ -254,6 +255,7 @@ async def publish(
     raw: list[tuple[str, bytes]] | None = None,
 ) -> None:
     """Append events (and raw ``(topic, bytes)`` records) in one Kafka transaction."""
+    signer = outcome_signer(signing_key_text(settings))
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         transactional_id=f"test-{uuid.uuid4().hex}",
@@ -271,7 +273,12 @@ async def publish(
                     if isinstance(event, ExecutionEvent)
                     else settings.topic_deliveries
                 )
-                futures.append(await producer.send(topic, encode(event), key=record_key(event)))
+                value = encode(event)
+                # The workers' events carry their outcome signature, as a worker writes them.
+                headers = signer.headers(value) if signer and needs_signature(event) else None
+                futures.append(
+                    await producer.send(topic, value, key=record_key(event), headers=headers)
+                )
             for topic, value in raw or []:
                 futures.append(await producer.send(topic, value, key=b"garbage"))
             for future in futures:

@@ -9,7 +9,7 @@ from events.settings import Settings
 from projections.backends import open_store
 from projections.incident import run_view
 from projections.projector import rebuild
-from projections.queries import status_report
+from projections.queries import PENDING_BY_CHANNEL, Backlog, ChannelBacklog, status_report
 from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import at, found_later, incident_log, publish, requested
@@ -124,3 +124,68 @@ async def test_run_view_is_one_timeline_with_the_keys_the_receiver_sees(
             run_view(store, "nope")
     finally:
         store.close()
+
+
+async def test_the_backlog_shows_pending_now_before_any_slo_passes(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    # Pending: run-b's webhook (T0+100s, 30 s SLO) and two more, all within 60 s SLOs.
+    d2, d3 = requested("run-d", 2, 10), requested("run-d", 3, 20)  # provider, webhook
+    await publish(settings, [*incident_log(), d2, d3])
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        early = status_report(store, at(50))
+        assert early.overdue_pending == []  # nothing is late yet...
+        assert early.backlog.pending_now == 3  # ...but the backlog shows at once
+        assert early.backlog.oldest_requested_at == "2026-01-05T09:00:10.000000Z"
+        assert early.backlog.oldest_age_seconds == 40.0
+        # Ages are the reader's: the same projection read later shows older deliveries.
+        later = status_report(store, at(130.5))
+        assert later.backlog == Backlog(
+            pending_now=3,
+            oldest_requested_at="2026-01-05T09:00:10.000000Z",
+            oldest_age_seconds=120.5,
+            by_channel=[
+                ChannelBacklog("provider", 1, "2026-01-05T09:00:10.000000Z", 120.5),
+                ChannelBacklog("webhook", 2, "2026-01-05T09:00:20.000000Z", 110.5),
+            ],
+        )
+        assert later.to_json()["backlog"]["by_channel"][1] == {
+            "channel": "webhook",
+            "pending": 2,
+            "oldest_requested_at": "2026-01-05T09:00:20.000000Z",
+            "oldest_age_seconds": 110.5,
+        }
+        # A reader whose clock is behind the producer's sees age 0, never a negative one.
+        assert status_report(store, at(5)).backlog.oldest_age_seconds == 0.0
+    finally:
+        store.close()
+
+
+async def test_no_backlog_reads_as_zero(settings: Settings, dsn_factory: DsnFactory) -> None:
+    await publish(settings, incident_log()[:2])  # run-a started and succeeded: no delivery
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        assert status_report(store, at(10)).backlog == Backlog(0, None, 0.0, [])
+    finally:
+        store.close()
+
+
+async def test_the_backlog_query_is_covered_by_an_index(
+    settings: Settings, sqlite_factory: DsnFactory
+) -> None:
+    """Its cost follows the pending rows, not the whole table (timings: the commit note)."""
+    store = await built(settings, sqlite_factory)
+    try:
+        plan = " ".join(
+            str(r["detail"]) for r in store.rows(f"EXPLAIN QUERY PLAN {PENDING_BY_CHANNEL}")
+        )
+    finally:
+        store.close()
+    assert "USING COVERING INDEX deliveries_pending (status=?)" in plan, plan

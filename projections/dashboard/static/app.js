@@ -229,9 +229,37 @@ function drawCounters(counters) {
   el("div", { class: "threshold", text: `red at ${fmt(c.threshold)}` }))));
 }
 
+function age(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
+// Pending now, late or not, beside the past-SLO counters: a burst shows before it is late.
+function drawBacklog(backlog) {
+  const oldest = backlog.pending_now
+    ? el("div", { class: "value", id: "backlog-oldest", "data-seconds": String(backlog.oldest_age_seconds),
+      title: `requested at ${backlog.oldest_requested_at}`, text: age(backlog.oldest_age_seconds) })
+    : el("div", { class: "value", id: "backlog-oldest", "data-seconds": "0", text: "–" });
+  const channels = backlog.by_channel.map((c) => el("li", { "data-channel": c.channel },
+    el("b", { text: fmt(c.pending) }), ` ${c.channel}, oldest ${age(c.oldest_age_seconds)}`));
+  document.getElementById("backlog").replaceChildren(
+    el("div", { class: "backlog-item" },
+      el("div", { class: "value", id: "backlog-pending", text: fmt(backlog.pending_now) }),
+      el("div", { class: "title", text: "pending now (within SLO or past it)" })),
+    el("div", { class: "backlog-item" }, oldest,
+      el("div", { class: "title", text: "age of the oldest pending delivery" })),
+    el("div", { class: "backlog-item" },
+      channels.length ? el("ul", { id: "backlog-channels" }, ...channels)
+        : el("p", { class: "empty", text: "nothing pending" }),
+      el("div", { class: "title", text: "pending by channel" })));
+}
+
 async function refreshOverview() {
   try {
     const data = await api("/api/overview");
+    drawBacklog(data.backlog);
     drawCounters(data.counters);
     drawStatusBar(data.deliveries_by_status);
     drawAttempts(data.attempts_by_channel);
