@@ -48,6 +48,16 @@ async def test_overview_matches_the_projection_library(stack: Stack) -> None:
         "failed_attempts": 4,
     }
     assert data["now"] == "2026-01-05T10:00:00.000000Z"
+    # Pending now beside the past-SLO counters: run-b's delivery, requested at T0+100s.
+    assert data["backlog"] == report.backlog.to_json() == {
+        "pending_now": 1,
+        "oldest_requested_at": "2026-01-05T09:01:40.000000Z",
+        "oldest_age_seconds": 3500.0,
+        "by_channel": [
+            {"channel": "webhook", "pending": 1,
+             "oldest_requested_at": "2026-01-05T09:01:40.000000Z", "oldest_age_seconds": 3500.0}
+        ],
+    }  # fmt: skip
     assert data["deliveries_by_status"] == {
         "PENDING": 1, "SENT": 0, "UNKNOWN": 1, "CONFIRMED": 3, "FAILED": 1,
     }  # fmt: skip

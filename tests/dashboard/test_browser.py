@@ -40,6 +40,12 @@ async def test_the_page_shows_the_counts_and_refreshes_in_place(
         await expect(counter).to_have_attribute("data-level", level)
     for status, n in {"PENDING": 1, "SENT": 0, "UNKNOWN": 1, "CONFIRMED": 3, "FAILED": 1}.items():
         await expect(page.locator(f'.status-label[data-status="{status}"] b')).to_have_text(str(n))
+    # The backlog beside the counters: run-b's delivery, requested an hour before NOW.
+    await expect(page.locator("#backlog-pending")).to_have_text("1")
+    await expect(page.locator("#backlog-oldest")).to_have_text("58m 20s")
+    await expect(page.locator('#backlog-channels li[data-channel="webhook"]')).to_contain_text(
+        "1 webhook, oldest 58m 20s"
+    )
     await expect(page.locator("#chart-attempts svg rect")).to_have_count(6)
     await expect(page.locator("#chart-attempts")).to_contain_text("reset_after_write")
     await expect(page.locator("#chart-latency")).to_contain_text("3 confirmed")
@@ -65,6 +71,8 @@ async def test_the_page_shows_the_counts_and_refreshes_in_place(
     await expect(page.locator("#counter-overdue_pending")).to_have_attribute("data-level", "ok")
     await expect(unknown_rows).to_have_count(2)
     await expect(page.locator("#table-overdue")).to_contain_text("no pending delivery")
+    await expect(page.locator("#backlog-pending")).to_have_text("0")
+    await expect(page.locator("#backlog")).to_contain_text("nothing pending")
     await expect(page.locator("#table-overdue-sent")).to_contain_text("no sent delivery")
     # run-a's UNKNOWN delivery is found at the provider: SENT, long past its SLO.
     await stack.append([found_later(requested("run-a", 3, 1), 300)])

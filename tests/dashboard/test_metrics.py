@@ -49,6 +49,9 @@ async def test_metrics_match_the_projection_and_the_log(stack: Stack) -> None:
     finally:
         store.close()
     assert m[("ledger_overdue_pending_deliveries", ())] == len(report.overdue_pending) == 1
+    assert m[("ledger_pending_deliveries", ())] == report.backlog.pending_now == 1
+    assert m[("ledger_oldest_pending_delivery_age_seconds", ())] == 3500.0  # NOW - T0+100s
+    assert m[("ledger_pending_deliveries_by_channel", (("channel", "webhook"),))] == 1
     assert m[("ledger_overdue_sent_deliveries", ())] == len(report.overdue_sent) == 0
     assert m[("ledger_unknown_deliveries", ())] == len(report.unknown) == 1
     assert m[("ledger_confirmed_without_result_deliveries", ())] == 1

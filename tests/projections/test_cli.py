@@ -76,6 +76,9 @@ async def test_status_and_run_in_the_terminal_and_as_json(settings: Settings) ->
 
     table = ledger(settings, "status", "--dsn", dsn)
     assert table.returncode == 0, table.stderr
+    # run-b's delivery, requested at T0+100s, still pending now (the real clock).
+    assert "pending now: 1, the oldest requested at 2026-01-05T09:01:40.000000Z (" in table.stdout
+    assert "pending by channel: 1" in table.stdout
     for title in (
         "pending deliveries past their SLO: 1",
         "unknown deliveries awaiting reconciliation: 1",
@@ -88,6 +91,9 @@ async def test_status_and_run_in_the_terminal_and_as_json(settings: Settings) ->
     as_json = ledger(settings, "status", "--dsn", dsn, "--json")
     report = json.loads(as_json.stdout)
     assert [r["run_id"] for r in report["overdue_pending"]] == ["run-b"]
+    assert report["backlog"]["pending_now"] == 1
+    assert report["backlog"]["oldest_age_seconds"] > 0
+    assert [c["channel"] for c in report["backlog"]["by_channel"]] == ["webhook"]
     assert [r["run_id"] for r in report["confirmed_without_result"]] == ["run-c"]
 
     run = ledger(settings, "run", "run-a", "--dsn", dsn)
