@@ -273,6 +273,7 @@ def _print_backlog(backlog: dict[str, Any]) -> None:
         f"pending now: {backlog['pending_now']}, the oldest requested at "
         f"{backlog['oldest_requested_at']} ({backlog['oldest_age_seconds']:.1f}s ago)",
         highlight=False,
+        soft_wrap=True,  # one line, for grep as much as for people
     )
     table = Table(
         "channel", "pending", "oldest requested at", "oldest age (s)",
