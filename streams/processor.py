@@ -121,8 +121,12 @@ class DeliveryProcessor:
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
         verifier: OutcomeVerifier | None = None,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.ctx = ctx
+        # False while this worker must not act (its clock is off the broker's): it claims
+        # nothing and its timers wait; records are still folded.
+        self._acting = acting
         # Signed outcome events (events/outcome_signing.py): None when checking is off.
         self._verifier = verifier
         # Admission control: claims this worker proposed and has not read back, plus the
@@ -308,6 +312,8 @@ class DeliveryProcessor:
         Each decision is proposed once (until the state moves), and all of one tick's
         proposals go out in one append. Partitions that are not ``continuous`` wait.
         """
+        if not self._acting():
+            return 0  # timers wait for the clock; nothing is lost, nothing decided
         now = self._clock()
         due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
         proposals: list[Event] = []
@@ -347,7 +353,9 @@ class DeliveryProcessor:
         return len(due)
 
     def _room(self) -> int:
-        """How many more claims this worker may propose now."""
+        """How many more claims this worker may propose now (none while it must not act)."""
+        if not self._acting():
+            return 0
         limit = self._max_open_claims
         if callable(limit):
             limit = limit()

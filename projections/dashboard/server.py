@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from events.committed_log import TRANSIENT
 from events.errors import LedgerError
 from events.ports import listen_port
 from events.redaction import redacted_data
@@ -32,6 +34,7 @@ from projections.dashboard.guard import (
 )
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import AggregateCache, overview
+from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
 from projections.store import Store
 
@@ -57,6 +60,16 @@ EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
 WATCHER_KEY = web.AppKey("watcher", LogWatcher)
 CACHE_KEY = web.AppKey("cache", AggregateCache)
 HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts")
+CLOCKS_TTL_S = 5.0
+
+
+@dataclass
+class _Clocks:
+    clocks: list[WorkerClock] = field(default_factory=list)
+    read_at: datetime | None = None
+
+
+CLOCKS_KEY = web.AppKey("clocks", _Clocks)
 
 
 @web.middleware
@@ -149,8 +162,27 @@ async def metrics(request: web.Request) -> web.Response:
         lambda s: projection_numbers(s, now, settings.dashboard_thresholds, request.app[CACHE_KEY]),
     )
     logged = await request.app[WATCHER_KEY].numbers()
-    body = exposition(numbers, logged, settings)
+    body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def api_workers(request: web.Request) -> web.Response:
+    """``GET /api/workers``: every worker's last heartbeat: its clock, whether it acts."""
+    return _json({"workers": [c.to_json() for c in await _clocks(request)]})
+
+
+async def _clocks(request: web.Request) -> list[WorkerClock]:
+    """The workers' heartbeats, read at most every few seconds (none if the broker does
+    not answer: the projection's answers stand on their own)."""
+    cache = request.app[CLOCKS_KEY]
+    now = request.app[CLOCK_KEY]()
+    if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
+        try:
+            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY], now, timeout_s=5.0)
+        except TRANSIENT:
+            cache.clocks = []
+        cache.read_at = now
+    return cache.clocks
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -166,6 +198,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app[HOSTS_KEY] = allowed_hosts(settings)
     app[STORE_KEY] = store
     app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
+    app[CLOCKS_KEY] = _Clocks()
     # One thread owns the connection: SQLite connections must not be used concurrently.
     app[EXECUTOR_KEY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-store")
     app[WATCHER_KEY] = LogWatcher(settings)
@@ -182,6 +215,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/overview", api_overview)
     app.router.add_get("/api/runs/{run_id}", api_run)
     app.router.add_get("/api/search", api_search)
+    app.router.add_get("/api/workers", api_workers)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static/", STATIC)

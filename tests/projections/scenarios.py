@@ -29,7 +29,8 @@ from events import (
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.settings import Settings
+from events.outcome_signing import needs_signature
+from events.settings import Settings, signer_for
 from events.topics import record_key
 from projections.backends import open_store
 from projections.store import Dump, Offsets
@@ -261,6 +262,8 @@ async def publish(
         acks="all",
         linger_ms=5,
     )
+    # Written as the workers write them: signed where a worker would sign (signing is on).
+    signer = signer_for(settings)
     await producer.start()
     try:
         async with producer.transaction():
@@ -271,7 +274,15 @@ async def publish(
                     if isinstance(event, ExecutionEvent)
                     else settings.topic_deliveries
                 )
-                futures.append(await producer.send(topic, encode(event), key=record_key(event)))
+                value = encode(event)
+                headers = (
+                    signer.headers(value)
+                    if signer is not None and needs_signature(event)
+                    else None
+                )
+                futures.append(
+                    await producer.send(topic, value, key=record_key(event), headers=headers)
+                )
             for topic, value in raw or []:
                 futures.append(await producer.send(topic, value, key=b"garbage"))
             for future in futures:
