@@ -93,6 +93,17 @@ class AddressPolicy:
         return None
 
 
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``: a binding nothing outside this machine
+    reaches; anything else (a wildcard, an interface, a name) is reachable from outside."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def literal_address(host: str) -> str | None:
     """The address ``host`` denotes without DNS, or None for a name to resolve.
 

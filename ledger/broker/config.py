@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.settings import Settings
+from ledger.broker.listeners import check_exposure, listeners_for
 from ledger.broker.security import BrokerSecurity, listener_properties
 
 LOG4J2 = """status = error
@@ -91,10 +92,12 @@ def layout_for(settings: Settings) -> BrokerLayout:
 
 
 def server_properties(settings: Settings, layout: BrokerLayout) -> str:
-    """A single-node combined broker+controller bound to the configured host and ports."""
-    host = settings.broker_host
-    broker = f"{host}:{settings.broker_port}"
-    controller = f"{host}:{settings.controller_port}"
+    """A single-node combined broker+controller on the configured ports; the listeners'
+    hosts follow ledger/broker/listeners.py (unauthenticated ones on loopback only)."""
+    check_exposure(settings)
+    bound = listeners_for(settings)
+    broker = f"{bound.plaintext_host}:{settings.broker_port}"
+    controller = f"{bound.controller_host}:{settings.controller_port}"
     lines = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -117,10 +120,10 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "auto.create.topics.enable": "true",
         "log.flush.interval.messages": "9223372036854775807",
     }
-    if settings.broker_sasl_ssl_port:
-        secure = f"SASL_SSL://{host}:{settings.broker_sasl_ssl_port}"
-        lines["listeners"] += f",{secure}"
-        lines["advertised.listeners"] += f",{secure}"
+    if bound.sasl_ssl_host is not None:
+        port = settings.broker_sasl_ssl_port
+        lines["listeners"] += f",SASL_SSL://{bound.sasl_ssl_host}:{port}"
+        lines["advertised.listeners"] += f",SASL_SSL://{bound.sasl_ssl_advertised}:{port}"
         lines["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
         lines.update(listener_properties(layout.security))
     return "".join(f"{key}={value}\n" for key, value in lines.items())

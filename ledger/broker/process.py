@@ -23,6 +23,7 @@ from events.kafka_security import client_options
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
+from ledger.broker.listeners import LOOPBACK, check_exposure, listeners_for
 
 JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 READY_TIMEOUT_S = 90.0
@@ -59,8 +60,9 @@ class LocalBroker:
         self.settings = settings
         self.layout = layout_for(settings)
         # The listener every local broker has, whatever the clients are configured with:
-        # start-up and readiness are checked there.
-        self.plaintext = f"{settings.broker_host}:{settings.broker_port}"
+        # start-up and readiness are checked there (on loopback when SASL_SSL is on).
+        self.listeners = listeners_for(settings)
+        self.plaintext = f"{self.listeners.plaintext_host}:{settings.broker_port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -88,6 +90,7 @@ class LocalBroker:
     def start(self) -> StartReport:
         """Provision jars, format once, start the JVM, return when metadata answers."""
         began = time.monotonic()
+        check_exposure(self.settings)  # before anything: nothing is started or written
         running = self.pid()
         if running is not None:
             if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
@@ -102,18 +105,17 @@ class LocalBroker:
                 "Java is not installed (Kafka needs a Java 17+ runtime)",
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
-        ports = (self.settings.broker_port, self.settings.controller_port)
         secure_port = self.settings.broker_sasl_ssl_port
-        for port in (*ports, secure_port) if secure_port else ports:
-            if _port_taken(self.settings.broker_host, port):
+        for host, port in self.listeners.ports(self.settings):
+            if _port_taken(host, port):
                 raise LedgerError(
-                    f"port {self.settings.broker_host}:{port} is already in use by another process",
+                    f"port {host}:{port} is already in use by another process",
                     "stop that process, or choose other ports with LEDGER_BROKER_PORT, "
                     "LEDGER_CONTROLLER_PORT (and LEDGER_BROKER_SASL_SSL_PORT)",
                 )
         libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
         if secure_port:
-            self.layout.security.ensure(self.settings.broker_host)
+            self.layout.security.ensure(self.listeners.sasl_ssl_advertised or LOOPBACK)
         write_config(self.settings, self.layout)
         classpath = f"{libs}/*"
         self._format_once(java, classpath)
