@@ -244,6 +244,12 @@ def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipi
         ("10.0.0.5", "10.0.0.5 is a private address"),
         ("[fd00:ec2::254]", "fd00:ec2::254 is a private address"),
         ("0.0.0.0", "0.0.0.0 is an unspecified address"),
+        # Tunnels and translators carry an IPv4 address: that one is judged, or refused.
+        ("[2002:7f00:1::1]", "2002:7f00:1::1 carries 127.0.0.1, a loopback address"),
+        ("[64:ff9b::a9fe:a9fe]", "64:ff9b::a9fe:a9fe carries 169.254.169.254, a link-local"),
+        ("[fec0::1]", "fec0::1 is a site-local address"),
+        ("[2001:0:4136:e378:8000:63bf:3fff:fdd2]", "a Teredo tunnel address"),
+        ("[64:ff9b:1::a00:1]", "a local-use NAT64 address"),
     ],
 )
 async def test_a_recipient_the_worker_would_refuse_is_refused_at_publish(
