@@ -39,11 +39,13 @@ from events.channels.browser_targets import (
     KeyCarrier,
     PageOutcome,
     Target,
+    TargetLookup,
     WaitFor,
 )
 from events.errors import ConfigError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
+from events.redaction import redacted_text
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,
@@ -216,10 +218,13 @@ class BrowserChannel:
         target = self._config.targets.get(delivery.recipient)
         if target is None or target.lookup is None:
             return LookupResult("unsupported", f"browser target {delivery.recipient!r}: no lookup")
-        key = delivery.idempotency_key
-        search = target.lookup.search
+        found = await self._lookup(target.lookup, delivery.idempotency_key)
+        return replace(found, evidence=redacted_text(found.evidence))
+
+    async def _lookup(self, lookup: TargetLookup, key: str) -> LookupResult:
+        search = lookup.search
         if search is None:
-            return await list_lookup(self._client, target.lookup, key, deadline_s=self._deadline_s)
+            return await list_lookup(self._client, lookup, key, deadline_s=self._deadline_s)
         step_s = min(self._config.step_timeout_s, self._deadline_s / 2)
         async with self._slots:
             try:
@@ -415,7 +420,10 @@ class BrowserChannel:
     async def _finish(
         self, result: SendResult, attempt: _Attempt, delivery: OutboundDelivery
     ) -> SendResult:
-        """Screenshot a failed attempt (named in the evidence), then close its context."""
+        """Screenshot a failed attempt (named in the evidence), then close its context.
+        The evidence is kept forever: URLs in it (the target's ``start_url``, the page's,
+        Playwright's messages) lose their credentials first."""
+        result = replace(result, evidence=redacted_text(result.evidence))
         if result.outcome is not SendOutcome.CONFIRMED and attempt.page is not None:
             name = (
                 f"{_safe_name(delivery.recipient)}-{delivery.idempotency_key[:16]}"

@@ -10,7 +10,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from events import DeliverySpec, Publisher, PublishRejected, RunSucceeded, encode
+from events.channels.urls import credentials_in
 from events.delivery import DeliveryClaimed
+from events.redaction import redacted_url
 from events.settings import Settings
 from events.topics import record_key
 from tests.fixtures.broker import ReadTopic
@@ -223,12 +225,33 @@ async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -
 
 @pytest.mark.parametrize(
     "recipient",
-    ["https://admin:s3cr3t@hooks.example/x", "https://hooks.example/x?api_key=s3cr3t"],
+    [
+        "https://admin:s3cr3t@hooks.example/x",
+        "https://hooks.example/x?api_key=s3cr3t",
+        # Names the redaction hid but admission let through before they shared one list.
+        "https://hooks.example/x?sig=s3cr3t",
+        "https://hooks.example/x?n=1&key=s3cr3t",
+        "https://bucket.example/o?X-Amz-Credential=a&X-Amz-Signature=s3cr3t",
+        "https://hooks.example/x?a=1;session=s3cr3t",
+        "https://hooks.example/x#access_token=s3cr3t",
+    ],
 )
 def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipient: str) -> None:
     with pytest.raises(ValueError, match="put credentials in the endpoint's settings") as caught:
         DeliverySpec(channel="webhook", recipient=recipient, payload={})
     assert "s3cr3t" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sig", "key", "X-Amz-Signature", "api_key", "access_token", "password", "page", "monkey"],
+)
+def test_admission_refuses_exactly_the_names_the_redaction_hides(name: str) -> None:
+    url = f"https://hooks.example/x?n=1&{name}=v4lue"
+    hidden = redacted_url(url) != url
+    refused = credentials_in(url) is not None
+    assert hidden == refused, (name, hidden, refused)
+    assert hidden == (name not in ("page", "monkey"))
 
 
 @pytest.mark.parametrize(
