@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from events.private_files import private_dir, private_file
 from receiver.records import Decision, KeyRecord, KeyStatus, admit
 
 SCHEMA = """
@@ -40,7 +41,9 @@ class SqliteStore:
 
     def _open(self) -> None:
         if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            # Received keys and payload hashes: owner only (WAL files take this mode).
+            private_dir(Path(self._path).parent, ours=False)
+            private_file(Path(self._path))
         conn = sqlite3.connect(
             self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )

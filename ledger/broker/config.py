@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from events.private_files import private_dir, private_file
 from events.settings import Settings
 from ledger.broker.listeners import check_exposure, listeners_for
 from ledger.broker.security import BrokerSecurity, listener_properties
@@ -131,11 +132,15 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
 
 def write_config(settings: Settings, layout: BrokerLayout) -> None:
     """(Re)write the configuration files; the data dir is never touched here."""
-    layout.config.mkdir(parents=True, exist_ok=True)
-    layout.logs.mkdir(parents=True, exist_ok=True)
+    private_dir(layout.root.parent)  # the data directory
+    for folder in (layout.root, layout.config, layout.logs, layout.data):
+        private_dir(folder)
     if settings.broker_sasl_ssl_port:
         # It holds the PLAIN users' passwords then: owner only, before they are written.
         layout.server_properties.touch(mode=0o600)
         os.chmod(layout.server_properties, 0o600)
-    layout.server_properties.write_text(server_properties(settings, layout))
-    layout.log4j2_properties.write_text(LOG4J2)
+    for path, text in (
+        (layout.server_properties, server_properties(settings, layout)),
+        (layout.log4j2_properties, LOG4J2),
+    ):
+        private_file(path).write_text(text)

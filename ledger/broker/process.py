@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 
 from events.errors import LedgerError
 from events.kafka_security import client_options
+from events.private_files import UMASK, private_dir, private_file
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
@@ -162,7 +163,7 @@ class LocalBroker:
                 f"move it away: mv {self.layout.data} {self.layout.data}.corrupt",
             )
         cluster_id = self._cluster_id(java, classpath)
-        self.layout.data.mkdir(parents=True, exist_ok=True)
+        private_dir(self.layout.data)
         # SCRAM users live in the KRaft metadata: they are created here, at format time.
         scram = (
             self.layout.security.scram_format_args() if self.settings.broker_sasl_ssl_port else []
@@ -186,6 +187,7 @@ class LocalBroker:
             text=True,
             check=False,
             timeout=120,
+            umask=UMASK,  # the metadata log it writes: owner only
         )
         if result.returncode != 0:
             why = _last_line(result.stderr or result.stdout)
@@ -206,12 +208,12 @@ class LocalBroker:
             timeout=60,
         )
         cluster_id = result.stdout.strip().splitlines()[-1]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(cluster_id + "\n")
+        private_dir(path.parent)
+        private_file(path).write_text(cluster_id + "\n")
         return cluster_id
 
     def _spawn(self, java: str, classpath: str) -> int:
-        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        private_dir(self.layout.logs)
         command = [
             java,
             *JVM_OPTS,
@@ -222,15 +224,16 @@ class LocalBroker:
             "kafka.Kafka",
             str(self.layout.server_properties),
         ]
-        with open(self.layout.stdout_log, "ab") as out:
+        with open(private_file(self.layout.stdout_log), "ab") as out:
             process = subprocess.Popen(
                 command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                umask=UMASK,  # log segments, checkpoints, server.log: owner only
             )
-        self.layout.pid_file.write_text(f"{process.pid}\n")
+        private_file(self.layout.pid_file).write_text(f"{process.pid}\n")
         return process.pid
 
     def _wait_ready(self, pid: int) -> None:

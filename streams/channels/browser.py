@@ -45,6 +45,7 @@ from events.channels.browser_targets import (
 from events.errors import ConfigError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
+from events.private_files import private_dir, private_file
 from events.redaction import redacted_text
 from streams.channels.base import (
     AdapterBuild,
@@ -431,8 +432,10 @@ class BrowserChannel:
             )
             path = self._screenshots / name
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                # A screenshot may show an internal page: owner only.
+                private_dir(path.parent)
                 await attempt.page.screenshot(path=str(path), timeout=SCREENSHOT_TIMEOUT_MS)
+                private_file(path)
             except Exception as exc:  # noqa: BLE001 - the page may be gone with the browser
                 log.info("no screenshot of %s: %s", delivery.idempotency_key, _one_line(exc))
             else:

@@ -18,6 +18,7 @@ from ledger.broker.process import metadata_ok
 from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
 from tests.fixtures.broker import TEST_BROKER_PORT
+from tests.fixtures.private import readable_by_others
 
 PORT = TEST_BROKER_PORT + 10  # a broker of its own, beside the suite's
 
@@ -63,6 +64,8 @@ def test_stop_then_start_keeps_every_record(tmp_path: Path) -> None:
 
         asyncio.run(publish())
         before = asyncio.run(replayed_run_ids(settings))
+        # Log segments, the metadata log, server.log, the config: owner only.
+        assert readable_by_others(settings.data_dir) == []
         assert sorted(before) == sorted([f"run-{n}" for n in range(5)] * 2)
 
         pid, _, killed = broker.stop()

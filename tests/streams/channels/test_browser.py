@@ -23,6 +23,7 @@ from streams.channels.http import create_http_client
 from streams.channels.write_guard import WriteGuard
 from streams.metrics import WorkerMetrics
 from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.fixtures.private import readable_by_others
 from tests.streams.channels.support import outbound
 
 FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
@@ -95,7 +96,9 @@ async def test_a_rejection_page_fails_with_a_screenshot(
         SendOutcome.REJECTED,
         ErrorClass.PROVIDER_REJECTED,
     )
-    screenshot(result.evidence)
+    shot = screenshot(result.evidence)
+    # It may show an internal page: owner only, its folder too.
+    assert readable_by_others(shot.parent) == []
     assert fake_form.app.accepted(d.idempotency_key) == []
 
 
