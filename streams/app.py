@@ -29,6 +29,7 @@ from events.deadletter import DeadLetter
 from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
+from events.private_files import private_dir
 from events.refusal import one_line
 from events.settings import (
     Settings,
@@ -100,7 +101,8 @@ class Worker:
         self.worker_id = new_worker_id(name)
         self.owned: set[int] = set()
         self.datadir = settings.data_dir / "worker" / settings.worker_group / name
-        self.datadir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
+        private_dir(self.datadir)
         self.app: Any = _faust_app(settings, self.datadir)
         self.deliveries: Any = _raw_topic(self.app, settings.topic_deliveries, settings.partitions)
         self.deadletters: Any = _raw_topic(self.app, settings.topic_deadletter, None)

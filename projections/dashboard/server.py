@@ -32,7 +32,7 @@ from projections.dashboard.guard import (
     misdirected,
     unauthorized,
 )
-from projections.dashboard.lookup import run_page, search
+from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
 from projections.dashboard.overview import AggregateCache, overview
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
@@ -44,6 +44,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STATIC = Path(str(files("projections.dashboard") / "static"))
 MAX_LIMIT = 500
+MAX_OFFSET = 10**9
 # Data lives behind /api and /metrics; the page shell and its assets hold none.
 PROTECTED = ("/api/", "/metrics")
 SECURITY_HEADERS = {
@@ -108,9 +109,20 @@ async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
 
 def _json(data: Any, status: int = 200) -> web.Response:
     # Every answer passes here: no URL from an event leaves with its credentials.
-    return web.json_response(
-        redacted_data(data), status=status, dumps=lambda d: json.dumps(d, default=str)
-    )
+    return web.Response(body=_encoded(data), status=status, content_type="application/json")
+
+
+def _encoded(data: Any) -> bytes:
+    # surrogatepass: a lone surrogate in a query or a row is shown escaped, never a 500.
+    text = json.dumps(redacted_data(data), default=str)
+    return text.encode("utf-8", "surrogatepass")
+
+
+async def _json_off_loop(data: Any, status: int = 200) -> web.Response:
+    """``_json`` with the redaction and encoding in a thread: a page of a big run must not
+    hold up the other requests (the store's own thread stays free for queries)."""
+    body = await asyncio.to_thread(_encoded, data)
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 async def page(request: web.Request) -> web.FileResponse:
@@ -137,20 +149,27 @@ async def api_overview(request: web.Request) -> web.Response:
 
 
 async def api_run(request: web.Request) -> web.Response:
-    """``GET /api/runs/{run_id}``: the three answers and the timeline of one run."""
+    """``GET /api/runs/{run_id}?offset=&limit=&key=``: the three answers and the timeline
+    of one run, a page of its deliveries at a time (``page`` says where, and what next)."""
     run_id = request.match_info["run_id"]
     try:
-        data = await _in_store(request, lambda s: run_page(s, run_id))
+        offset = max(0, min(MAX_OFFSET, int(request.query.get("offset", "0"))))
+        limit = int(request.query.get("limit", str(RUN_PAGE)))
+    except ValueError:
+        return await _json_off_loop({"error": "offset and limit must be integers"}, 400)
+    key = request.query.get("key") or None
+    try:
+        data = await _in_store(request, lambda s: run_page(s, run_id, offset, limit, key))
     except LedgerError as exc:
         return _json({"error": exc.message, "hint": exc.hint}, 404)
-    return _json(data)
+    return await _json_off_loop(data)
 
 
 async def api_search(request: web.Request) -> web.Response:
     """``GET /api/search?q=``: runs and deliveries by run id or idempotency key (or prefix)."""
     query = request.query.get("q", "")
     matches = await _in_store(request, lambda s: search(s, query))
-    return _json({"query": query, "matches": matches})
+    return await _json_off_loop({"query": query[:MAX_QUERY], "matches": matches})
 
 
 async def metrics(request: web.Request) -> web.Response:
