@@ -161,22 +161,25 @@ class DeliveryProcessor:
         """
         try:
             event = self._admit(record)
+            plan = self._plan(record, event, self._state_of(event.idempotency_key))
+        except SystemFailure:
+            raise
         except _Refused as refused:
-            await self._reject(record, refused.reason)
-            return
+            reason = refused.reason
         except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
-            await self._reject(record, self._refusal(record, exc))
+            reason = self._refusal(record, exc)
+        else:
+            await self._carry_out(record, plan)
             return
-        before = self._store.get(event.idempotency_key)
+        await self._reject(record, reason)
+
+    def _state_of(self, key: str) -> DeliveryState | None:
+        """The table's state of ``key``: the one step before the plan that is not pure, so
+        its failure is the table's, not the record's."""
         try:
-            plan = self._plan(record, event, before)
-        except _Refused as refused:
-            await self._reject(record, refused.reason)
-            return
-        except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
-            await self._reject(record, self._refusal(record, exc))
-            return
-        await self._carry_out(record, plan)
+            return self._store.get(key)
+        except Exception as exc:
+            raise SystemFailure("the delivery table", exc) from exc
 
     def _refusal(self, record: Record, exc: BaseException) -> str:
         return refusal(
