@@ -21,6 +21,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Origin = tuple[str, int]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052, the well-known prefix
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215
 # Named for the reason in the event; checked in this order (the first that holds).
 _KINDS: tuple[tuple[str, str], ...] = (
     ("is_unspecified", "unspecified"),
@@ -70,6 +72,7 @@ class AddressPolicy:
         # "0x7f000001 is 127.0.0.1, a loopback address"; "10.0.0.5 is a private address"
         why = why.replace(f"{host} resolves to ", f"{host} is ", 1)
         if host.strip("[]") == address:
+            why = why.replace(f"{host} is {address}, which carries ", f"{host} carries ", 1)
             why = why.replace(f"{host} is {address}, ", f"{host} is ", 1)
         return why
 
@@ -78,19 +81,59 @@ class AddressPolicy:
         or None."""
         if _name(host) in self.hosts:
             return None
-        ip: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+        written: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])
         extra = self.per_origin.get((_name(host), port), ()) if port is not None else ()
-        if any(ip in network for network in (*self.networks, *extra)):
+        if any(written in network for network in (*self.networks, *extra)):
             return None
+        ip = embedded_ipv4(written)
+        if isinstance(ip, str):
+            return f"{host} resolves to {written}, {ip}"
+        if ip is not written and any(ip in network for network in (*self.networks, *extra)):
+            return None
+        shown = str(ip) if ip == written else f"{written}, which carries {ip},"
         for attribute, kind in _KINDS:
             if getattr(ip, attribute):
                 article = "an" if kind[0] in "aeiou" else "a"
-                return f"{host} resolves to {ip}, {article} {kind} address"
+                return f"{host} resolves to {shown} {article} {kind} address".replace(
+                    f"{ip} {article}", f"{ip}, {article}", 1
+                )
         if not ip.is_global:
-            return f"{host} resolves to {ip}, which is not globally routable"
+            return f"{host} resolves to {shown.rstrip(',')}, which is not globally routable"
         return None
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``: a binding nothing outside this machine
+    reaches; anything else (a wildcard, an interface, a name) is reachable from outside."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def embedded_ipv4(ip: IPAddress) -> IPAddress | str:
+    """The address a connection to ``ip`` really reaches: the IPv4 address an IPv6
+    translation or tunnel prefix carries (``::ffff:a.b.c.d``, 6to4 ``2002::/16``, NAT64
+    ``64:ff9b::/96``), ``ip`` itself otherwise; or why it is refused outright (Teredo,
+    whose client address is obfuscated; local-use NAT64, whose embedding is the
+    operator's; deprecated site-local ``fec0::/10``, routed like a private network)."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    if ip.sixtofour is not None:
+        return ip.sixtofour  # 2002:7f00:1::1 tunnels to 127.0.0.1
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)  # 64:ff9b::7f00:1 is 127.0.0.1
+    if ip.teredo is not None:
+        return "a Teredo tunnel address (2001::/32), whose destination cannot be checked"
+    if ip in _LOCAL_NAT64:
+        return "a local-use NAT64 address (64:ff9b:1::/48), whose destination cannot be checked"
+    if ip.is_site_local:
+        return "a site-local address (fec0::/10)"
+    return ip
 
 
 def literal_address(host: str) -> str | None:

@@ -15,9 +15,10 @@ from urllib.parse import unquote_plus
 
 REDACTED = "REDACTED"
 
-# Parameter names that carry credentials, matched on the decoded, lowercased name's end.
-# Wider than what a request is refused for (events/channels.py): hiding too much in a
-# display costs nothing, showing a secret cannot be undone.
+# Parameter names that carry credentials, matched on the decoded, lowercased name's end:
+# the one list, both for what a recipient may not carry (events/channels/urls.py refuses
+# it at admission) and for what is hidden when a URL is shown. ``sig``, ``key`` and
+# ``X-Amz-Signature`` (presigned URLs) are credentials too.
 _SECRET_NAME = re.compile(
     r"(^|[_.\-\[])(api[_-]?key|apikey|key|token|secret|password|passwd|pwd|pass|auth|"
     r"authorization|signature|sig|credentials?|session|sessionid|jwt|bearer)\]?$"
@@ -32,6 +33,17 @@ _TRAILING = ".,;:!?)]}'\""
 def secret_name(name: str) -> bool:
     """True if a query parameter called ``name`` looks like it carries a credential."""
     return _SECRET_NAME.search(unquote_plus(name).strip().lower()) is not None
+
+
+def secret_params(text: str) -> list[str]:
+    """The names of the secret-looking parameters in a query or fragment ``text`` (split
+    on ``&`` and ``;``, as they are redacted)."""
+    found = []
+    for piece in re.split(r"[&;]", text):
+        name, eq, _ = piece.partition("=")
+        if eq and secret_name(name):
+            found.append(name)
+    return found
 
 
 def _params(text: str) -> str:

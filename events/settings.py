@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     topic_runs: str = "ledger.runs"
     topic_deliveries: str = "ledger.deliveries"
     topic_deadletter: str = "ledger.deadletter"
+    # Workers' heartbeats: compacted, timestamped by the broker (streams/heartbeat.py).
+    topic_heartbeats: str = "ledger.heartbeats"
     partitions: int = Field(default=8, ge=1, le=1024)
 
     data_dir: Path = Path(user_data_dir("delivery-ledger"))
@@ -198,6 +200,13 @@ class Settings(BaseSettings):
     send_deadlines: dict[str, float] = Field(default_factory=dict)
     # Clocks of two workers may disagree by this much; the lease rule allows for it.
     clock_skew_margin_s: float = Field(default=2.0, ge=0)
+    # One clock for every worker (streams/broker_clock.py): each worker measures the
+    # broker's clock with a heartbeat every clock_probe_interval_s and decides on it; past
+    # clock_skew_limit_s off (or unmeasured for clock_stale_s) it claims, sends and times
+    # nothing until its clock is back.
+    clock_skew_limit_s: float = Field(default=30.0, gt=0)
+    clock_probe_interval_s: float = Field(default=1.0, gt=0, le=60)
+    clock_stale_s: float = Field(default=15.0, gt=0)
     # After an UNKNOWN, its receiver may still be processing the request the client gave
     # up on: the first lookup waits this long; a second "not found" is needed before a
     # retry, this long after the first.

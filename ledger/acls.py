@@ -101,7 +101,7 @@ def role_acls(
         group = settings.worker_group
         return [
             *_on_topics(principal, (*read, Operation.WRITE), deliveries),
-            *_on_topics(principal, write, deadletter),
+            *_on_topics(principal, write, deadletter, settings.topic_heartbeats),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").
             *(
@@ -113,10 +113,10 @@ def role_acls(
     if role == "projector":
         # A reader that dead-letters the bad records of ledger.runs (projections/deadletters.py).
         return [
-            *_on_topics(principal, read, runs, deliveries, deadletter),
+            *_on_topics(principal, read, runs, deliveries, deadletter, settings.topic_heartbeats),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
         ]
-    return _on_topics(principal, read, runs, deliveries, deadletter)
+    return _on_topics(principal, read, runs, deliveries, deadletter, settings.topic_heartbeats)
 
 
 async def grant(settings: Settings, acls: list[Acl]) -> None:

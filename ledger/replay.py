@@ -122,7 +122,7 @@ async def replay(
                         record = _decoded(message)
                         kept = wanted.keeps(record)
                     except Exception as exc:  # noqa: BLE001 - the record guard
-                        record = refused(_decoded_nothing(message), exc)
+                        record = refused(_undecoded(message), exc)
                         kept = wanted.keeps(record)
                     if kept:
                         yield record
@@ -157,7 +157,7 @@ def refused(record: ReplayedRecord, exc: BaseException) -> ReplayedRecord:
     return replace(record, event=None, error=reason, deadletter=None)
 
 
-def _decoded_nothing(message: object) -> ReplayedRecord:
+def _undecoded(message: object) -> ReplayedRecord:
     return ReplayedRecord(
         topic=getattr(message, "topic", ""),
         partition=getattr(message, "partition", -1),
@@ -170,24 +170,12 @@ def _decoded_nothing(message: object) -> ReplayedRecord:
 
 def _decoded(message: object) -> ReplayedRecord:
     value = getattr(message, "value", None)
-    deadletter = None
     try:
-        event = decode(value)
-        error = None
+        return replace(_undecoded(message), event=decode(value))
     except EventDecodeError as exc:
-        event, error = None, exc.reason
         deadletter = _deadletter(value)
-        if deadletter is not None:
-            error = None
-    return ReplayedRecord(
-        topic=getattr(message, "topic", ""),
-        partition=getattr(message, "partition", -1),
-        offset=getattr(message, "offset", -1),
-        timestamp_ms=getattr(message, "timestamp", 0),
-        event=event,
-        error=error,
-        deadletter=deadletter,
-    )
+        error = None if deadletter is not None else exc.reason
+        return replace(_undecoded(message), error=error, deadletter=deadletter)
 
 
 def _deadletter(value: object) -> DeadLetter | None:

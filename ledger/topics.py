@@ -13,6 +13,13 @@ from events.kafka_security import client_options, connect_error
 from events.settings import Settings
 
 FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+# Workers' heartbeats: the latest per worker is all anyone reads, and their timestamps are
+# the broker's own (one clock for every worker: streams/broker_clock.py).
+HEARTBEATS = {
+    "cleanup.policy": "compact,delete",
+    "retention.ms": str(7 * 24 * 3600 * 1000),
+    "message.timestamp.type": "LogAppendTime",
+}
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
     """Create the ledger topics with ``settings.partitions`` and infinite retention."""
-    names = names or settings.topic_names()
+    names = names or (*settings.topic_names(), settings.topic_heartbeats)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.bootstrap_servers,
         request_timeout_ms=15000,
@@ -46,9 +53,11 @@ async def create_topics(
             if name in existing:
                 results.append(TopicResult(name, await _partitions(admin, name), False))
                 continue
-            response = await admin.create_topics(
-                [NewTopic(name, settings.partitions, 1, topic_configs=dict(FOREVER))]
-            )
+            if name == settings.topic_heartbeats:
+                topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
+            else:
+                topic = NewTopic(name, settings.partitions, 1, topic_configs=dict(FOREVER))
+            response = await admin.create_topics([topic])
             code, message = _topic_error(response, name)
             if code == TopicAlreadyExistsError.errno:
                 results.append(TopicResult(name, await _partitions(admin, name), False))
@@ -58,7 +67,7 @@ async def create_topics(
                     "check the broker log ('ledger broker logs')",
                 )
             else:
-                results.append(TopicResult(name, settings.partitions, True))
+                results.append(TopicResult(name, topic.num_partitions, True))
         return results
     finally:
         await admin.close()

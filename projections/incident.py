@@ -54,6 +54,9 @@ class RunView:
     execution: str
     deliveries: list[DeliveryView] = field(default_factory=list)
     timeline: list[TimelineEntry] = field(default_factory=list)
+    # The run's deliveries in all; ``deliveries`` holds those from ``offset`` on (a page).
+    total_deliveries: int = 0
+    offset: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The view as JSON-compatible data."""
@@ -66,36 +69,44 @@ def _shown(rows: list[Row]) -> list[Row]:
     return shown
 
 
-def run_view(store: Store, run_id: str) -> RunView:
-    """Everything the projection knows about ``run_id``, URLs redacted (``events.redaction``);
-    ``LedgerError`` if nothing."""
+def run_view(store: Store, run_id: str, *, offset: int = 0, limit: int | None = None) -> RunView:
+    """What the projection knows about ``run_id``, URLs redacted (``events.redaction``):
+    the run, and its deliveries from ``offset`` on, at most ``limit`` of them (None: all),
+    with their attempts and timeline; ``LedgerError`` if nothing."""
     runs = _shown(store.rows("SELECT * FROM agent_runs WHERE run_id = ?", (run_id,)))
-    deliveries = _shown(
-        store.rows(
+    total = _count(store, run_id)
+    if limit is None:
+        found = store.rows(
             "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key",
             (run_id,),
         )
-    )
+    else:
+        found = store.rows(
+            "SELECT * FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key "
+            "LIMIT ? OFFSET ?",
+            (run_id, limit, offset),
+        )
+    deliveries = _shown(found)
     for row in deliveries:
         del row["state"]  # the fold's bookkeeping, not part of the incident view
-    if not runs and not deliveries:
+    if not runs and not total:
         raise LedgerError(
             f"run {run_id} is not in the projection",
             "check the run id, or that 'ledger project' has caught up",
         )
     run = runs[0] if runs else None
-    view = RunView(run_id, run, _execution(run))
-    attempts = _shown(
-        store.rows(
-            "SELECT * FROM delivery_attempts WHERE run_id = ? ORDER BY idempotency_key, attempt",
-            (run_id,),
-        )
+    view = RunView(run_id, run, _execution(run), total_deliveries=total, offset=offset)
+    attempts = _of_page(
+        store,
+        "SELECT * FROM delivery_attempts WHERE run_id = ?{keys} ORDER BY idempotency_key, attempt",
+        run_id,
+        deliveries if limit is not None else None,
     )
-    duplicates = _shown(
-        store.rows(
-            "SELECT * FROM duplicate_keys WHERE run_id = ? ORDER BY occurred_at, event_id",
-            (run_id,),
-        )
+    duplicates = _of_page(
+        store,
+        "SELECT * FROM duplicate_keys WHERE run_id = ?{keys} ORDER BY occurred_at, event_id",
+        run_id,
+        deliveries if limit is not None else None,
     )
     events: list[tuple[str, int, TimelineEntry]] = []
 
@@ -114,6 +125,39 @@ def run_view(store: Store, run_id: str) -> RunView:
         _delivery_entries(delivery, mine, dups, add)
     view.timeline = [entry for _, _, entry in sorted(events, key=lambda e: (e[0], e[1]))]
     return view
+
+
+def _count(store: Store, run_id: str) -> int:
+    [row] = store.rows("SELECT COUNT(*) AS n FROM deliveries WHERE run_id = ?", (run_id,))
+    return int(row["n"])
+
+
+def _of_page(store: Store, sql: str, run_id: str, page: list[Row] | None) -> list[Row]:
+    """Rows of the run (``page`` None), or of the page's deliveries only."""
+    if page is None:
+        return _shown(store.rows(sql.format(keys=""), (run_id,)))
+    if not page:
+        return []
+    keys = [row["idempotency_key"] for row in page]
+    marks = ", ".join("?" * len(keys))
+    where = f" AND idempotency_key IN ({marks})"
+    return _shown(store.rows(sql.format(keys=where), (run_id, *keys)))
+
+
+def key_position(store: Store, run_id: str, key: str) -> int | None:
+    """Where delivery ``key`` sits among the run's deliveries (the view's order), or None."""
+    found = store.rows(
+        "SELECT created_at FROM deliveries WHERE run_id = ? AND idempotency_key = ?",
+        (run_id, key),
+    )
+    if not found:
+        return None
+    [row] = store.rows(
+        "SELECT COUNT(*) AS n FROM deliveries WHERE run_id = ? AND "
+        "(created_at < ? OR (created_at = ? AND idempotency_key < ?))",
+        (run_id, found[0]["created_at"], found[0]["created_at"], key),
+    )
+    return int(row["n"])
 
 
 def _execution(run: Row | None) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from events.private_files import private_dir, private_file
 from projections.store import Store, stage_name
 
 # A rebuild's page cache (KiB): the batch's lookups and upserts touch pages all over the
@@ -31,7 +32,10 @@ class SqliteStore(Store):
 
     def __init__(self, dsn: str, path: Path) -> None:
         super().__init__(dsn)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # The projection holds payloads and recipients: owner only (the WAL and shared
+        # memory files SQLite makes beside it take the database file's mode).
+        private_dir(path.parent, ours=False)
+        private_file(path)
         self._path = path
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch and its
         # offsets are exactly one transaction. check_same_thread=False: the projector

@@ -8,6 +8,7 @@ Calls run in a worker thread so the event loop never waits on the file lock.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -40,7 +41,7 @@ class SqliteStore:
 
     def _open(self) -> None:
         if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            _owner_only(Path(self._path))
         conn = sqlite3.connect(
             self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
@@ -121,3 +122,15 @@ def _write(conn: sqlite3.Connection, record: KeyRecord) -> None:
         "error = excluded.error",
         (record.key, record.status.value, record.fencing_token, record.result_id, record.error),
     )
+
+
+def _owner_only(path: Path) -> None:
+    """Received keys and payload hashes: the file 0600 (SQLite gives its WAL the same
+    mode) and any folder made for it 0700. The ledger's events/private_files.py rule,
+    kept here because the kit imports nothing of the ledger."""
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for created in missing:
+        os.chmod(created, 0o700)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)

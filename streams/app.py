@@ -16,7 +16,6 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -30,6 +29,7 @@ from events.deadletter import DeadLetter
 from events.errors import ConfigError
 from events.kafka_security import faust_credentials
 from events.outcome_signing import private_key, public_text
+from events.private_files import private_dir
 from events.refusal import one_line
 from events.settings import (
     Settings,
@@ -41,10 +41,12 @@ from events.settings import (
 )
 from events.topics import record_key
 from streams.agent_log import quiet
+from streams.broker_clock import BrokerClock
 from streams.channels.registry import ChannelRegistry
 from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
+from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
@@ -67,11 +69,6 @@ TABLE_ROCKSDB_OPTIONS = {
     "block_cache_size": 8 * 1024 * 1024,
     "block_cache_compressed_size": 0,
 }
-
-
-def utc_now() -> datetime:
-    """Processing time, passed into the pure decisions as ``now``."""
-    return datetime.now(UTC)
 
 
 def new_worker_id(name: str) -> str:
@@ -104,7 +101,8 @@ class Worker:
         self.worker_id = new_worker_id(name)
         self.owned: set[int] = set()
         self.datadir = settings.data_dir / "worker" / settings.worker_group / name
-        self.datadir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
+        private_dir(self.datadir)
         self.app: Any = _faust_app(settings, self.datadir)
         self.deliveries: Any = _raw_topic(self.app, settings.topic_deliveries, settings.partitions)
         self.deadletters: Any = _raw_topic(self.app, settings.topic_deadletter, None)
@@ -120,6 +118,9 @@ class Worker:
         )
         self.store = TableStore(self.table)
         self.app.before_commit = self.store.flush
+        # One clock for every worker: the broker's, measured by a heartbeat.
+        self.clock = BrokerClock(settings.clock_skew_limit_s, settings.clock_stale_s)
+        self.heartbeat = Heartbeat(settings, self.worker_id, self.clock)
         self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
         self.metrics = WorkerMetrics()
@@ -142,7 +143,7 @@ class Worker:
             channels=self.registry.channels,
             ctx=ctx,
             append=self.outcomes.append,
-            clock=utc_now,
+            clock=self.clock.now,
             concurrency=settings.send_concurrency,
             current=self.store.get,
             owns=self.owned.__contains__,
@@ -153,6 +154,7 @@ class Worker:
             faults=settings.faults,
             metrics=self.metrics,
             observe=self.budget.observe,
+            halted=self.clock.why_not,
         )
         self.due = DueIndex(self.datadir / "due-index")
         self.continuity = ContinuityGuard(
@@ -166,12 +168,13 @@ class Worker:
             dead_letter=self.dead_letter,
             sender=self.sender,
             due=self.due,
-            clock=utc_now,
+            clock=self.clock.now,
             max_open_claims=self.budget.limit,
             continuous=self.continuity.continuous,
             faults=settings.faults,
             metrics=self.metrics,
             verifier=verifier_for(settings),
+            acting=lambda: not self.clock.skewed,
         )
         self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
@@ -211,6 +214,17 @@ class Worker:
             "Delivery states written to the table and its changelog (counted): the puts "
             "less those overwritten before the next offset commit.",
             lambda: self.store.writes,
+        )
+        watch(
+            "ledger_worker_clock_offset_seconds",
+            "The broker's clock minus this worker's, as its heartbeats measure it.",
+            lambda: self.clock.offset_s,
+        )
+        watch(
+            "ledger_worker_clock_skew",
+            "1 while this worker does not act: its clock is off the broker's by more than "
+            "LEDGER_CLOCK_SKEW_LIMIT_S, or not measured.",
+            lambda: float(self.clock.skewed),
         )
         watch(
             "ledger_worker_sender_failures",
@@ -316,7 +330,8 @@ class Worker:
         self.watchdog.ready()
 
     async def on_tick(self) -> None:
-        """Due timers, lag, the watchdog and the continuity check."""
+        """The heartbeat, due timers, lag, the watchdog and the continuity check."""
+        self.heartbeat.maybe_beat()
         # Continuity first: timers act only on partitions whose state follows the log.
         await self.check_continuity()
         if self.owned and not self.app.in_recovery:
@@ -365,6 +380,7 @@ class Worker:
         )
         await self.sender.drain(timeout_s=self.settings.longest_send_deadline_s + 1)
         await self.outcomes.stop()
+        await self.heartbeat.stop()
         await self.registry.aclose()
         await self.continuity.stop()
 

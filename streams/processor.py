@@ -121,8 +121,12 @@ class DeliveryProcessor:
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
         verifier: OutcomeVerifier | None = None,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.ctx = ctx
+        # False while this worker must not act (its clock is off the broker's): it claims
+        # nothing and its timers wait; records are still folded.
+        self._acting = acting
         # Signed outcome events (events/outcome_signing.py): None when checking is off.
         self._verifier = verifier
         # Admission control: claims this worker proposed and has not read back, plus the
@@ -157,22 +161,25 @@ class DeliveryProcessor:
         """
         try:
             event = self._admit(record)
+            plan = self._plan(record, event, self._state_of(event.idempotency_key))
+        except SystemFailure:
+            raise
         except _Refused as refused:
-            await self._reject(record, refused.reason)
-            return
+            reason = refused.reason
         except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
-            await self._reject(record, self._refusal(record, exc))
+            reason = self._refusal(record, exc)
+        else:
+            await self._carry_out(record, plan)
             return
-        before = self._store.get(event.idempotency_key)
+        await self._reject(record, reason)
+
+    def _state_of(self, key: str) -> DeliveryState | None:
+        """The table's state of ``key``: the one step before the plan that is not pure, so
+        its failure is the table's, not the record's."""
         try:
-            plan = self._plan(record, event, before)
-        except _Refused as refused:
-            await self._reject(record, refused.reason)
-            return
-        except Exception as exc:  # noqa: BLE001 - the record guard: any pure failure
-            await self._reject(record, self._refusal(record, exc))
-            return
-        await self._carry_out(record, plan)
+            return self._store.get(key)
+        except Exception as exc:
+            raise SystemFailure("the delivery table", exc) from exc
 
     def _refusal(self, record: Record, exc: BaseException) -> str:
         return refusal(
@@ -308,6 +315,8 @@ class DeliveryProcessor:
         Each decision is proposed once (until the state moves), and all of one tick's
         proposals go out in one append. Partitions that are not ``continuous`` wait.
         """
+        if not self._acting():
+            return 0  # timers wait for the clock; nothing is lost, nothing decided
         now = self._clock()
         due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
         proposals: list[Event] = []
@@ -347,7 +356,9 @@ class DeliveryProcessor:
         return len(due)
 
     def _room(self) -> int:
-        """How many more claims this worker may propose now."""
+        """How many more claims this worker may propose now (none while it must not act)."""
+        if not self._acting():
+            return 0
         limit = self._max_open_claims
         if callable(limit):
             limit = limit()

@@ -80,8 +80,11 @@ class Sender:
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
         observe: Callable[[float], None] = lambda _seconds: None,
+        halted: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._observe = observe  # how long admitted sends take (the claim budget learns)
+        # Why this worker must not act now (its clock is off the broker's), or None.
+        self._halted = halted
         self._channels = channels
         self._ctx = ctx
         self._append = append
@@ -164,6 +167,8 @@ class Sender:
         """The lease rule, checked right before the first byte; None allows the write."""
         if work.stopped is not None:
             return work.stopped
+        if (halted := self._halted()) is not None:
+            return f"this worker does not act: {halted}"
         current = self._current(claimed.idempotency_key)
         if (
             current is None
@@ -337,6 +342,7 @@ def _refusal_label(evidence: str) -> str:
         ("no longer current", "token"),
         ("revoked", "revoked"),
         ("shutting down", "shutdown"),
+        ("does not act", "clock"),
     ):
         if needle in evidence:
             return label

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
+from events.private_files import private_dir
+
 _DUE = b"d"
 _KEY = b"k"
 _HEAD = struct.Struct(">HQ")  # partition, due time in ms
@@ -34,7 +36,7 @@ class DueIndex:
     def __init__(self, path: Path) -> None:
         # Derived state: start empty every time; the owner rebuilds it on assignment.
         shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         # Entries are tiny and read in order: small memtables keep a million timers cheap.

@@ -4,7 +4,7 @@ pyproject.toml like any plugin. Their adapters live in ``streams/channels/``."""
 from __future__ import annotations
 
 from events.channels.browser_targets import TARGET_NAME, BrowserSettings
-from events.channels.email_address import check_email_recipient
+from events.channels.email_address import check_email_recipient, email_refusal
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
 from events.channels.mail import SmtpSettings
 from events.channels.plugin import Capabilities, ChannelPlugin, DedupeRule, FirstAnswer, Lookup
@@ -106,6 +106,7 @@ smtp = ChannelPlugin(
         dedupe_rule=MESSAGE_ID_DEDUPE,
     ),
     check_recipient=check_email_recipient,
+    refuse=email_refusal,
     adapter="streams.channels.smtp:adapter",
     settings_model=SmtpSettings,
 )
@@ -128,6 +129,7 @@ email_api = ChannelPlugin(
         dedupe_rule=IDEMPOTENCY_KEY_DEDUPE,
     ),
     check_recipient=check_email_recipient,
+    refuse=email_refusal,
     adapter="streams.channels.email_api:adapter",
     settings_model=EmailApiSettings,
 )

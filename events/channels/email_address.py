@@ -69,6 +69,25 @@ def email_problem(recipient: str) -> str | None:
     return domain_problem(domain)
 
 
+def email_refusal(recipient: str) -> str | None:
+    """Why a well-formed ``recipient`` must not be mailed (checked where a request is made,
+    like a webhook's credentials, never on read), or None: an address literal
+    (``user@[127.0.0.1]``) or a ``localhost`` domain makes the relay deliver into its own
+    host or network, which no notification needs."""
+    domain = recipient.rpartition("@")[2].lower()
+    if domain.startswith("["):
+        return (
+            f"an email recipient may not name an address literal ({domain[:60]}): the relay "
+            "would deliver to that host; use the recipient's domain name"
+        )
+    if domain == "localhost" or domain.endswith(".localhost"):
+        return (
+            f"an email recipient may not be at {domain[:60]} (the relay's own host); "
+            "use the recipient's domain name"
+        )
+    return None
+
+
 def check_email_recipient(recipient: str) -> None:
     """An email channel's recipient form: one bare address; ValueError says what is wrong."""
     problem = email_problem(recipient)

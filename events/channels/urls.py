@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlsplit
 
+from events.redaction import secret_params
+
 # A Slack recipient is ``WORKSPACE/CHANNEL_ID``: the workspace names its bot token in
 # LEDGER_SLACK_TOKENS (so no credential is ever in a recipient), the channel is a
 # conversation ID (C... public, G... private, D... direct), not a #name: names can be
@@ -30,10 +32,6 @@ def slack_recipient(recipient: str) -> tuple[str, str]:
     return workspace, channel
 
 
-# Query parameter names that carry credentials (matched on the lowercased name's end).
-_SECRET_PARAM = re.compile(
-    r"(^|[_.-])(api[_-]?key|token|secret|password|passwd|pwd|auth|authorization)$"
-)
 _ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_WEBHOOK_ENDPOINTS)"
 
 
@@ -57,9 +55,14 @@ def credentials_in(recipient: str) -> str | None:
     parts = urlsplit(recipient)
     if parts.username is not None or parts.password is not None:
         return f"recipient URL carries credentials (user:password@): {_ENDPOINT_HINT}"
-    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
-        if _SECRET_PARAM.search(name.lower()):
-            return f"recipient URL carries a credential in its query ({name}=...): {_ENDPOINT_HINT}"
+    # The names the display hides (events/redaction.py) are the names refused here.
+    for part, text in (("query", parts.query), ("fragment", parts.fragment)):
+        for name in secret_params(text):
+            shown_name = name[:40]
+            return (
+                f"recipient URL carries a credential in its {part} ({shown_name}=...): "
+                f"{_ENDPOINT_HINT}"
+            )
     return None
 
 

@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from events.private_files import private_dir, private_file
 from events.settings import Settings
+from ledger.broker.listeners import check_exposure, listeners_for
 from ledger.broker.security import BrokerSecurity, listener_properties
 
 LOG4J2 = """status = error
@@ -91,10 +93,12 @@ def layout_for(settings: Settings) -> BrokerLayout:
 
 
 def server_properties(settings: Settings, layout: BrokerLayout) -> str:
-    """A single-node combined broker+controller bound to the configured host and ports."""
-    host = settings.broker_host
-    broker = f"{host}:{settings.broker_port}"
-    controller = f"{host}:{settings.controller_port}"
+    """A single-node combined broker+controller on the configured ports; the listeners'
+    hosts follow ledger/broker/listeners.py (unauthenticated ones on loopback only)."""
+    check_exposure(settings)
+    bound = listeners_for(settings)
+    broker = f"{bound.plaintext_host}:{settings.broker_port}"
+    controller = f"{bound.controller_host}:{settings.controller_port}"
     lines = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -117,10 +121,10 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "auto.create.topics.enable": "true",
         "log.flush.interval.messages": "9223372036854775807",
     }
-    if settings.broker_sasl_ssl_port:
-        secure = f"SASL_SSL://{host}:{settings.broker_sasl_ssl_port}"
-        lines["listeners"] += f",{secure}"
-        lines["advertised.listeners"] += f",{secure}"
+    if bound.sasl_ssl_host is not None:
+        port = settings.broker_sasl_ssl_port
+        lines["listeners"] += f",SASL_SSL://{bound.sasl_ssl_host}:{port}"
+        lines["advertised.listeners"] += f",SASL_SSL://{bound.sasl_ssl_advertised}:{port}"
         lines["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
         lines.update(listener_properties(layout.security))
     return "".join(f"{key}={value}\n" for key, value in lines.items())
@@ -128,11 +132,15 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
 
 def write_config(settings: Settings, layout: BrokerLayout) -> None:
     """(Re)write the configuration files; the data dir is never touched here."""
-    layout.config.mkdir(parents=True, exist_ok=True)
-    layout.logs.mkdir(parents=True, exist_ok=True)
+    private_dir(layout.root.parent)  # the data directory
+    for folder in (layout.root, layout.config, layout.logs, layout.data):
+        private_dir(folder)
     if settings.broker_sasl_ssl_port:
         # It holds the PLAIN users' passwords then: owner only, before they are written.
         layout.server_properties.touch(mode=0o600)
         os.chmod(layout.server_properties, 0o600)
-    layout.server_properties.write_text(server_properties(settings, layout))
-    layout.log4j2_properties.write_text(LOG4J2)
+    for path, text in (
+        (layout.server_properties, server_properties(settings, layout)),
+        (layout.log4j2_properties, LOG4J2),
+    ):
+        private_file(path).write_text(text)

@@ -20,9 +20,11 @@ from aiokafka.errors import KafkaError
 
 from events.errors import LedgerError
 from events.kafka_security import client_options
+from events.private_files import UMASK, private_dir, private_file
 from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
+from ledger.broker.listeners import LOOPBACK, check_exposure, listeners_for
 
 JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 READY_TIMEOUT_S = 90.0
@@ -59,8 +61,9 @@ class LocalBroker:
         self.settings = settings
         self.layout = layout_for(settings)
         # The listener every local broker has, whatever the clients are configured with:
-        # start-up and readiness are checked there.
-        self.plaintext = f"{settings.broker_host}:{settings.broker_port}"
+        # start-up and readiness are checked there (on loopback when SASL_SSL is on).
+        self.listeners = listeners_for(settings)
+        self.plaintext = f"{self.listeners.plaintext_host}:{settings.broker_port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -88,6 +91,7 @@ class LocalBroker:
     def start(self) -> StartReport:
         """Provision jars, format once, start the JVM, return when metadata answers."""
         began = time.monotonic()
+        check_exposure(self.settings)  # before anything: nothing is started or written
         running = self.pid()
         if running is not None:
             if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
@@ -102,18 +106,17 @@ class LocalBroker:
                 "Java is not installed (Kafka needs a Java 17+ runtime)",
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
-        ports = (self.settings.broker_port, self.settings.controller_port)
         secure_port = self.settings.broker_sasl_ssl_port
-        for port in (*ports, secure_port) if secure_port else ports:
-            if _port_taken(self.settings.broker_host, port):
+        for host, port in self.listeners.ports(self.settings):
+            if _port_taken(host, port):
                 raise LedgerError(
-                    f"port {self.settings.broker_host}:{port} is already in use by another process",
+                    f"port {host}:{port} is already in use by another process",
                     "stop that process, or choose other ports with LEDGER_BROKER_PORT, "
                     "LEDGER_CONTROLLER_PORT (and LEDGER_BROKER_SASL_SSL_PORT)",
                 )
         libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
         if secure_port:
-            self.layout.security.ensure(self.settings.broker_host)
+            self.layout.security.ensure(self.listeners.sasl_ssl_advertised or LOOPBACK)
         write_config(self.settings, self.layout)
         classpath = f"{libs}/*"
         self._format_once(java, classpath)
@@ -160,7 +163,7 @@ class LocalBroker:
                 f"move it away: mv {self.layout.data} {self.layout.data}.corrupt",
             )
         cluster_id = self._cluster_id(java, classpath)
-        self.layout.data.mkdir(parents=True, exist_ok=True)
+        private_dir(self.layout.data)
         # SCRAM users live in the KRaft metadata: they are created here, at format time.
         scram = (
             self.layout.security.scram_format_args() if self.settings.broker_sasl_ssl_port else []
@@ -184,6 +187,7 @@ class LocalBroker:
             text=True,
             check=False,
             timeout=120,
+            umask=UMASK,  # the metadata log it writes: owner only
         )
         if result.returncode != 0:
             why = _last_line(result.stderr or result.stdout)
@@ -204,12 +208,12 @@ class LocalBroker:
             timeout=60,
         )
         cluster_id = result.stdout.strip().splitlines()[-1]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(cluster_id + "\n")
+        private_dir(path.parent)
+        private_file(path).write_text(cluster_id + "\n")
         return cluster_id
 
     def _spawn(self, java: str, classpath: str) -> int:
-        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        private_dir(self.layout.logs)
         command = [
             java,
             *JVM_OPTS,
@@ -220,15 +224,16 @@ class LocalBroker:
             "kafka.Kafka",
             str(self.layout.server_properties),
         ]
-        with open(self.layout.stdout_log, "ab") as out:
+        with open(private_file(self.layout.stdout_log), "ab") as out:
             process = subprocess.Popen(
                 command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                umask=UMASK,  # log segments, checkpoints, server.log: owner only
             )
-        self.layout.pid_file.write_text(f"{process.pid}\n")
+        private_file(self.layout.pid_file).write_text(f"{process.pid}\n")
         return process.pid
 
     def _wait_ready(self, pid: int) -> None:

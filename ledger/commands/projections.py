@@ -17,9 +17,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from events.committed_log import TRANSIENT
+from events.refusal import one_line
 from events.settings import Settings
 from projections.backends import default_dsn, open_store
 from projections.deadletters import RunsDeadLetters
+from projections.heartbeats import worker_clocks
 from projections.incident import run_view
 from projections.parallel_rebuild import default_workers
 from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
@@ -181,10 +184,13 @@ def register(app: typer.Typer) -> None:
         with _reading(dsn or default_dsn(settings)) as store:
             # The only clock read: the CLI decides what "now" is; the library never does.
             report = status_report(store, datetime.now(UTC))
+        shown = report.to_json()
+        shown["workers"] = _workers(settings)
+        shown["clock_skew"] = [w["worker_id"] for w in shown["workers"] if w["clock_skew"]]
         if as_json:
-            sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+            sys.stdout.write(json.dumps(shown, indent=2) + "\n")
             return
-        _print_status(report.to_json())
+        _print_status(shown)
 
     @app.command("run")
     def run_command(
@@ -239,6 +245,17 @@ async def _until_signalled(settings: Settings, store: Store, batch_size: int) ->
         )
 
 
+def _workers(settings: Settings) -> list[dict[str, Any]]:
+    """The workers' last heartbeats: their clocks, and whether they act (empty when the
+    broker does not answer: the projection's answers stand on their own)."""
+    try:
+        clocks = asyncio.run(worker_clocks(settings, datetime.now(UTC)))
+    except TRANSIENT as exc:
+        err.print(f"workers: not shown ({one_line(exc)})", highlight=False)
+        return []
+    return [clock.to_json() for clock in clocks]
+
+
 def _print_status(report: dict[str, Any]) -> None:
     sections: list[tuple[str, str, list[str]]] = [
         ("overdue_pending", "pending deliveries past their SLO",
@@ -255,6 +272,12 @@ def _print_status(report: dict[str, Any]) -> None:
          ["channel", "error_class", "outcome", "attempts"]),
     ]  # fmt: skip
     out.print(f"as of {report['now']}", highlight=False)
+    for worker in report["workers"]:
+        if not worker["acting"]:
+            out.print(
+                f"clock_skew: worker {worker['worker_id']} does not act: {worker['why_not']}",
+                highlight=False,
+            )
     _print_backlog(report["backlog"])
     for name, title, columns in sections:
         rows = report[name]

@@ -9,7 +9,8 @@ Modules: ``overview`` (the page's numbers), ``lookup`` (search, one run's page),
 package).
 """
 
-from projections.dashboard.guard import check_binding, is_loopback
+from events.addresses import is_loopback
+from projections.dashboard.guard import check_binding
 from projections.dashboard.lookup import run_page, search
 from projections.dashboard.overview import COUNTERS, Overview, overview
 from projections.dashboard.server import create_app, serve

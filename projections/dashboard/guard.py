@@ -17,6 +17,7 @@ import re
 
 from aiohttp import web
 
+from events.addresses import is_loopback
 from events.errors import LedgerError
 from events.settings import Settings
 
@@ -28,16 +29,6 @@ WILDCARDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names, not a bindin
 _PLACEHOLDER = re.compile(r"change[\s_-]*me|changeit|replace[\s_-]*me", re.IGNORECASE)
 _TOKEN_HINT = "generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'"  # noqa: S105
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$")
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``; anything else is reachable from outside."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_binding(settings: Settings) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from events.committed_log import TRANSIENT
 from events.errors import LedgerError
 from events.ports import listen_port
 from events.redaction import redacted_data
@@ -30,8 +32,9 @@ from projections.dashboard.guard import (
     misdirected,
     unauthorized,
 )
-from projections.dashboard.lookup import run_page, search
+from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
 from projections.dashboard.overview import AggregateCache, overview
+from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
 from projections.store import Store
 
@@ -41,6 +44,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STATIC = Path(str(files("projections.dashboard") / "static"))
 MAX_LIMIT = 500
+MAX_OFFSET = 10**9
 # Data lives behind /api and /metrics; the page shell and its assets hold none.
 PROTECTED = ("/api/", "/metrics")
 SECURITY_HEADERS = {
@@ -57,6 +61,16 @@ EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
 WATCHER_KEY = web.AppKey("watcher", LogWatcher)
 CACHE_KEY = web.AppKey("cache", AggregateCache)
 HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts")
+CLOCKS_TTL_S = 5.0
+
+
+@dataclass
+class _Clocks:
+    clocks: list[WorkerClock] = field(default_factory=list)
+    read_at: datetime | None = None
+
+
+CLOCKS_KEY = web.AppKey("clocks", _Clocks)
 
 
 @web.middleware
@@ -95,9 +109,20 @@ async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
 
 def _json(data: Any, status: int = 200) -> web.Response:
     # Every answer passes here: no URL from an event leaves with its credentials.
-    return web.json_response(
-        redacted_data(data), status=status, dumps=lambda d: json.dumps(d, default=str)
-    )
+    return web.Response(body=_encoded(data), status=status, content_type="application/json")
+
+
+def _encoded(data: Any) -> bytes:
+    # surrogatepass: a lone surrogate in a query or a row is shown escaped, never a 500.
+    text = json.dumps(redacted_data(data), default=str)
+    return text.encode("utf-8", "surrogatepass")
+
+
+async def _json_off_loop(data: Any, status: int = 200) -> web.Response:
+    """``_json`` with the redaction and encoding in a thread: a page of a big run must not
+    hold up the other requests (the store's own thread stays free for queries)."""
+    body = await asyncio.to_thread(_encoded, data)
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 async def page(request: web.Request) -> web.FileResponse:
@@ -124,20 +149,27 @@ async def api_overview(request: web.Request) -> web.Response:
 
 
 async def api_run(request: web.Request) -> web.Response:
-    """``GET /api/runs/{run_id}``: the three answers and the timeline of one run."""
+    """``GET /api/runs/{run_id}?offset=&limit=&key=``: the three answers and the timeline
+    of one run, a page of its deliveries at a time (``page`` says where, and what next)."""
     run_id = request.match_info["run_id"]
     try:
-        data = await _in_store(request, lambda s: run_page(s, run_id))
+        offset = max(0, min(MAX_OFFSET, int(request.query.get("offset", "0"))))
+        limit = int(request.query.get("limit", str(RUN_PAGE)))
+    except ValueError:
+        return await _json_off_loop({"error": "offset and limit must be integers"}, 400)
+    key = request.query.get("key") or None
+    try:
+        data = await _in_store(request, lambda s: run_page(s, run_id, offset, limit, key))
     except LedgerError as exc:
         return _json({"error": exc.message, "hint": exc.hint}, 404)
-    return _json(data)
+    return await _json_off_loop(data)
 
 
 async def api_search(request: web.Request) -> web.Response:
     """``GET /api/search?q=``: runs and deliveries by run id or idempotency key (or prefix)."""
     query = request.query.get("q", "")
     matches = await _in_store(request, lambda s: search(s, query))
-    return _json({"query": query, "matches": matches})
+    return await _json_off_loop({"query": query[:MAX_QUERY], "matches": matches})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -149,8 +181,27 @@ async def metrics(request: web.Request) -> web.Response:
         lambda s: projection_numbers(s, now, settings.dashboard_thresholds, request.app[CACHE_KEY]),
     )
     logged = await request.app[WATCHER_KEY].numbers()
-    body = exposition(numbers, logged, settings)
+    body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def api_workers(request: web.Request) -> web.Response:
+    """``GET /api/workers``: every worker's last heartbeat: its clock, whether it acts."""
+    return _json({"workers": [c.to_json() for c in await _clocks(request)]})
+
+
+async def _clocks(request: web.Request) -> list[WorkerClock]:
+    """The workers' heartbeats, read at most every few seconds (none if the broker does
+    not answer: the projection's answers stand on their own)."""
+    cache = request.app[CLOCKS_KEY]
+    now = request.app[CLOCK_KEY]()
+    if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
+        try:
+            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY], now, timeout_s=5.0)
+        except TRANSIENT:
+            cache.clocks = []
+        cache.read_at = now
+    return cache.clocks
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -166,6 +217,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app[HOSTS_KEY] = allowed_hosts(settings)
     app[STORE_KEY] = store
     app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
+    app[CLOCKS_KEY] = _Clocks()
     # One thread owns the connection: SQLite connections must not be used concurrently.
     app[EXECUTOR_KEY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-store")
     app[WATCHER_KEY] = LogWatcher(settings)
@@ -182,6 +234,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/overview", api_overview)
     app.router.add_get("/api/runs/{run_id}", api_run)
     app.router.add_get("/api/search", api_search)
+    app.router.add_get("/api/workers", api_workers)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static/", STATIC)

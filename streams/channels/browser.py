@@ -46,11 +46,14 @@ from events.channels.browser_targets import (
     KeyCarrier,
     PageOutcome,
     Target,
+    TargetLookup,
     WaitFor,
 )
 from events.errors import ConfigError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
+from events.private_files import private_dir, private_file
+from events.redaction import redacted_text
 from events.settings import address_policy
 from streams.channels.base import (
     AdapterBuild,
@@ -251,10 +254,13 @@ class BrowserChannel:
         target = self._config.targets.get(delivery.recipient)
         if target is None or target.lookup is None:
             return LookupResult("unsupported", f"browser target {delivery.recipient!r}: no lookup")
-        key = delivery.idempotency_key
-        search = target.lookup.search
+        found = await self._lookup(target.lookup, delivery.idempotency_key)
+        return replace(found, evidence=redacted_text(found.evidence))
+
+    async def _lookup(self, lookup: TargetLookup, key: str) -> LookupResult:
+        search = lookup.search
         if search is None:
-            return await list_lookup(self._client, target.lookup, key, deadline_s=self._deadline_s)
+            return await list_lookup(self._client, lookup, key, deadline_s=self._deadline_s)
         step_s = min(self._config.step_timeout_s, self._deadline_s / 2)
         async with self._slots:
             try:
@@ -466,10 +472,13 @@ class BrowserChannel:
     async def _finish(
         self, result: SendResult, attempt: _Attempt, delivery: OutboundDelivery
     ) -> SendResult:
-        """Screenshot a failed attempt (named in the evidence), then close its context."""
+        """Screenshot a failed attempt (named in the evidence), then close its context.
+        The evidence is kept forever: URLs in it (the target's ``start_url``, the page's,
+        Playwright's messages) lose their credentials first."""
         refused = attempt.refusals()
         if refused and refused not in result.evidence:
             result = replace(result, evidence=f"{result.evidence} ({refused})")
+        result = replace(result, evidence=redacted_text(result.evidence))
         if result.outcome is not SendOutcome.CONFIRMED and attempt.page is not None:
             name = (
                 f"{_safe_name(delivery.recipient)}-{delivery.idempotency_key[:16]}"
@@ -477,8 +486,10 @@ class BrowserChannel:
             )
             path = self._screenshots / name
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                # A screenshot may show an internal page: owner only.
+                private_dir(path.parent)
                 await attempt.page.screenshot(path=str(path), timeout=SCREENSHOT_TIMEOUT_MS)
+                private_file(path)
             except Exception as exc:  # noqa: BLE001 - the page may be gone with the browser
                 log.info("no screenshot of %s: %s", delivery.idempotency_key, _one_line(exc))
             else:

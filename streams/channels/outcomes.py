@@ -111,10 +111,12 @@ class Answer:
     body_error: str | None = None
 
     def json_object(self) -> dict[str, JsonValue] | None:
-        """The body as a JSON object, or None if it is not one."""
+        """The body as a JSON object, or None if it is not one: whatever the receiver
+        sent, including nesting deep enough to exhaust the parser (RecursionError), every
+        caller classifies None and nothing raises."""
         try:
             value = json.loads(self.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return value if isinstance(value, dict) else None
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email import policy
+from email.errors import MessageError
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -49,7 +50,9 @@ from streams.channels.write_guard import SendRefused, WriteGuard, unguarded
 KEY_HEADER = "Idempotency-Key"
 FENCING_HEADER = "Fencing-Token"
 ATTEMPT_HEADER = "X-Ledger-Attempt"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# Control characters, and every other character Python's email package takes for a line
+# end (NEL U+0085, U+2028, U+2029, C1 controls): in a header it would raise on the way out.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 MAX_SUBJECT = 200
 QUIT_WAIT_S = 0.5  # a polite QUIT once the outcome is known; it changes nothing
 # CRLF, and no folding below RFC 5322's 998: a 64-hex key stays on its header's line.
@@ -181,7 +184,16 @@ class SmtpChannel:
                 SendOutcome.REJECTED, f"not sent: {problem}", ErrorClass.INVALID_RECIPIENT
             )
         now = datetime.fromtimestamp(self._clock(), UTC)
-        data = _data_bytes(build_message(delivery, cfg, now))
+        try:
+            data = _data_bytes(build_message(delivery, cfg, now))
+        except (ValueError, TypeError, UnicodeError, MessageError) as exc:
+            # Nothing connected yet: the payload cannot become a message, now or later.
+            return SendResult(
+                SendOutcome.REJECTED,
+                f"{what}: not sent: the payload cannot become an email: "
+                f"{type(exc).__name__}: {_one_line(str(exc), 300)}",
+                ErrorClass.REFUSED_REQUEST,
+            )
         guard = guard if guard is not None else unguarded()
         client = aiosmtplib.SMTP(
             hostname=cfg.host,

@@ -10,7 +10,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from events import DeliverySpec, Publisher, PublishRejected, RunSucceeded, encode
+from events.channels.urls import credentials_in
 from events.delivery import DeliveryClaimed
+from events.redaction import redacted_url
 from events.settings import Settings
 from events.topics import record_key
 from tests.fixtures.broker import ReadTopic
@@ -223,12 +225,33 @@ async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -
 
 @pytest.mark.parametrize(
     "recipient",
-    ["https://admin:s3cr3t@hooks.example/x", "https://hooks.example/x?api_key=s3cr3t"],
+    [
+        "https://admin:s3cr3t@hooks.example/x",
+        "https://hooks.example/x?api_key=s3cr3t",
+        # Names the redaction hid but admission let through before they shared one list.
+        "https://hooks.example/x?sig=s3cr3t",
+        "https://hooks.example/x?n=1&key=s3cr3t",
+        "https://bucket.example/o?X-Amz-Credential=a&X-Amz-Signature=s3cr3t",
+        "https://hooks.example/x?a=1;session=s3cr3t",
+        "https://hooks.example/x#access_token=s3cr3t",
+    ],
 )
 def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipient: str) -> None:
     with pytest.raises(ValueError, match="put credentials in the endpoint's settings") as caught:
         DeliverySpec(channel="webhook", recipient=recipient, payload={})
     assert "s3cr3t" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sig", "key", "X-Amz-Signature", "api_key", "access_token", "password", "page", "monkey"],
+)
+def test_admission_refuses_exactly_the_names_the_redaction_hides(name: str) -> None:
+    url = f"https://hooks.example/x?n=1&{name}=v4lue"
+    hidden = redacted_url(url) != url
+    refused = credentials_in(url) is not None
+    assert hidden == refused, (name, hidden, refused)
+    assert hidden == (name not in ("page", "monkey"))
 
 
 @pytest.mark.parametrize(
@@ -244,6 +267,12 @@ def test_the_sdk_refuses_credentials_in_a_recipient_before_any_connection(recipi
         ("10.0.0.5", "10.0.0.5 is a private address"),
         ("[fd00:ec2::254]", "fd00:ec2::254 is a private address"),
         ("0.0.0.0", "0.0.0.0 is an unspecified address"),
+        # Tunnels and translators carry an IPv4 address: that one is judged, or refused.
+        ("[2002:7f00:1::1]", "2002:7f00:1::1 carries 127.0.0.1, a loopback address"),
+        ("[64:ff9b::a9fe:a9fe]", "64:ff9b::a9fe:a9fe carries 169.254.169.254, a link-local"),
+        ("[fec0::1]", "fec0::1 is a site-local address"),
+        ("[2001:0:4136:e378:8000:63bf:3fff:fdd2]", "a Teredo tunnel address"),
+        ("[64:ff9b:1::a00:1]", "a local-use NAT64 address"),
     ],
 )
 async def test_a_recipient_the_worker_would_refuse_is_refused_at_publish(

@@ -11,11 +11,14 @@ import pytest
 
 from events import DeliverySpec, Publisher
 from events.errors import LedgerError
+from events.kafka_security import client_options
 from events.settings import Settings
 from ledger.broker import LocalBroker
+from ledger.broker.process import metadata_ok
 from ledger.replay import ReplayFilter, replay
 from ledger.topics import create_topics
 from tests.fixtures.broker import TEST_BROKER_PORT
+from tests.fixtures.private import readable_by_others
 
 PORT = TEST_BROKER_PORT + 10  # a broker of its own, beside the suite's
 
@@ -61,6 +64,8 @@ def test_stop_then_start_keeps_every_record(tmp_path: Path) -> None:
 
         asyncio.run(publish())
         before = asyncio.run(replayed_run_ids(settings))
+        # Log segments, the metadata log, server.log, the config: owner only.
+        assert readable_by_others(settings.data_dir) == []
         assert sorted(before) == sorted([f"run-{n}" for n in range(5)] * 2)
 
         pid, _, killed = broker.stop()
@@ -124,3 +129,98 @@ def test_cli_without_java_says_so(tmp_path: Path) -> None:
     assert "error: Java is not installed" in done.stderr
     assert "hint:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def outside_address() -> str:
+    """An address of this machine that is not loopback (where the network would come
+    in), or 127.0.0.2 (not the 127.0.0.1 a loopback listener binds) when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))  # no packet is sent: this picks a route
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.2"
+    return "127.0.0.2" if address.startswith("127.") else address
+
+
+def answers(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2.0)
+        return sock.connect_ex((host, port)) == 0
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", outside_address()])
+def test_exposed_broker_keeps_its_unauthenticated_listeners_on_loopback(
+    tmp_path: Path, host: str
+) -> None:
+    base = PORT + 2  # +12..+14 of this worker's 20 ports
+    settings = Settings(
+        broker_host=host,
+        broker_port=base,
+        controller_port=base + 1,
+        broker_sasl_ssl_port=base + 2,
+        bootstrap_servers=f"127.0.0.1:{base}",
+        data_dir=tmp_path,
+        allowed_networks=["127.0.0.0/8"],
+    )
+    broker = LocalBroker(settings)
+    broker.start()
+    try:
+        outside = outside_address()
+        # The authenticated listener faces the network; PLAINTEXT and CONTROLLER
+        # (User:ANONYMOUS, a super user) answer on loopback only.
+        assert answers(outside, base + 2)
+        assert not answers(outside, base), f"PLAINTEXT reachable at {outside}:{base}"
+        assert not answers(outside, base + 1), f"CONTROLLER reachable at {outside}:{base + 1}"
+        assert answers("127.0.0.1", base)
+        assert broker.status().reachable
+        properties = broker.layout.server_properties.read_text()
+        assert f"listeners=PLAINTEXT://127.0.0.1:{base},CONTROLLER://127.0.0.1:{base + 1}," in (
+            properties
+        )
+        assert f"SASL_SSL://{host}:{base + 2}" in properties
+        # An authenticated client still gets in through the exposed listener, by the
+        # name it advertises (a wildcard advertises this machine's name).
+        users = broker.layout.security.users()
+        client = Settings(
+            bootstrap_servers=f"{broker.listeners.sasl_ssl_advertised}:{base + 2}",
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_username="admin",
+            sasl_password=users["admin"],
+            ssl_cafile=broker.layout.security.ca_file,
+            data_dir=tmp_path,
+        )
+        assert metadata_ok(client.bootstrap_servers, 10.0, client_options(client))
+    finally:
+        broker.stop()
+
+
+def test_cli_refuses_a_non_loopback_broker_without_authentication(tmp_path: Path) -> None:
+    env = dict(
+        os.environ,
+        LEDGER_DATA_DIR=str(tmp_path),
+        LEDGER_BROKER_HOST="0.0.0.0",
+        LEDGER_BROKER_PORT=str(PORT + 2),
+        LEDGER_CONTROLLER_PORT=str(PORT + 3),
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", "broker", "start"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:  # the code before the fix started it: never leave one behind
+        LocalBroker(
+            Settings(broker_port=PORT + 2, controller_port=PORT + 3, data_dir=tmp_path)
+        ).stop()
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("error: refusing to bind the local broker to 0.0.0.0 (not loopback)")
+    assert lines[1].startswith("hint:")
+    assert "LEDGER_BROKER_SASL_SSL_PORT" in lines[1]
+    assert len(lines) == 2
+    assert not (tmp_path / "kafka" / "config" / "server.properties").exists()

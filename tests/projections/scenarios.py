@@ -29,8 +29,8 @@ from events import (
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.outcome_signing import needs_signature, outcome_signer
-from events.settings import Settings, signing_key_text
+from events.outcome_signing import needs_signature
+from events.settings import Settings, signer_for
 from events.topics import record_key
 from projections.backends import open_store
 from projections.store import Dump, Offsets
@@ -255,7 +255,6 @@ async def publish(
     raw: list[tuple[str, bytes]] | None = None,
 ) -> None:
     """Append events (and raw ``(topic, bytes)`` records) in one Kafka transaction."""
-    signer = outcome_signer(signing_key_text(settings))
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         transactional_id=f"test-{uuid.uuid4().hex}",
@@ -263,6 +262,8 @@ async def publish(
         acks="all",
         linger_ms=5,
     )
+    # Written as the workers write them: signed where a worker would sign (signing is on).
+    signer = signer_for(settings)
     await producer.start()
     try:
         async with producer.transaction():
@@ -274,8 +275,11 @@ async def publish(
                     else settings.topic_deliveries
                 )
                 value = encode(event)
-                # The workers' events carry their outcome signature, as a worker writes them.
-                headers = signer.headers(value) if signer and needs_signature(event) else None
+                headers = (
+                    signer.headers(value)
+                    if signer is not None and needs_signature(event)
+                    else None
+                )
                 futures.append(
                     await producer.send(topic, value, key=record_key(event), headers=headers)
                 )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from events import DeliverySent
@@ -12,6 +15,7 @@ from projections.projector import project, rebuild
 from projections.schema import SCHEMA_VERSION
 from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
+from tests.fixtures.private import readable_by_others
 from tests.projections.scenarios import (
     P,
     at,
@@ -166,3 +170,17 @@ async def test_a_projection_of_another_schema_version_is_refused(
     await rebuild(settings, dsn, replace=True)
     store = opened(dsn)
     store.close()
+
+
+async def test_a_sqlite_projection_is_owner_only(settings: Settings, tmp_path: Path) -> None:
+    """Payloads, recipients and evidence: the database, its WAL and a folder made for it
+    are 0600 / 0700, whatever the umask."""
+    await publish(settings, incident_log())
+    path = tmp_path / "data" / "projection" / "ledger.db"
+    previous = os.umask(0o022)
+    try:
+        await rebuild(settings, f"sqlite://{path}")
+    finally:
+        os.umask(previous)
+    assert path.exists()
+    assert readable_by_others(tmp_path / "data") == []

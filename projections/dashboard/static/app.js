@@ -281,9 +281,34 @@ function answer(question, ...body) {
   return el("div", { class: "answer" }, el("h3", { text: question }), ...body);
 }
 
-async function refreshRun(runId, highlight) {
+// A run may have tens of thousands of deliveries: the API gives a page at a time.
+function drawPager(runId, highlight, page) {
+  const box = document.getElementById("run-pager");
+  if (page.total <= page.limit && page.offset === 0) {
+    box.replaceChildren();
+    return;
+  }
+  const first = page.total ? page.offset + 1 : 0;
+  const last = page.next_offset === null ? page.total : page.next_offset;
+  const go = (offset) => () => refreshRun(runId, highlight, offset);
+  const button = (label, offset, id) => {
+    const b = el("button", { type: "button", id, text: label });
+    if (offset === null) b.disabled = true; else b.addEventListener("click", go(offset));
+    return b;
+  };
+  box.replaceChildren(
+    button("previous", page.previous_offset, "run-previous"),
+    el("span", { id: "run-range", text: ` deliveries ${fmt(first)}–${fmt(last)} of ${fmt(page.total)} ` }),
+    button("next", page.next_offset, "run-next"));
+}
+
+async function refreshRun(runId, highlight, offset) {
   try {
-    const data = await api("/api/runs/" + encodeURIComponent(runId));
+    const where = offset === undefined && highlight
+      ? "?key=" + encodeURIComponent(highlight) : "?offset=" + (offset || 0);
+    const data = await api("/api/runs/" + encodeURIComponent(runId) + where);
+    offset = data.page.offset;
+    drawPager(runId, highlight, data.page);
     document.getElementById("run-title").textContent = "run " + runId;
     const finished = data.run && ["SUCCEEDED", "FAILED"].includes(data.run.status);
     const left = data.answers.deliveries;
@@ -306,10 +331,10 @@ async function refreshRun(runId, highlight) {
       el("span", { class: "what", text: t.what }))));
     showError("");
     stamp("updated " + new Date().toLocaleTimeString());
-    schedule(() => refreshRun(runId, highlight), 5);
+    schedule(() => refreshRun(runId, highlight, offset), 5);
   } catch (e) {
     showError(e.message);
-    schedule(() => refreshRun(runId, highlight), 5);
+    schedule(() => refreshRun(runId, highlight, offset), 5);
   }
 }
 

@@ -46,6 +46,38 @@ def test_internal_addresses_are_refused_by_kind(address: str, kind: str) -> None
     assert kind in reason
 
 
+EMBEDDED = [
+    ("2002:7f00:1::1", "which carries 127.0.0.1, a loopback address"),  # 6to4
+    ("2002:a9fe:a9fe::1", "which carries 169.254.169.254, a link-local address"),
+    ("2002:a00:5::", "which carries 10.0.0.5, a private address"),
+    ("64:ff9b::7f00:1", "which carries 127.0.0.1, a loopback address"),  # NAT64
+    ("64:ff9b::a00:5", "which carries 10.0.0.5, a private address"),
+    ("64:ff9b:1::a00:5", "a local-use NAT64 address"),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo tunnel address"),
+    ("2001::1", "a Teredo tunnel address"),
+    ("fec0::1", "a site-local address"),
+    ("fef0:1::1", "a site-local address"),
+]
+
+
+@pytest.mark.parametrize(("address", "says"), EMBEDDED)
+def test_tunnel_and_translation_addresses_are_judged_by_what_they_reach(
+    address: str, says: str
+) -> None:
+    reason = AddressPolicy().refuses("target.example", address)
+    assert reason is not None
+    assert says in reason
+
+
+def test_a_tunnel_to_a_public_or_allowed_address_passes() -> None:
+    assert AddressPolicy().refuses("example.com", "2002:5db8:d70e::1") is None  # 93.184.215.14
+    assert AddressPolicy().refuses("example.com", "64:ff9b::5db8:d70e") is None
+    # An allowed IPv4 network is allowed through its 6to4 and NAT64 spellings too.
+    loopback = AddressPolicy(["127.0.0.0/8"])
+    assert loopback.refuses("a", "2002:7f00:1::1") is None
+    assert loopback.refuses("a", "64:ff9b::7f00:1") is None
+
+
 def test_public_addresses_pass_and_allow_lists_open_exactly_what_they_name() -> None:
     assert AddressPolicy().refuses("example.com", "93.184.215.14") is None
     assert AddressPolicy().refuses("example.com", "2606:2800:21f:cb07:6820:80da:af6b:8b2c") is None

@@ -24,6 +24,7 @@ from streams.channels.http import create_http_client
 from streams.channels.write_guard import WriteGuard
 from streams.metrics import WorkerMetrics
 from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
+from tests.fixtures.private import readable_by_others
 from tests.streams.channels.browser_support import chromium_of_this_process
 from tests.streams.channels.support import outbound
 
@@ -101,7 +102,9 @@ async def test_a_rejection_page_fails_with_a_screenshot(
         SendOutcome.REJECTED,
         ErrorClass.PROVIDER_REJECTED,
     )
-    screenshot(result.evidence)
+    shot = screenshot(result.evidence)
+    # It may show an internal page: owner only, its folder too.
+    assert readable_by_others(shot.parent) == []
     assert fake_form.app.accepted(d.idempotency_key) == []
 
 
@@ -310,3 +313,32 @@ async def test_a_login_page_before_the_submit_is_not_sent_with_a_screenshot(
     assert "/login" in result.evidence
     screenshot(result.evidence)
     assert (fake_form.app.posts, fake_form.app.accepted()) == (0, [])
+
+
+async def test_credentials_in_a_start_url_stay_out_of_the_evidence(
+    fake_form: BackgroundFakeForm, tmp_path: Path
+) -> None:
+    """A target's ``start_url`` (and the lookup's URL) may be a signed link; the evidence,
+    kept forever and shown everywhere, names it without the signature."""
+    secret = "s3cr3tSIGNATURE"
+    target = form_target(fake_form.app.url)
+    target["start_url"] += f"?X-Amz-Signature={secret}&sig={secret}&lang=en"
+    target["lookup"]["url"] += f"&access_token={secret}"
+    config = BrowserSettings.model_validate({"targets": {TARGET: target}})
+    async with create_http_client(FAST) as http:
+        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        try:
+            confirmed = await channel.send(delivery())
+            assert confirmed.outcome is SendOutcome.CONFIRMED, confirmed
+            rejected = delivery()
+            fake_form.app.fault("reject", key=rejected.idempotency_key)
+            refused = await channel.send(rejected)
+            assert refused.outcome is SendOutcome.REJECTED, refused
+            looked = await channel.lookup(delivery())
+        finally:
+            await channel.aclose()
+    for evidence in (confirmed.evidence, refused.evidence, looked.evidence):
+        assert secret not in evidence, evidence
+    assert "X-Amz-Signature=REDACTED" in confirmed.evidence
+    assert "lang=en" in confirmed.evidence
+    assert "access_token=REDACTED" in looked.evidence, looked.evidence

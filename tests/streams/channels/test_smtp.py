@@ -13,6 +13,8 @@ import aiosmtplib
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from events import DeliverySpec
+from events.admission import refusal
 from events.channels.mail import SmtpSettings, check_email_recipient
 from events.outcomes import ErrorClass
 from streams.channels.base import SendOutcome
@@ -268,3 +270,59 @@ def test_an_imap_lookup_needs_an_origin_key(
         SmtpSettings.model_validate({**mail_stack.config(), **overrides})
     # Without a lookup the key is optional (nothing would check the seal).
     SmtpSettings.model_validate({**mail_stack.config(imap_host=None), "origin_key": None})
+
+
+@pytest.mark.parametrize(
+    "recipient",
+    [
+        "ops@[127.0.0.1]",
+        "ops@[192.0.2.7]",
+        "ops@[10.0.0.5]",
+        "ops@localhost",
+        "ops@LocalHost",
+        "ops@mail.localhost",
+    ],
+)
+@pytest.mark.parametrize("channel_name", ["smtp", "email_api"])
+def test_an_address_literal_or_localhost_recipient_is_refused_at_admission(
+    recipient: str, channel_name: str
+) -> None:
+    """Well-formed (an event carrying one still decodes), but never requested: the relay
+    would deliver into its own host or network."""
+    check_email_recipient(recipient)
+    with pytest.raises(ValueError, match="may not") as caught:
+        DeliverySpec(channel=channel_name, recipient=recipient, payload={"subject": "s"})
+    assert "use the recipient's domain name" in str(caught.value)
+    # The worker applies the same rule right before a send (REFUSED_REQUEST, nothing sent).
+    reason = refusal(channel_name, recipient, {}, 1_000_000)
+    assert reason is not None
+    assert "\n" not in reason
+    assert refusal(channel_name, "ops@example.org", {}, 1_000_000) is None
+
+
+@pytest.mark.parametrize("breaker", ["\u2028", "\u2029", "\x85", "\x0b", "\x1c"])
+async def test_a_subject_with_a_unicode_line_break_is_folded_and_sent(
+    mail_stack: MailStack, breaker: str
+) -> None:
+    """Python's email package takes these for line ends and raised before connecting; the
+    worker then recorded UNKNOWN for a message that never left."""
+    payload = {"subject": f"disk{breaker}full", "text": f"on{breaker}db-1"}
+    delivery = outbound(TO, "smtp", payload=payload)
+    result = await channel(mail_stack).send(delivery)
+    assert result.outcome is SendOutcome.SENT, result.evidence
+    [msg] = mail_stack.smtp.messages()
+    assert msg["Subject"] == "disk full"
+
+
+async def test_a_payload_that_cannot_become_an_email_is_refused_before_connecting(
+    mail_stack: MailStack,
+) -> None:
+    delivery = outbound(TO, "smtp", payload={"subject": "s", "text": "lone \ud800 surrogate"})
+    result = await channel(mail_stack).send(delivery)
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.REJECTED,
+        ErrorClass.REFUSED_REQUEST,
+    )
+    assert "cannot become an email" in result.evidence
+    assert "\n" not in result.evidence
+    assert mail_stack.smtp.messages() == []
