@@ -34,8 +34,9 @@ class SqliteStore(Store):
         super().__init__(dsn)
         # The projection holds payloads and recipients: owner only (the WAL and shared
         # memory files SQLite makes beside it take the database file's mode).
-        private_dir(path.parent, ours=False)
-        private_file(path)
+        if str(path) != ":memory:":  # SQLite's in-memory database is no file
+            private_dir(path.parent, ours=False)
+            private_file(path)
         self._path = path
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch and its
         # offsets are exactly one transaction. check_same_thread=False: the projector
