@@ -6,7 +6,8 @@ processes do not reconnect in step), logs ``<what> unreachable (<reason>): retry
 once when the outage begins and ``<what> back after N s`` once when it ends. Only a
 configuration error (``config_problem``) or an outage longer than its limit ends it.
 
-Standard library only: the receiver kit uses it too (``import events`` loads no driver).
+Standard library only. The receiver kit, which imports nothing of the ledger, keeps the
+same rules in receiver/outage.py: change both together.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _CONFIG_MARKS = (
     "invalid uri",
     "invalid connection option",
     "invalid dsn",
-    "missing \"=\"",
+    'missing "="',
     "password is required",
     "no password supplied",
 )

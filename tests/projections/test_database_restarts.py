@@ -78,7 +78,7 @@ async def _projected_some(projection: LiveProjection, timeout_s: float = 60.0) -
         try:
             if await asyncio.to_thread(projection.statuses):
                 return
-        except Exception:  # noqa: BLE001, S110 - its tables may not exist yet
+        except Exception:  # its tables may not exist yet
             pass
         await asyncio.sleep(0.5)
     raise AssertionError("the live projection showed no delivery in time")
