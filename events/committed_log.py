@@ -107,6 +107,13 @@ class CommittedLog:
         for tp in wanted:
             consumer.seek(tp, start[tp])
 
+    def seek(self, start: dict[TopicPartition, int]) -> None:
+        """Read each partition of ``start`` from its offset again (records already fetched
+        past it are dropped): a projector that rolled a batch back re-reads it."""
+        consumer = self._live()
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
+
     def pause(self, tp: TopicPartition) -> None:
         """Fetch nothing more from ``tp`` (it has been read as far as wanted)."""
         self._live().pause(tp)

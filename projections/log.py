@@ -55,6 +55,11 @@ class LogReader:
         ours = {p: o for p, o in offsets.items() if p[0] in {tp.topic for tp in self.partitions}}
         self.check_within({**ours, **self.start_offsets}, await self.end_offsets())
 
+    def seek(self, offsets: Offsets) -> None:
+        """Read every partition from ``offsets`` (else 0) again: after a batch was rolled
+        back, from the offsets the database holds."""
+        self._log.seek({tp: offsets.get((tp.topic, tp.partition), 0) for tp in self.partitions})
+
     def check_within(self, offsets: Offsets, ends: Offsets) -> None:
         """Raise a one-line ``LedgerError`` if an offset lies beyond its partition's end.
 

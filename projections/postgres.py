@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -9,7 +10,8 @@ from urllib.parse import quote
 import psycopg
 
 from events.errors import LedgerError
-from projections.store import Store, redacted, stage_name
+from events.outage import config_problem
+from projections.store import DatabaseUnreachable, Store, redacted, stage_name
 
 # pg_advisory_xact_lock key: one projector writes a database at a time.
 _WRITER_LOCK = 0x1ED6E5
@@ -24,6 +26,7 @@ class PostgresStore(Store):
         psycopg.OperationalError,
         psycopg.InterfaceError,
         psycopg.InternalError,
+        DatabaseUnreachable,
         OSError,
         MemoryError,
     )
@@ -32,15 +35,29 @@ class PostgresStore(Store):
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
+        self._conn = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
         try:
             # autocommit: transactions are explicit BEGIN/COMMIT, exactly one per batch.
-            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-        except psycopg.OperationalError as exc:
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise LedgerError(
-                f"cannot connect to {redacted(dsn)}: {first}",
+            if config_problem(exc):
+                raise LedgerError(
+                    f"cannot connect to {redacted(self.dsn)}: {first}",
+                    "check the DSN: its user, password and database",
+                ) from None
+            raise DatabaseUnreachable(
+                f"cannot connect to {redacted(self.dsn)}: {first}",
                 "check the DSN and that PostgreSQL is running",
             ) from None
+
+    def reconnect(self) -> None:
+        """Close the connection (broken or not) and open a new one."""
+        with contextlib.suppress(*self.system_errors):
+            self._conn.close()
+        self._conn = self._connect()
 
     def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
         cursor = self._conn.execute(sql, params or None)
@@ -73,8 +90,8 @@ class PostgresStore(Store):
         self._conn.execute("COMMIT")
 
     def rollback(self) -> None:
-        """Abandon the open transaction, if any."""
-        if not self._conn.closed:
+        """Abandon the open transaction, if any (a lost connection took it with it)."""
+        if not self._conn.closed and not self._conn.broken:
             self._conn.execute("ROLLBACK")
 
     def close(self) -> None:

@@ -8,11 +8,13 @@ database, so a restart after any crash resumes exactly after the last committed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from events.outage import Outage, OutageTooLong
 from events.settings import Settings
 from projections.backends import open_store
 from projections.deadletters import RunsDeadLetters
@@ -54,6 +56,7 @@ async def project(
     dead_letters: RunsDeadLetters | None = None,
     write_in_thread: bool = True,
     partitions: Collection[tuple[str, int]] | None = None,
+    outage: Outage | None = None,
 ) -> ProjectionStats:
     """Fold the log into ``store`` from its stored offsets.
 
@@ -64,7 +67,11 @@ async def project(
     records are dead-lettered before the batch that skips them commits. Without
     ``write_in_thread``, each batch is written in the event loop's thread, before the
     next one is read (see ``rebuild``). With ``partitions``, only those are read (a
-    parallel rebuild's worker: projections/parallel_rebuild.py).
+    parallel rebuild's worker: projections/parallel_rebuild.py). With ``outage`` (the live
+    projector), a failure of the database itself (``Store.system_errors``: a restart, a
+    dropped connection) does not end it: the batch is rolled back, the store reconnects
+    with backoff, and reading resumes from the offsets the database holds, so no batch is
+    lost or applied twice (``ride_out``).
     """
     stats = ProjectionStats()
     async with LogReader(settings, batch_size=batch_size) as reader:
@@ -87,24 +94,68 @@ async def project(
                 if limit is not None and await reader.reached(limit):
                     break
                 records = await reader.read(timeout_ms=500, until=limit)
-                if writing is not None:
-                    _count(stats, await writing, progress, total)
-                    writing = None
-                if records:
-                    if observe is not None:
-                        observe(records)
-                    if dead_letters is not None:
-                        stats.dead_lettered += await dead_letters.send(records)
-                    stats.records += len(records)
-                    write = _Writer(store, settings.faults, write_in_thread, dead_letters)
-                    if write_in_thread:
-                        writing = asyncio.ensure_future(write(records))
-                    else:
-                        _count(stats, await write(records), progress, total)
+                try:
+                    if writing is not None:
+                        done, writing = writing, None
+                        _count(stats, await done, progress, total)
+                    if records:
+                        if observe is not None:
+                            observe(records)
+                        if dead_letters is not None:
+                            stats.dead_lettered += await dead_letters.send(records)
+                        stats.records += len(records)
+                        write = _Writer(store, settings.faults, write_in_thread, dead_letters)
+                        if write_in_thread:
+                            writing = asyncio.ensure_future(write(records))
+                        else:
+                            _count(stats, await write(records), progress, total)
+                except store.system_errors as exc:
+                    if outage is None:
+                        raise
+                    # The failed batch was rolled back (or committed, if only the answer
+                    # was lost): the database's offsets say which. The records read since
+                    # are dropped too, and everything is read again from those offsets.
+                    stored = await ride_out(store, outage, exc, stop)
+                    if stored is None:
+                        break  # stopped while waiting
+                    reader.seek(stored)
         finally:
             if writing is not None:
                 _count(stats, await writing, progress, total)
     return stats
+
+
+# A bound on reconnection attempts in one outage, beside its time limit (Outage.limit_s).
+MAX_RECONNECTS = 100_000
+
+
+async def ride_out(
+    store: Store, outage: Outage, exc: BaseException, stop: asyncio.Event | None
+) -> Offsets | None:
+    """Wait out the database's outage that raised ``exc``: reconnect with backoff until it
+    answers, then return the offsets it holds (None if ``stop`` is set meanwhile). Raises
+    ``LedgerError`` for a configuration error or an outage past ``outage.limit_s``."""
+    delay = outage.failed(exc)
+    for _ in range(MAX_RECONNECTS):
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            if stop.is_set():
+                return None
+        try:
+            await asyncio.to_thread(store.reconnect)
+            stored = await asyncio.to_thread(store.load_offsets)
+        except store.system_errors as again:
+            delay = outage.failed(again)
+            continue
+        outage.recovered()
+        return stored
+    raise OutageTooLong(
+        f"{outage.what} still unreachable after {MAX_RECONNECTS} attempts",
+        "check that it is running and reachable, then start again",
+    )
 
 
 @dataclass

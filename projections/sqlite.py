@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -38,16 +39,20 @@ class SqliteStore(Store):
             private_dir(path.parent, ours=False)
             private_file(path)
         self._path = path
+        self._conn = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch and its
         # offsets are exactly one transaction. check_same_thread=False: the projector
         # hands the connection to one worker thread at a time (asyncio.to_thread).
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, timeout=30.0, check_same_thread=False
+        conn = sqlite3.connect(
+            self._path, isolation_level=None, timeout=30.0, check_same_thread=False
         )
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_mode=WAL")
         # In WAL mode NORMAL never corrupts and never splits a transaction; a power cut
         # may lose the last commits, which the projector then re-reads from Kafka.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
 
     def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
         cursor = self._conn.execute(sql, params)
@@ -77,6 +82,12 @@ class SqliteStore(Store):
     def close(self) -> None:
         """Close the file."""
         self._conn.close()
+
+    def reconnect(self) -> None:
+        """Close the file and open it again (after a lock timeout or an I/O error)."""
+        with contextlib.suppress(*self.system_errors):
+            self._conn.close()
+        self._conn = self._connect()
 
     def table_names(self) -> set[str]:
         """Tables in the file."""

@@ -67,6 +67,11 @@ class BatchUnwritable(Exception):
     rolled back: write its records one at a time to find the record."""
 
 
+class DatabaseUnreachable(LedgerError):
+    """The database did not answer (down, restarting, out of connections): worth another
+    try later, unlike a configuration error (a plain ``LedgerError``)."""
+
+
 class Store(ABC):
     """A projection database. Use ``open_store(dsn)``; close it when done."""
 
@@ -114,6 +119,12 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the connection."""
+
+    @abstractmethod
+    def reconnect(self) -> None:
+        """Replace the connection after the database's own failure (``system_errors``):
+        raises ``DatabaseUnreachable`` (or a system error) while it still does not answer,
+        ``LedgerError`` for a configuration error."""
 
     @abstractmethod
     def table_names(self) -> set[str]:

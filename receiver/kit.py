@@ -20,7 +20,7 @@ from typing import Any
 
 from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token
 from receiver.records import Admission, KeyStatus
-from receiver.store import IdempotencyStore
+from receiver.store import IdempotencyStore, StoreUnavailable
 from receiver.verification import SignatureVerifier
 
 log = logging.getLogger("receiver")
@@ -28,6 +28,8 @@ MAX_POLLS = 1000  # with the deadline: a bound on the wait for a concurrent firs
 # The largest body the adapters read (aiohttp's own default): a bigger one is refused 413
 # while it arrives, before its signature could be checked.
 MAX_BODY_BYTES = 1024 * 1024
+# What a client is told to wait before trying again while the store is unreachable.
+RETRY_AFTER_S = 5
 # How long a connection may take to send a request head (and stay idle between requests)
 # on the kit's servers (``receiver.aiohttp_adapter``, ``receiver.uvicorn_server``).
 HEADER_TIMEOUT_S = 10.0
@@ -123,7 +125,10 @@ class WebhookReceiver:
                         "webhook_id": key,
                     },
                 )
-        decision = await self.store.admit(key, token)
+        try:
+            decision = await self.store.admit(key, token)
+        except StoreUnavailable as exc:
+            return _unavailable(key, exc)
         if decision.admission is Admission.STALE:
             return Reply(
                 409,
@@ -137,7 +142,10 @@ class WebhookReceiver:
         if decision.admission is Admission.DUPLICATE:
             return _done(key, decision.record.result_id, duplicate=True)
         if decision.admission is Admission.IN_PROGRESS:
-            return await self._await_first(key)
+            try:
+                return await self._await_first(key)
+            except StoreUnavailable as exc:
+                return _unavailable(key, exc)
         event = ReceivedWebhook(
             key, int(headers["webhook-timestamp"]), payload, body, token, route.strip("/")
         )
@@ -153,7 +161,8 @@ class WebhookReceiver:
             except Exception as exc:
                 # The exception's text may hold anything (even secrets): log it, answer its type.
                 log.exception("handler failed for webhook-id %s", event.webhook_id)
-                await self.store.fail(event.webhook_id, type(exc).__name__)
+                with contextlib.suppress(StoreUnavailable):  # the key stays "processing"
+                    await self.store.fail(event.webhook_id, type(exc).__name__)
                 return Reply(
                     500,
                     {
@@ -163,7 +172,15 @@ class WebhookReceiver:
                     },
                 )
             result_id = str(result)
-            await self.store.complete(event.webhook_id, result_id)
+            try:
+                await self.store.complete(event.webhook_id, result_id)
+            except StoreUnavailable:
+                # The handler ran: say so. The key stays "processing" in the store (a
+                # retry waits, a lookup answers 202), never "not found": no second run.
+                log.error(
+                    "could not record the result of webhook-id %s: the store is unreachable",
+                    event.webhook_id,
+                )
             return _done(event.webhook_id, result_id, duplicate=False)
         finally:
             settled.set()
@@ -207,7 +224,10 @@ class WebhookReceiver:
         problem = self.verifier.lookup_problem(headers, key, now=self._clock())
         if problem is not None:
             return Reply(401, {"error": "invalid lookup signature", "detail": problem})
-        return await lookup_reply(self.store, key)
+        try:
+            return await lookup_reply(self.store, key)
+        except StoreUnavailable as exc:
+            return _unavailable(key, exc)
 
 
 async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
@@ -222,6 +242,19 @@ async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
         # Not done: a retry is safe and will run the handler again.
         return Reply(404, {"status": "failed", "webhook_id": key})
     return Reply(200, {"status": "done", "id": record.result_id, "webhook_id": key})
+
+
+def _unavailable(key: str, exc: StoreUnavailable) -> Reply:
+    """Nothing was recorded and nothing ran: a later attempt is safe."""
+    return Reply(
+        503,
+        {
+            "error": "the idempotency store is unavailable; try again",
+            "detail": str(exc),
+            "webhook_id": key,
+        },
+        {"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def _done(key: str, result_id: str | None, *, duplicate: bool) -> Reply:

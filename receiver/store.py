@@ -11,6 +11,11 @@ from typing import Protocol
 from receiver.records import Decision, KeyRecord
 
 
+class StoreUnavailable(Exception):
+    """The store's database did not answer in time (restarting, unreachable): nothing was
+    recorded or read; the kit answers 503 with Retry-After and runs no handler."""
+
+
 class IdempotencyStore(Protocol):
     """Keys recorded at receipt, settled by the handler's outcome."""
 

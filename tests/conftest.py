@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.broker",
     "tests.fixtures.secure_broker",
     "tests.fixtures.postgres",
+    "tests.fixtures.own_postgres",
     "tests.fixtures.receiver",
     "tests.fixtures.slack",
     "tests.fixtures.mail",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import signal
 import sys
 import time
@@ -18,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from events.committed_log import TRANSIENT
+from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
 from events.settings import Settings
 from projections.backends import default_dsn, open_store
@@ -25,9 +28,16 @@ from projections.deadletters import RunsDeadLetters
 from projections.heartbeats import worker_clocks
 from projections.incident import run_view
 from projections.parallel_rebuild import default_workers
-from projections.projector import DEFAULT_BATCH_SIZE, ProgressCallback, project, rebuild
+from projections.projector import (
+    DEFAULT_BATCH_SIZE,
+    MAX_RECONNECTS,
+    ProgressCallback,
+    ProjectionStats,
+    project,
+    rebuild,
+)
 from projections.queries import status_report
-from projections.store import Store, redacted
+from projections.store import DatabaseUnreachable, Store, redacted
 from projections.verify import verify
 
 out = Console()
@@ -43,6 +53,9 @@ Dsn = Annotated[
         show_default=False,
     ),
 ]
+# How long the live projector waits for its database before it gives up (then a supervisor,
+# such as docker compose's restart policy, starts it again).
+OUTAGE_LIMIT_S = 3600.0
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Records per transaction.")]
 
 
@@ -84,17 +97,10 @@ def register(app: typer.Typer) -> None:
         """Fold the log into the ledger tables until Ctrl-C; resumes where it stopped."""
         settings = Settings()
         target = dsn or default_dsn(settings)
-        store = open_store(target)
-        try:
-            store.prepare("project")
-            out.print(
-                f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
-                f"{redacted(target)} (Ctrl-C stops)",
-                highlight=False,
-            )
-            stats = asyncio.run(_until_signalled(settings, store, batch_size))
-        finally:
-            store.close()
+        stats = asyncio.run(_until_signalled(settings, target, batch_size))
+        if stats is None:
+            out.print("stopped before the database answered", highlight=False)
+            return
         out.print(
             f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
             f"in {stats.batches} batches",
@@ -233,16 +239,70 @@ def register(app: typer.Typer) -> None:
         out.print(table)
 
 
-async def _until_signalled(settings: Settings, store: Store, batch_size: int) -> Any:
+async def _until_signalled(
+    settings: Settings, target: str, batch_size: int
+) -> ProjectionStats | None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         # Finish (commit) the batch in hand, then return: Ctrl-C never splits a batch.
         loop.add_signal_handler(sig, stop.set)
-    async with RunsDeadLetters(settings) as dead_letters:
-        return await project(
-            settings, store, stop=stop, batch_size=batch_size, dead_letters=dead_letters
+    # One outage at a time, each said in two lines; only a configuration error (or an
+    # outage past its limit) ends the projector.
+    outage = Outage(
+        logging.getLogger("ledger.project"),
+        f"projection database {redacted(target)}",
+        hint="check that the database is running and reachable; the projector resumes "
+        "from its stored offsets when started again",
+        limit_s=OUTAGE_LIMIT_S,
+    )
+    store = await _open_for_projecting(target, outage, stop)
+    if store is None:
+        return None
+    try:
+        out.print(
+            f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
+            f"{redacted(target)} (Ctrl-C stops)",
+            highlight=False,
         )
+        async with RunsDeadLetters(settings) as dead_letters:
+            return await project(
+                settings,
+                store,
+                stop=stop,
+                batch_size=batch_size,
+                dead_letters=dead_letters,
+                outage=outage,
+            )
+    finally:
+        store.close()
+
+
+async def _open_for_projecting(target: str, outage: Outage, stop: asyncio.Event) -> Store | None:
+    """The projection store, ready to project into: waits (with backoff) for a database
+    that does not answer yet; a configuration error raises at once."""
+    for _ in range(MAX_RECONNECTS):
+        store: Store | None = None
+        try:
+            store = await asyncio.to_thread(open_store, target)
+            await asyncio.to_thread(store.prepare, "project")
+        except Exception as exc:  # sorted below: only an outage is retried
+            unreachable = isinstance(exc, DatabaseUnreachable) or (
+                store is not None and isinstance(exc, store.system_errors)
+            )
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+            if not unreachable:
+                raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=outage.failed(exc))
+            if stop.is_set():
+                return None
+            continue
+        outage.recovered()
+        return store
+    raise OutageTooLong(f"{outage.what} never answered", "check that it is running")
 
 
 def _workers(settings: Settings) -> list[dict[str, Any]]:

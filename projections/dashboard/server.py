@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from aiohttp import web
 
 from events.committed_log import TRANSIENT
 from events.errors import LedgerError
+from events.outage import Backoff, Outage, reason
 from events.ports import listen_port
 from events.redaction import redacted_data
 from events.settings import Settings
@@ -36,7 +40,7 @@ from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
 from projections.dashboard.overview import AggregateCache, overview
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
-from projections.store import Store
+from projections.store import Store, redacted
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -71,6 +75,11 @@ class _Clocks:
 
 
 CLOCKS_KEY = web.AppKey("clocks", _Clocks)
+OUTAGE_KEY = web.AppKey("outage", Outage)
+# How long one request waits for a projection database that stopped answering (then 503).
+REQUEST_BUDGET_S = 3.0
+RETRY_AFTER_S = 5
+MAX_TRIES = 100
 
 
 @web.middleware
@@ -103,8 +112,57 @@ async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse
 
 async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
     store = request.app[STORE_KEY]
+    outage = request.app[OUTAGE_KEY]
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(request.app[EXECUTOR_KEY], work, store)
+    try:
+        return await loop.run_in_executor(
+            request.app[EXECUTOR_KEY], _reconnecting, store, outage, work
+        )
+    except ProjectionUnavailable as exc:
+        raise web.HTTPServiceUnavailable(
+            text=json.dumps(
+                {
+                    "error": "the projection database is unavailable",
+                    "detail": str(exc),
+                    "hint": "it is restarting or unreachable; the dashboard reconnects by itself",
+                }
+            ),
+            content_type="application/json",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from None
+
+
+class ProjectionUnavailable(Exception):
+    """The projection database did not answer within one request's budget."""
+
+
+def _reconnecting(store: Store, outage: Outage, work: Callable[[Store], T]) -> T:
+    """``work`` on the store (in the store's thread); on the database's own failure,
+    reconnect (with backoff) within ``REQUEST_BUDGET_S``, else ``ProjectionUnavailable``.
+    The outage is logged once when it begins and once when it ends."""
+    deadline = time.monotonic() + REQUEST_BUDGET_S
+    backoff = Backoff()
+    for attempt in range(MAX_TRIES):
+        try:
+            if attempt or outage.ongoing:
+                store.reconnect()  # the old connection died with the server
+            result = work(store)
+        except store.system_errors as exc:
+            outage.failed(exc)
+            # The first failure may be only a connection the restart left behind: at once.
+            delay = 0.0 if attempt == 0 else backoff.next_delay()
+            if time.monotonic() + delay >= deadline:
+                raise ProjectionUnavailable(reason(exc)) from None
+            time.sleep(delay)
+            continue
+        except LedgerError as exc:  # reconnect refused: a configuration error
+            if attempt == 0 and not outage.ongoing:
+                raise  # not from reconnecting: the work's own answer (e.g. no such run)
+            outage.failed(exc)
+            raise ProjectionUnavailable(f"{exc.message} ({exc.hint})") from None
+        outage.recovered()
+        return result
+    raise ProjectionUnavailable("too many attempts")
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -223,6 +281,11 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app[WATCHER_KEY] = LogWatcher(settings)
     # Used only from the store's thread, like the connection itself.
     app[CACHE_KEY] = AggregateCache()
+    app[OUTAGE_KEY] = Outage(
+        logging.getLogger("ledger.dashboard"),
+        f"projection database {redacted(store.dsn)}",
+        limit_s=math.inf,
+    )
 
     async def cleanup(app: web.Application) -> None:
         await app[WATCHER_KEY].stop()
