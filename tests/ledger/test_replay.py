@@ -62,7 +62,7 @@ async def test_exports_round_trip(
             assert row["idempotency_key"] == (getattr(event, "idempotency_key", None) or "")
     # Positions are the broker's: every record read back directly sits where the export says.
     raw = await read_topic(settings.topic_deliveries, raw=True)
-    where = {(m.partition, m.offset): m.value for m in raw}  # type: ignore[attr-defined]
+    where = {(m.partition, m.offset): m.value for m in raw}
     for row in rows:
         if row["topic"] == settings.topic_deliveries:
             value = where[(int(row["partition"]), int(row["offset"]))]

@@ -18,6 +18,7 @@ from events import DeliverySpec, Publisher
 from events.delivery_state import Status
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory
@@ -297,7 +298,7 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver, live_projection, lookup=False, receiver_dedupes=True)
@@ -312,7 +313,7 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     assert states[keys[0]].attempt == 2
     assert posts(receiver, keys[0]) == 2
     assert receiver.accepted(keys[0]) == 1  # the receiver deduped the retry on webhook-id
-    events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
+    events = await read_topic(settings.topic_deliveries)
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
     assert "receiver_dedupes=true" in retries[0].safety

@@ -31,6 +31,7 @@ from events.execution import RunSucceeded
 from events.model import ExecutionEvent
 from ledger.simulator.background import BackgroundSimulator
 from tests.events.test_codec_fuzz import hostile
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, wait_for
@@ -122,7 +123,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     receiver: BackgroundSimulator = receiver_factory(dedupe=False)
     settings_ = receiver.settings(worker_factory.settings)
@@ -176,7 +177,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
 
     async def letters() -> dict[tuple[str, int, int], list[DeadLetter]]:
         found: dict[tuple[str, int, int], list[DeadLetter]] = {}
-        for message in await read_topic(settings_.topic_deadletter, raw=True):  # type: ignore[operator]
+        for message in await read_topic(settings_.topic_deadletter, raw=True):
             letter = DeadLetter.model_validate_json(message.value)
             where = (letter.original_topic, letter.original_partition, letter.original_offset)
             found.setdefault(where, []).append(letter)

@@ -12,6 +12,7 @@ from events import DeadLetter, DeliverySpec, Publisher
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
 from events.settings import Settings
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
@@ -35,7 +36,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     live_projection: LiveProjection,
 ) -> None:
     """The issue's two records: ``occurred_at`` 9999-12-31T23:59:59Z and ``slo_seconds``
@@ -85,14 +86,14 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
         assert live_projection.process is not None
         assert live_projection.process.poll() is None, live_projection.log.read_text()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        letters = await read_topic(settings.topic_deadletter, raw=True)
         confirmed = all(k in states and states[k].status is Status.CONFIRMED for k in good)
         return confirmed and len(letters) >= len(poisons)
 
     await wait_for(done, 90, "the good deliveries CONFIRMED and the poisons dead-lettered")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     refused = dict(poisons)
     by_key = {}

@@ -14,6 +14,7 @@ from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
 
 
@@ -22,7 +23,7 @@ async def after_the_bad_records(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     run_id: str,
     dead_letters: int = 2,
 ) -> tuple[str, WorkerProcess, dict[tuple[int, int], DeadLetter]]:
@@ -41,14 +42,14 @@ async def after_the_bad_records(
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        letters = await read_topic(settings.topic_deadletter, raw=True)
         confirmed = key in states and states[key].status is Status.CONFIRMED
         return confirmed and len(letters) >= dead_letters
 
     await wait_for(done, 90, f"the good delivery CONFIRMED and {dead_letters} dead letters")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     return key, worker, {(d.original_partition, d.original_offset): d for d in letters}
 
@@ -57,7 +58,7 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
@@ -92,7 +93,7 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     """Written by a raw producer, as anyone with write access to the topic can: a 10 KB
     record nested 5,000 deep (the worker used to exit 70 on it at every restart) is dead-

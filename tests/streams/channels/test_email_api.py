@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Unpack
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ from tests.fixtures.email_api import (
     BackgroundFakeEmailApi,
     FakeEmailApiFactory,
 )
-from tests.streams.channels.support import outbound
+from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
     http_timeout_s=0.5,
@@ -52,7 +53,7 @@ async def channel_for() -> AsyncIterator[ChannelFor]:
         yield make
 
 
-def delivery(**fields: object) -> OutboundDelivery:
+def delivery(**fields: Unpack[DeliveryChanges]) -> OutboundDelivery:
     base = outbound(
         RECIPIENT, "email_api", payload={"subject": "Report ready", "text": "It is ready."}
     )

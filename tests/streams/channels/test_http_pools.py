@@ -34,7 +34,7 @@ OK = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r
 
 def settings_for(pool: str, **update: object) -> Settings:
     return Settings(
-        http_pool=pool,  # type: ignore[arg-type]
+        http_pool=pool,
         http_timeout_s=1.0,
         http_connect_timeout_s=0.5,
         send_deadline_s=2.0,
