@@ -287,7 +287,7 @@ def postgres_round(settings: Settings, args: argparse.Namespace) -> tuple[int, f
         conn.execute(f"CREATE DATABASE {name}")
     try:
         info = psycopg.conninfo.conninfo_to_dict(args.postgres_dsn)
-        auth = info.get("user", "postgres")
+        auth = str(info.get("user", "postgres"))
         if info.get("password"):
             auth += f":{info['password']}"
         dsn = f"postgresql://{auth}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from events.base import Event
 from events.codec import decode
 from events.deadletter import DeadLetter
 from events.settings import Settings
@@ -20,15 +22,15 @@ from tests.projections.scenarios import at, incident_log, publish, requested
 GARBAGE = b"\x00not json"
 
 
-async def published(settings: Settings) -> list[object]:
+async def published(settings: Settings) -> list[Event]:
     """The incident scenario plus one undecodable record, in one transaction."""
     events = incident_log()
     await publish(settings, events, raw=[(settings.topic_deliveries, GARBAGE)])
     return list(events)
 
 
-def ordered(events: list[object]) -> list[object]:
-    return sorted(events, key=lambda e: str(e.event_id))  # type: ignore[attr-defined]
+def ordered(events: Sequence[Event]) -> list[Event]:
+    return sorted(events, key=lambda e: str(e.event_id))
 
 
 async def test_exports_round_trip(

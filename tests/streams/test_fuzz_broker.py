@@ -38,7 +38,7 @@ from tests.fixtures.worker import WorkerFactory, wait_for
 
 EXAMPLES = 60
 UNICODE = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",)),  # no lone surrogates: not UTF-8
+    alphabet=st.characters(blacklist_categories=["Cs"]),  # no lone surrogates: not UTF-8
     max_size=12,
 )
 
