@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -173,7 +174,7 @@ def test_bad_delivery_is_refused(fields: dict[str, str], message: str) -> None:
         build_spec(payload={}, **fields)
 
 
-def test_cli_delivery_and_payload_parsing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_delivery_and_payload_parsing(tmp_path: Path) -> None:
     from events.publisher import parse_payload
 
     with pytest.raises(PublishRejected, match="not CHANNEL:RECIPIENT"):

@@ -225,7 +225,9 @@ async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
         assert receiver.accepted(key) == 1, "nothing may be sent twice after the crash"
         assert posts(receiver, key) == 1
     provider = states[keys[0]]
-    assert provider.provider_message_id == receiver.event(keys[0]).receiver_id  # type: ignore[union-attr]
+    accepted = receiver.event(keys[0])
+    assert accepted is not None
+    assert provider.provider_message_id == accepted.receiver_id
     await live_projection.matches(await ledger_view())
 
 

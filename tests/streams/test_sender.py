@@ -133,7 +133,8 @@ async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(
 async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     memory_store: MemoryStore, clock: Clock, appended: Appended
 ) -> None:
-    channel = FakeChannel(hold=asyncio.Event())
+    hold = asyncio.Event()
+    channel = FakeChannel(hold=hold)
     sender = sender_for(channel, memory_store, clock, appended, concurrency=1)
     first, second = claimed(memory_store, clock, 1), claimed(memory_store, clock, 2)
     sender.submit_send(first, 0)
@@ -144,7 +145,7 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     await eventually(lambda: appended.of(DeliveryNotSent))  # the cancelled send records itself
     assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
     assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason
-    channel.hold.set()  # type: ignore[union-attr]
+    hold.set()
     assert await stopping == 1
     await sender.drain(5)
     assert channel.received == [(first.idempotency_key, 1)]
@@ -153,7 +154,8 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
 async def test_no_lookup_while_this_process_has_the_attempt_open(
     memory_store: MemoryStore, clock: Clock, appended: Appended
 ) -> None:
-    channel = FakeChannel(hold=asyncio.Event())
+    hold = asyncio.Event()
+    channel = FakeChannel(hold=hold)
     sender = sender_for(channel, memory_store, clock, appended)
     state = claimed(memory_store, clock)
     sender.submit_send(state, 0)
@@ -162,7 +164,7 @@ async def test_no_lookup_while_this_process_has_the_attempt_open(
             break
         await asyncio.sleep(0.01)
     assert not sender.submit_lookup(state, 0)
-    channel.hold.set()  # type: ignore[union-attr]
+    hold.set()
     await sender.drain(5)
     clock.advance(timedelta(seconds=60).total_seconds())
     assert sender.submit_lookup(state, 0)

@@ -271,7 +271,9 @@ async def test_lookup_found_not_found_error_and_unsupported(
     await channel.send(sent)
     found = await channel.lookup(sent)
     assert (found.outcome, found.delivered) == ("found", True)
-    assert found.provider_message_id == receiver.event(sent.idempotency_key).receiver_id  # type: ignore[union-attr]
+    accepted = receiver.event(sent.idempotency_key)
+    assert accepted is not None
+    assert found.provider_message_id == accepted.receiver_id
     # The channel's lookups are signed (the lookup contract); an unsigned one is refused.
     unsigned = await client.get(f"{receiver.webhook_lookup_url}/{sent.idempotency_key}")
     assert unsigned.status_code == 401
