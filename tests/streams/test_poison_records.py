@@ -5,6 +5,7 @@ and a live projector keep going (ARCHITECTURE.md, "No record stops a partition")
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
@@ -16,6 +17,14 @@ from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+
+
+class SharedFields(TypedDict):
+    """The ``new_delivery_requested`` arguments this module's requests share."""
+
+    event_type: str
+    channel: str
+    producer: str
 
 
 async def publish_raw(settings: Settings, values: list[tuple[bytes, bytes]]) -> list[int]:
@@ -47,7 +56,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
     live_projection.settings = settings
-    common = {"event_type": "run.succeeded", "channel": "webhook", "producer": "raw"}
+    common = SharedFields(event_type="run.succeeded", channel="webhook", producer="raw")
     poisons = []
     for name, extreme in (
         ("far-future", {"occurred_at": "9999-12-31T23:59:59Z"}),
@@ -58,7 +67,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
             recipient=receiver.webhook_url(name),
             payload={},
             slo_seconds=60,
-            **common,  # type: ignore[arg-type]
+            **common,
         )
         # Written as a raw producer would: the SDK refuses these values before sending.
         poisons.append((valid.idempotency_key, json.dumps(valid.model_dump(mode="json") | extreme)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
@@ -16,6 +17,14 @@ from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
+
+
+class SharedFields(TypedDict):
+    """The ``new_delivery_requested`` arguments this module's requests share."""
+
+    event_type: str
+    channel: str
+    slo_seconds: int
 
 
 async def after_the_bad_records(
@@ -102,13 +111,13 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
     and nothing reaches the receiver."""
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
-    common = {"event_type": "run.succeeded", "channel": "webhook", "slo_seconds": 60}
+    common = SharedFields(event_type="run.succeeded", channel="webhook", slo_seconds=60)
     huge = new_delivery_requested(
         run_id="run-huge",
         recipient=receiver.webhook_url("huge"),
         payload={"blob": "x" * 700_000},
         producer="raw",
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     secret_url = receiver.webhook_url("creds").replace("http://", "http://admin:s3cr3tpw@")
     creds = new_delivery_requested(
@@ -116,7 +125,7 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
         recipient=secret_url + "?api_key=K123secret",
         payload={},
         producer="raw",
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers, max_request_size=2 * 1024 * 1024
