@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import socket
 import uuid
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from pydantic import JsonValue
 
 from streams.channels.base import OutboundDelivery
+
+# What ``socket.getaddrinfo`` answers (its typeshed type), for tests standing in for it.
+AddressInfo = list[
+    tuple[Literal[socket.AddressFamily.AF_INET], socket.SocketKind, int, str, tuple[str, int]]
+    | tuple[
+        Literal[socket.AddressFamily.AF_INET6],
+        socket.SocketKind,
+        int,
+        str,
+        tuple[str, int, int, int] | tuple[int, bytes],
+    ]
+]
 
 
 class DeliveryChanges(TypedDict, total=False):
