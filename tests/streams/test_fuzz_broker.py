@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import JsonValue
 
 from events import DeadLetter, DeliverySpec, EventDecodeError, Publisher, decode, encode
 from events.delivery import DeliveryEvent, new_delivery_requested
@@ -147,7 +148,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
         bootstrap_servers=settings_.bootstrap_servers, max_request_size=4 * 1024 * 1024
     )
     positions: dict[tuple[str, int, int], Hostile] = {}
-    expected: dict[str, dict[str, Any]] = {}
+    expected: dict[str, JsonValue] = {}
     too_large = 0
     await producer.start()
     try:
@@ -171,7 +172,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
                     for n, payload in enumerate(item.payloads)
                 ]
                 for request in await publisher.run_succeeded(f"valid-{index}", "h", specs):
-                    expected[request.idempotency_key] = request.payload  # type: ignore[assignment]
+                    expected[request.idempotency_key] = request.payload
     finally:
         await producer.stop()
 

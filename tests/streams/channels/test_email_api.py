@@ -10,7 +10,7 @@ from typing import Unpack
 
 import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from events.channels import channel_plugin, check_recipient
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
@@ -46,8 +46,8 @@ async def channel_for() -> AsyncIterator[ChannelFor]:
     """An adapter for a fake, with EmailApiSettings fields."""
     async with create_http_client(FAST) as http:
 
-        def make(fake: BackgroundFakeEmailApi, **fields: object) -> EmailApiChannel:
-            config = EmailApiSettings.model_validate(fake.channel_settings(**fields))  # type: ignore[arg-type]
+        def make(fake: BackgroundFakeEmailApi, **fields: JsonValue) -> EmailApiChannel:
+            config = EmailApiSettings.model_validate(fake.channel_settings(**fields))
             return EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
 
         yield make
