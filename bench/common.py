@@ -47,7 +47,8 @@ def median(values: list[float]) -> float:
 
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition aiokafka's default partitioner picks for ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    hashed: int = murmur2(key)
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def fresh_settings(base: Settings, label: str, **update: Any) -> Settings:

@@ -88,7 +88,8 @@ def start_simulator(
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
-        stderr=open(tmp / "sim.log", "w"),  # noqa: SIM115 - lives as long as the process text=True
+        stderr=open(tmp / "sim.log", "w"),  # noqa: SIM115 - lives as long as the process
+        text=True,
     )
     assert process.stdout is not None
     line = process.stdout.readline()

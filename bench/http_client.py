@@ -114,7 +114,7 @@ def client_settings(concurrency: int) -> Settings:
     return Settings(
         send_concurrency=concurrency,
         allowed_networks=["127.0.0.0/8"],
-        webhook_secret=SECRET,  # type: ignore[arg-type]  # pydantic converts it
+        webhook_secret=SECRET,
     )
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pydantic import JsonValue
 from rich.progress import Progress
 
 from bench.common import (
@@ -44,6 +45,7 @@ from events import Settings
 from events.delivery_state import DeliveryState, Status
 from events.kafka_security import client_options
 from events.keys import idempotency_key, payload_hash
+from events.outcomes import ErrorClass
 from ledger.stack import Stack
 from ledger.topics import create_topics
 from streams.state_codec import dumps
@@ -60,7 +62,7 @@ def open_states(n: int, tag: str) -> Iterator[tuple[bytes, bytes]]:
         run_id = f"{tag}-{i}"
         recipient = f"http://127.0.0.1:9/hooks/h{i % 8}"
         key = idempotency_key(run_id, "run.succeeded", "webhook", recipient)
-        payload = {"run": i, "text": "report ready"}
+        payload: dict[str, JsonValue] = {"run": i, "text": "report ready"}
         state = DeliveryState(
             idempotency_key=key,
             run_id=run_id,
@@ -77,7 +79,7 @@ def open_states(n: int, tag: str) -> Iterator[tuple[bytes, bytes]]:
             fencing_token=1,
             claim_worker="bench@host:1:abcdef",
             retry_at=later,
-            last_error_class="http_5xx",
+            last_error_class=ErrorClass.HTTP_5XX,
             last_reason="503 Service Unavailable: not processed",
             updated_at=now,
             seen=tuple(str(uuid.uuid4()) for _ in range(3)),

@@ -43,7 +43,7 @@ from events import (
     Settings,
     encode,
 )
-from events.delivery import new_delivery_requested
+from events.delivery import DeliveryEvent, new_delivery_requested
 from events.execution import ExecutionEvent
 from events.outcomes import ErrorClass
 from events.topics import record_key
@@ -57,11 +57,11 @@ EVENTS_PER_RUN = 14
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def run_events(n: int) -> list[ExecutionEvent | object]:
+def run_events(n: int) -> list[ExecutionEvent | DeliveryEvent]:
     """The 14 events of one run."""
     run_id, t = f"bench-{n}", T0 + timedelta(seconds=n)
     p = "bench"
-    out: list[object] = [
+    out: list[ExecutionEvent | DeliveryEvent] = [
         RunStarted(run_id=run_id, agent="bench", producer=p, occurred_at=t),
         RunSucceeded(run_id=run_id, result_hash=f"h{n}", producer=p, occurred_at=t),
     ]
@@ -158,7 +158,7 @@ async def generate(settings: Settings, events: int) -> tuple[int, float]:
                     if isinstance(event, ExecutionEvent)
                     else settings.topic_deliveries
                 )
-                yield topic, record_key(event), encode(event)  # type: ignore[arg-type]
+                yield topic, record_key(event), encode(event)
 
     # The default partitioner's choice, so every key stays in one partition.
     return await produce_batched(settings, records())
@@ -287,7 +287,7 @@ def postgres_round(settings: Settings, args: argparse.Namespace) -> tuple[int, f
         conn.execute(f"CREATE DATABASE {name}")
     try:
         info = psycopg.conninfo.conninfo_to_dict(args.postgres_dsn)
-        auth = info.get("user", "postgres")
+        auth = str(info.get("user", "postgres"))
         if info.get("password"):
             auth += f":{info['password']}"
         dsn = f"postgresql://{auth}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"

@@ -9,7 +9,7 @@ after the scenario, so every number the page shows is known in advance.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,7 +36,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 NOW = T0 + timedelta(hours=1)
-Events = list[AnyExecutionEvent | AnyDeliveryEvent]
+Events = Sequence[AnyExecutionEvent | AnyDeliveryEvent]
 
 
 async def project_all(settings: Settings, dsn: str) -> None:

@@ -14,6 +14,7 @@ import httpx
 
 from events import DeliveryClaimed, DeliveryFailed, DeliveryUnknown
 from events.delivery import new_delivery_requested
+from events.model import AnyDeliveryEvent
 from events.outcomes import ErrorClass
 from events.redaction import redacted_text
 from events.settings import Settings
@@ -29,10 +30,10 @@ LEAKY = (
 SHOWN = "http://127.0.0.1:9/hooks/leaky?api_key=REDACTED&access_token=REDACTED"
 
 
-def leaky_run() -> list[object]:
+def leaky_run() -> list[AnyDeliveryEvent]:
     """Two requests with credentials in their recipients: one UNKNOWN (on the overview),
     one FAILED with a reason that quotes the URL (as old evidence did)."""
-    events: list[object] = []
+    events: list[AnyDeliveryEvent] = []
     for n, (hook, error) in enumerate(
         [("leaky", ErrorClass.TIMEOUT_AFTER_WRITE), ("leaky2", None)]
     ):
@@ -56,7 +57,7 @@ def leaky_run() -> list[object]:
             lease_expires_at=at(60),
             occurred_at=at(12 + n),
         )
-        outcome: object
+        outcome: DeliveryUnknown | DeliveryFailed
         if error is not None:
             outcome = DeliveryUnknown(
                 **common,
@@ -111,8 +112,8 @@ def test_a_url_loses_userinfo_and_secret_looking_values_only() -> None:
 
 async def test_no_output_shows_credentials_from_the_log(stack: Stack) -> None:
     events = leaky_run()
-    await stack.append(events)  # type: ignore[arg-type]
-    key = events[0].idempotency_key  # type: ignore[attr-defined]
+    await stack.append(events)
+    key = events[0].idempotency_key
 
     async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
         for path in ("/api/runs/run-leaky", "/api/overview", f"/api/search?q={key}"):

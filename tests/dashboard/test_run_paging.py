@@ -17,6 +17,7 @@ import pytest
 from playwright.async_api import Browser
 
 from events import RunStarted, RunSucceeded
+from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.ports import free_port
 from events.settings import Settings
 from projections import open_store
@@ -34,13 +35,13 @@ def fill(dsn: str) -> list[str]:
     in the run page's order."""
     store = open_store(dsn)
     store.prepare("rebuild", replace=True)
-    events: list[object] = [
+    events: list[AnyExecutionEvent | AnyDeliveryEvent] = [
         RunStarted(run_id=BIG, agent="bench", producer=P, occurred_at=at(0)),
         RunSucceeded(run_id=BIG, result_hash="h", producer=P, occurred_at=at(1)),
     ]
     wanted = [requested(BIG, n, 2 + n / 1000) for n in range(DELIVERIES)]
     events += wanted
-    records = [LogRecord(Position("t", 0, i), e) for i, e in enumerate(events)]  # type: ignore[arg-type]
+    records = [LogRecord(Position("t", 0, i), e) for i, e in enumerate(events)]
     for start in range(0, len(records), 5000):
         store.apply_records(records[start : start + 5000], frozenset())
     store.close()

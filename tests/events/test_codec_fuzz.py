@@ -7,7 +7,6 @@ Run with ``--hypothesis-show-statistics`` to see the kinds of input reached."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -31,7 +30,7 @@ def nested(depth: int, kind: str) -> bytes:
 
 
 @st.composite
-def hostile(draw: Any) -> bytes:
+def hostile(draw: st.DrawFn) -> bytes:
     """One hostile record value, labelled with its kind."""
     kind = draw(
         st.sampled_from(

@@ -44,7 +44,7 @@ def test_settings_that_cannot_work_are_refused_naming_the_variables(
 
 def test_an_unknown_sasl_mechanism_is_refused() -> None:
     with pytest.raises(ValidationError, match="sasl_mechanism"):
-        Settings(sasl_mechanism="GSSAPI")  # type: ignore[arg-type]
+        Settings(sasl_mechanism="GSSAPI")
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -15,7 +16,7 @@ from events.delivery import DeliveryClaimed
 from events.redaction import redacted_url
 from events.settings import Settings
 from events.topics import record_key
-from tests.fixtures.broker import ReadTopic
+from tests.fixtures.broker import ReadTopic, all_deliveries, every
 
 HOOK = "http://127.0.0.1:9/hooks/a"
 
@@ -35,11 +36,13 @@ async def test_run_succeeded_commits_run_and_deliveries(
     runs = await read_topic(settings.topic_runs)
     deliveries = await read_topic(settings.topic_deliveries)
     assert [type(e) for e in runs] == [RunSucceeded]
-    assert runs[0].result_hash == "sha256:r1"  # type: ignore[attr-defined]
+    assert every(runs, RunSucceeded)
+    assert runs[0].result_hash == "sha256:r1"
+    assert all_deliveries(deliveries)
     assert sorted(d.idempotency_key for d in deliveries) == sorted(
         r.idempotency_key for r in requests
-    )  # type: ignore[attr-defined]
-    assert {d.producer for d in deliveries} == {"agent-1"}  # type: ignore[attr-defined]
+    )
+    assert {d.producer for d in deliveries} == {"agent-1"}
 
 
 async def test_aborted_transaction_leaves_nothing(
@@ -117,9 +120,9 @@ async def test_publisher_sigkilled_before_commit_leaves_no_outbound_work(
     async with Publisher(settings, transactional_id=txid) as publisher:
         await publisher.run_succeeded("run-again", "h", specs(1))
     runs = await read_topic(settings.topic_runs)
-    assert [e.run_id for e in runs] == ["run-again"]  # type: ignore[attr-defined]
+    assert [e.run_id for e in runs] == ["run-again"]
     deliveries = await read_topic(settings.topic_deliveries)
-    assert [e.run_id for e in deliveries] == ["run-again"]  # type: ignore[attr-defined]
+    assert [e.run_id for e in deliveries] == ["run-again"]
 
 
 async def test_all_events_of_one_key_share_a_partition(
@@ -149,7 +152,7 @@ async def test_all_events_of_one_key_share_a_partition(
     raw = await read_topic(settings.topic_deliveries, raw=True)
     partitions: dict[bytes, set[int]] = defaultdict(set)
     for message in raw:
-        partitions[message.key].add(message.partition)  # type: ignore[attr-defined]
+        partitions[message.key].add(message.partition)
     assert len(partitions) == 6
     assert all(len(p) == 1 for p in partitions.values())
     assert sum(1 for m in raw) == 6 * 4
@@ -171,7 +174,7 @@ def test_bad_delivery_is_refused(fields: dict[str, str], message: str) -> None:
         build_spec(payload={}, **fields)
 
 
-def test_cli_delivery_and_payload_parsing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_delivery_and_payload_parsing(tmp_path: Path) -> None:
     from events.publisher import parse_payload
 
     with pytest.raises(PublishRejected, match="not CHANNEL:RECIPIENT"):
@@ -219,7 +222,7 @@ async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -
         with pytest.raises(PublishRejected, match="reason must not be empty"):
             await publisher.run_marked_unknown("run-m", "")
     events = await read_topic(settings.topic_runs)
-    assert sorted(e.type for e in events) == ["run.failed", "run.marked_unknown", "run.started"]  # type: ignore[attr-defined]
+    assert sorted(e.type for e in events) == ["run.failed", "run.marked_unknown", "run.started"]
     assert await read_topic(settings.topic_deliveries) == []
 
 

@@ -196,14 +196,14 @@ async def test_a_client_without_valid_credentials_is_refused_in_one_line(
     settings: Settings, secure_broker: SecureBroker, client: str, said: str
 ) -> None:
     wrong = "wrong-password-0123456789"
-    bad = {
+    updates: dict[str, dict[str, object]] = {
         "no credentials": {"security_protocol": "SSL", "sasl_username": None,
                            "sasl_password": None},
         "wrong password": {"sasl_username": "agent", "sasl_password": SecretStr(wrong)},
         "plaintext": {"security_protocol": "PLAINTEXT", "sasl_username": None,
                       "sasl_password": None, "ssl_cafile": None},
-    }[client]  # fmt: skip
-    who = settings.model_copy(update=bad)
+    }  # fmt: skip
+    who = settings.model_copy(update=updates[client])
     for args in (("topics", "create"), ("replay", "--format", "jsonl"), ("worker",)):
         began = time.monotonic()
         done = ledger(who, *args, timeout=60)

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from events.settings import Settings
 
@@ -41,7 +42,7 @@ def ledger_worker(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_publish_then_replay_json(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_publish_then_replay_json(settings: Settings, tmp_path: Path) -> None:
     payload = tmp_path / "payload.json"
     payload.write_text('{"text": "report ready"}')
     done = ledger(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from events.base import Event
 from events.codec import decode
 from events.deadletter import DeadLetter
 from events.settings import Settings
@@ -20,15 +22,15 @@ from tests.projections.scenarios import at, incident_log, publish, requested
 GARBAGE = b"\x00not json"
 
 
-async def published(settings: Settings) -> list[object]:
+async def published(settings: Settings) -> list[Event]:
     """The incident scenario plus one undecodable record, in one transaction."""
     events = incident_log()
     await publish(settings, events, raw=[(settings.topic_deliveries, GARBAGE)])
     return list(events)
 
 
-def ordered(events: list[object]) -> list[object]:
-    return sorted(events, key=lambda e: str(e.event_id))  # type: ignore[attr-defined]
+def ordered(events: Sequence[Event]) -> list[Event]:
+    return sorted(events, key=lambda e: str(e.event_id))
 
 
 async def test_exports_round_trip(
@@ -62,7 +64,7 @@ async def test_exports_round_trip(
             assert row["idempotency_key"] == (getattr(event, "idempotency_key", None) or "")
     # Positions are the broker's: every record read back directly sits where the export says.
     raw = await read_topic(settings.topic_deliveries, raw=True)
-    where = {(m.partition, m.offset): m.value for m in raw}  # type: ignore[attr-defined]
+    where = {(m.partition, m.offset): m.value for m in raw}
     for row in rows:
         if row["topic"] == settings.topic_deliveries:
             value = where[(int(row["partition"]), int(row["offset"]))]

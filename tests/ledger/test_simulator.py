@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypedDict
 
 import httpx
 import pytest
@@ -284,11 +285,22 @@ def test_lookup_says_processing_while_a_request_is_being_processed(
         with httpx.Client(timeout=5) as client:
             during = lookup(client, sim, key)
             assert during.status_code == expected
-            assert sim.wait_for(lambda s=sim, k=key: s.accepted(k) == 1, timeout_s=3)
+
+            def accepted_once(s: BackgroundSimulator = sim, k: str = key) -> bool:
+                return s.accepted(k) == 1
+
+            assert sim.wait_for(accepted_once, timeout_s=3)
             assert lookup(client, sim, key).status_code == 200
 
 
-def signed(key: str, payload: object = None, *, token: int | None = None) -> dict[str, object]:
+class SignedPost(TypedDict):
+    """httpx keyword arguments of a signed POST."""
+
+    content: bytes
+    headers: dict[str, str]
+
+
+def signed(key: str, payload: object = None, *, token: int | None = None) -> SignedPost:
     """Keyword arguments of a correctly signed Standard Webhooks POST."""
     body = json.dumps({} if payload is None else payload).encode()
     stamp = int(time.time())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -251,7 +252,7 @@ def incident_log() -> list[AnyExecutionEvent | AnyDeliveryEvent]:
 
 async def publish(
     settings: Settings,
-    events: list[AnyExecutionEvent | AnyDeliveryEvent],
+    events: Sequence[AnyExecutionEvent | AnyDeliveryEvent],
     raw: list[tuple[str, bytes]] | None = None,
 ) -> None:
     """Append events (and raw ``(topic, bytes)`` records) in one Kafka transaction."""
@@ -276,9 +277,7 @@ async def publish(
                 )
                 value = encode(event)
                 headers = (
-                    signer.headers(value)
-                    if signer is not None and needs_signature(event)
-                    else None
+                    signer.headers(value) if signer is not None and needs_signature(event) else None
                 )
                 futures.append(
                     await producer.send(topic, value, key=record_key(event), headers=headers)

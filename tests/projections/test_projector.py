@@ -18,6 +18,7 @@ from events import DeadLetter, Publisher
 from events.settings import Settings
 from projections.projector import rebuild
 from projections.store import Offsets
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.fake_cli import interrupt as stop_with_ctrl_c
 from tests.fixtures.postgres import DsnFactory
 from tests.fixtures.worker import wait_for
@@ -109,7 +110,7 @@ async def test_sigkill_mid_batch_then_restart_equals_a_projector_that_never_died
 
 
 async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_projector(
-    settings: Settings, tmp_path: Path, read_topic: object
+    settings: Settings, tmp_path: Path, read_topic: ReadTopic
 ) -> None:
     """No worker reads ``ledger.runs``: the projector used to skip a bad record there with
     a warning, so nothing but its log said it existed. The live projector dead-letters
@@ -137,7 +138,7 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
 
         async def dead_lettered() -> bool:
             assert process.poll() is None, process.communicate()
-            return len(await read_topic(settings.topic_deadletter, raw=True)) >= 3  # type: ignore[operator]
+            return len(await read_topic(settings.topic_deadletter, raw=True)) >= 3
 
         await wait_for(dead_lettered, 60, "three dead letters from the projector")
         await wait_for(lambda: _has_run(dsn, "run-after-bad"), 60, "the good run in the projection")
@@ -145,7 +146,7 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
         interrupt(process)
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     by_position = {(d.original_partition, d.original_offset): d for d in letters}
     assert sorted(by_position) == sorted(positions)
@@ -158,7 +159,7 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
     assert [by_position[p].original_value() for p in positions] == [v for _, v in bad]
     # A re-read of the log (rebuild, verify) does not dead-letter them again.
     await rebuild(settings, f"sqlite://{tmp_path / 'rebuilt.sqlite3'}")
-    assert len(await read_topic(settings.topic_deadletter, raw=True)) == 3  # type: ignore[operator]
+    assert len(await read_topic(settings.topic_deadletter, raw=True)) == 3
 
 
 async def _has_run(dsn: str, run_id: str) -> bool:

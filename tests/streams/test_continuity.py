@@ -175,9 +175,9 @@ async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(
         )
     key = requested[0].idempotency_key
     records = await read_topic(settings.topic_deliveries, raw=True)
-    request = next(m for m in records if m.key == key.encode())  # type: ignore[attr-defined]
-    tp = TopicPartition(settings.topic_deliveries, request.partition)  # type: ignore[attr-defined]
-    end = request.offset + 1  # type: ignore[attr-defined]
+    request = next(m for m in records if m.key == key.encode())
+    tp = TopicPartition(settings.topic_deliveries, request.partition)
+    end = request.offset + 1
     # A previous owner verified nothing past the request, then committed past it without
     # handing it to its agent (the faust skip), and died.
     await commit_offsets(settings, settings.worker_group, {tp: end})

@@ -11,16 +11,16 @@ Run with ``--hypothesis-show-statistics`` to see which states and transitions it
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from events.base import Event
-from events.delivery import DeliveryClaimed, DeliveryConfirmed
+from events.delivery import DeliveryClaimed, DeliveryConfirmed, DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
-from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass
+from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass, LookupOutcome
 from events.settings import Settings
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.decisions import after_lookup, after_send, on_timer
@@ -50,7 +50,7 @@ SEND_EFFECTS = [
 ]
 # Lookup answers that say nothing about acceptance, and "failed" (what a provider says of
 # a message it gave up on: answered only while the receiver has nothing).
-NOISE = [*[None] * 6, "processing", "lookup_error", "failed"]
+NOISE: list[LookupOutcome | None] = [*[None] * 6, "processing", "lookup_error", "failed"]
 
 
 class DeliveryMachine(RuleBasedStateMachine):
@@ -74,7 +74,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.pending: list[Event] = []
         self.sent_tokens: set[int] = set()
         self.accepted = 0
-        self.processing_until: list[object] = []  # receiver deadlines of slow acceptances
+        self.processing_until: list[datetime] = []  # receiver deadlines of slow acceptances
 
     # -- what happens ---------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         seconds=st.sampled_from([3.0, 6.0, 16.0, 40.0]),
         noise=st.sampled_from(NOISE),
     )
-    def tick(self, seconds: float, noise: str | None) -> None:
+    def tick(self, seconds: float, noise: LookupOutcome | None) -> None:
         """Time passes; a due timer proposes its decision or makes its lookup."""
         self.now += timedelta(seconds=seconds)
         self.finish_processing(everything_due=True)
@@ -98,7 +98,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         event("receiver finished a slow request")
 
     def finish_processing(self, *, everything_due: bool) -> None:
-        while everything_due and self.processing_until and self.processing_until[0] <= self.now:  # type: ignore[operator]
+        while everything_due and self.processing_until and self.processing_until[0] <= self.now:
             self.receiver_finishes()
 
     @precondition(
@@ -126,13 +126,13 @@ class DeliveryMachine(RuleBasedStateMachine):
         event(f"send: {result.outcome} (accepted: {accepted})")
         self.propose(after_send(self.state, self.state.fencing_token, result, self.now, CTX))
 
-    def lookup(self, noise: str | None) -> None:
+    def lookup(self, noise: LookupOutcome | None) -> None:
         """A lookup answers the truth as the receiver knows it now (a slow request that is
         still being processed is not found by a receiver that records only at the end)."""
         if noise == "failed" and not self.accepted and not self.processing_until:
             result = LookupResult("failed", "status failed", provider_status="failed")
         elif noise is not None and noise != "failed":
-            result = LookupResult(noise, noise)  # type: ignore[arg-type]
+            result = LookupResult(noise, noise)
         elif self.accepted:
             result = LookupResult("found", "200 done", "id-1", "done", delivered=True)
         else:
@@ -162,6 +162,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         """One proposed event reaches the log (appends from different producers interleave)."""
         index = data.draw(st.integers(0, len(self.pending) - 1))
         self._fold(self.pending.pop(index))
+
+    def status(self) -> Status:
+        """The delivery's status now (a step replaces ``state``; read it afresh)."""
+        return self.state.status
 
     @precondition(lambda self: bool(self.pending))
     @rule()
@@ -244,8 +248,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         target(float(self.stale), label="stale outcomes ignored")
         target(float(self.after_terminal), label="events landing after CONFIRMED/FAILED")
         target(float(self.not_found_while_processing), label="not found while processing")
-        keyed = [e for e in self.landed if hasattr(e, "idempotency_key")]
-        rows = projection_fold(keyed, [len(keyed) // 2])  # type: ignore[arg-type]
+        keyed = [e for e in self.landed if isinstance(e, DeliveryEvent)]
+        rows = projection_fold(keyed, [len(keyed) // 2])
         (row,) = rows.values()
         assert row["status"] == self.state.status.public, (
             f"the projection says {row['status']}, the worker {self.state.status.public}"
@@ -290,21 +294,21 @@ def test_a_receiver_slower_than_the_settle_window_is_not_retried_into(nothing: N
     machine = DeliveryMachine()
     machine.tick(seconds=CTX.claim_grace_s + 1, noise=None)  # the claim is due
     machine.flush()
-    assert machine.state.status is Status.CLAIMED
+    assert machine.status() is Status.CLAIMED
     later = next(e for e in SEND_EFFECTS if e[0] == "later")
     machine.send(later)  # a timeout; the receiver finishes 17.5 s from now
     machine.flush()
-    assert machine.state.status is Status.UNKNOWN
+    assert machine.status() is Status.UNKNOWN
     for _ in range(12):  # ticks of 3 s: lookups at the settle window, then spaced apart
         machine.tick(seconds=3.0, noise=None)
         machine.flush()
         machine.the_receiver_accepted_at_most_once()
-        if machine.state.status is Status.RETRY_SCHEDULED:
+        if machine.status() is Status.RETRY_SCHEDULED:
             machine.tick(seconds=40.0, noise=None)  # the retry is claimed...
             machine.flush()
             yes = next(e for e in SEND_EFFECTS if e[0] == "yes")
             machine.send(yes)  # ...and sent
             machine.the_receiver_accepted_at_most_once()
     assert machine.not_found_while_processing == 1
-    assert machine.state.status in (Status.SENT, Status.CONFIRMED)
+    assert machine.status() in (Status.SENT, Status.CONFIRMED)
     machine.teardown()

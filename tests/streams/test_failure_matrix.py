@@ -18,6 +18,7 @@ from events import DeliverySpec, Publisher
 from events.delivery_state import Status
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory
@@ -224,7 +225,9 @@ async def test_row5_crash_after_provider_accepts_is_settled_by_lookup(
         assert receiver.accepted(key) == 1, "nothing may be sent twice after the crash"
         assert posts(receiver, key) == 1
     provider = states[keys[0]]
-    assert provider.provider_message_id == receiver.event(keys[0]).receiver_id  # type: ignore[union-attr]
+    accepted = receiver.event(keys[0])
+    assert accepted is not None
+    assert provider.provider_message_id == accepted.receiver_id
     await live_projection.matches(await ledger_view())
 
 
@@ -297,7 +300,7 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     live_projection: LiveProjection,
 ) -> None:
     settings = use(worker_factory, receiver, live_projection, lookup=False, receiver_dedupes=True)
@@ -312,7 +315,7 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     assert states[keys[0]].attempt == 2
     assert posts(receiver, keys[0]) == 2
     assert receiver.accepted(keys[0]) == 1  # the receiver deduped the retry on webhook-id
-    events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
+    events = await read_topic(settings.topic_deliveries)
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
     assert "receiver_dedupes=true" in retries[0].safety

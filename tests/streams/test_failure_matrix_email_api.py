@@ -11,6 +11,7 @@ from __future__ import annotations
 from events import DeliverySpec
 from events.delivery_state import Status
 from events.settings import Settings
+from tests.fixtures.broker import ReadTopic, all_deliveries
 from tests.fixtures.email_api import RECIPIENT, BackgroundFakeEmailApi, FakeEmailApiFactory
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.worker import LedgerView, WorkerFactory
@@ -59,7 +60,7 @@ async def test_email_timeout_after_accept_is_unknown_found_by_key_then_delivered
     fake_email_api_factory: FakeEmailApiFactory,
     ledger_view: LedgerView,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     # Delivered from its second lookup on: the lookup by key finds it "sent", so the
     # delivery is SENT, and the poll by id finds it delivered.
@@ -74,7 +75,8 @@ async def test_email_timeout_after_accept_is_unknown_found_by_key_then_delivered
     assert state.last_error_class == "timeout_after_write"
     assert state.provider_message_id == accepted_once(fake_email_api, key)
     assert sends(fake_email_api, key) == [200]
-    events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
+    events = await read_topic(settings.topic_deliveries)
+    assert all_deliveries(events)
     kinds = [e.type for e in events if e.idempotency_key == key]
     # UNKNOWN, found by key (-> SENT), polled by id until delivered.
     assert kinds.index("delivery.unknown") < kinds.index("delivery.reconciled")
@@ -167,7 +169,7 @@ async def test_email_without_lookup_retries_under_the_providers_24h_key_rule(
     fake_email_api_factory: FakeEmailApiFactory,
     ledger_view: LedgerView,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     # A provider that gets by id only (no lookup by key) but honours Idempotency-Key for
     # 24 h, as declared: an UNKNOWN with no message id is retried under the rule, and the
@@ -183,7 +185,7 @@ async def test_email_without_lookup_retries_under_the_providers_24h_key_rule(
     assert states[key].attempt == 2
     assert states[key].provider_message_id == accepted_once(fake, key)
     assert len(sends(fake, key)) == 2  # the retry reached the provider, which deduped it
-    events = await read_topic(settings.topic_deliveries)  # type: ignore[operator]
+    events = await read_topic(settings.topic_deliveries)
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert [r.dedupe_rule for r in retries] == ["idempotency-key-24h"]
     assert "24 h" in retries[0].safety

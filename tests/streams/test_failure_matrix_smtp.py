@@ -23,6 +23,7 @@ from events.retry_policy import RetryPolicy
 from events.settings import Settings
 from streams.channels.mail_origin import ORIGIN_HEADER, sealed_by_us
 from streams.channels.smtp import message_id
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.mail import DOMAIN, ORIGIN_KEY, MailStack
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
@@ -156,7 +157,7 @@ async def test_smtp_drop_after_data_with_message_id_dedupe_resends_the_same_mess
     worker_factory: WorkerFactory,
     mail_stack: MailStack,
     ledger_view: LedgerView,
-    read_topic: Any,
+    read_topic: ReadTopic,
     live_projection: LiveProjection,
 ) -> None:
     settings = use_mail(

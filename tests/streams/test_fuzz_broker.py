@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import JsonValue
 
 from events import DeadLetter, DeliverySpec, EventDecodeError, Publisher, decode, encode
 from events.delivery import DeliveryEvent, new_delivery_requested
@@ -31,13 +32,14 @@ from events.execution import RunSucceeded
 from events.model import ExecutionEvent
 from ledger.simulator.background import BackgroundSimulator
 from tests.events.test_codec_fuzz import hostile
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, wait_for
 
 EXAMPLES = 60
 UNICODE = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",)),  # no lone surrogates: not UTF-8
+    alphabet=st.characters(blacklist_categories=["Cs"]),  # no lone surrogates: not UTF-8
     max_size=12,
 )
 
@@ -122,7 +124,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     receiver: BackgroundSimulator = receiver_factory(dedupe=False)
     settings_ = receiver.settings(worker_factory.settings)
@@ -146,7 +148,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
         bootstrap_servers=settings_.bootstrap_servers, max_request_size=4 * 1024 * 1024
     )
     positions: dict[tuple[str, int, int], Hostile] = {}
-    expected: dict[str, dict[str, Any]] = {}
+    expected: dict[str, JsonValue] = {}
     too_large = 0
     await producer.start()
     try:
@@ -170,13 +172,13 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
                     for n, payload in enumerate(item.payloads)
                 ]
                 for request in await publisher.run_succeeded(f"valid-{index}", "h", specs):
-                    expected[request.idempotency_key] = request.payload  # type: ignore[assignment]
+                    expected[request.idempotency_key] = request.payload
     finally:
         await producer.stop()
 
     async def letters() -> dict[tuple[str, int, int], list[DeadLetter]]:
         found: dict[tuple[str, int, int], list[DeadLetter]] = {}
-        for message in await read_topic(settings_.topic_deadletter, raw=True):  # type: ignore[operator]
+        for message in await read_topic(settings_.topic_deadletter, raw=True):
             letter = DeadLetter.model_validate_json(message.value)
             where = (letter.original_topic, letter.original_partition, letter.original_offset)
             found.setdefault(where, []).append(letter)

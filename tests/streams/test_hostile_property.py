@@ -29,6 +29,7 @@ from events.codec import EventDecodeError, decode
 from events.model import ALL_EVENT_TYPES
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, WorkerProcess, wait_for
@@ -46,7 +47,7 @@ class Harness:
         worker_factory: WorkerFactory,
         receiver: BackgroundSimulator,
         live_projection: LiveProjection,
-        read_topic: object,
+        read_topic: ReadTopic,
     ) -> None:
         self.settings: Settings = receiver.settings(worker_factory.settings)
         worker_factory.settings = self.settings
@@ -110,7 +111,7 @@ class Harness:
         return refused
 
     async def letters(self) -> list[DeadLetter]:
-        raw = await self.read_topic(self.settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        raw = await self.read_topic(self.settings.topic_deadletter, raw=True)
         return [DeadLetter.model_validate_json(m.value) for m in raw]
 
     async def settle(self) -> None:
@@ -169,7 +170,7 @@ def harness(
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> Harness:
     return Harness(worker_factory, receiver_factory(dedupe=False), live_projection, read_topic)
 

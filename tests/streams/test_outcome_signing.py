@@ -25,6 +25,7 @@ from events.outcome_signing import (
 )
 from events.settings import Settings
 from ledger.simulator.faults import Fault, FaultKind
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, wait_for
@@ -96,7 +97,7 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
     settings = receiver.settings(worker_factory.settings).model_copy(
@@ -151,7 +152,7 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     async def dead_lettered() -> dict[int, DeadLetter]:
         letters = [
             DeadLetter.model_validate_json(m.value)
-            for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+            for m in await read_topic(settings.topic_deadletter, raw=True)
         ]
         return {d.original_offset: d for d in letters if d.original_partition == unsigned.partition}
 
@@ -174,7 +175,7 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     # Every outcome the worker wrote carries a signature.
     signed = [
         m
-        for m in await read_topic(settings.topic_deliveries, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deliveries, raw=True)
         if m.offset not in (unsigned.offset, wrong.offset) or m.partition != unsigned.partition
     ]
     outcomes = [m for m in signed if b'"delivery.requested"' not in m.value]

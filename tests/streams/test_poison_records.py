@@ -5,6 +5,7 @@ and a live projector keep going (ARCHITECTURE.md, "No record stops a partition")
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
@@ -12,9 +13,18 @@ from events import DeadLetter, DeliverySpec, Publisher
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
 from events.settings import Settings
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+
+
+class SharedFields(TypedDict):
+    """The ``new_delivery_requested`` arguments this module's requests share."""
+
+    event_type: str
+    channel: str
+    producer: str
 
 
 async def publish_raw(settings: Settings, values: list[tuple[bytes, bytes]]) -> list[int]:
@@ -35,7 +45,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     live_projection: LiveProjection,
 ) -> None:
     """The issue's two records: ``occurred_at`` 9999-12-31T23:59:59Z and ``slo_seconds``
@@ -46,7 +56,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
     live_projection.settings = settings
-    common = {"event_type": "run.succeeded", "channel": "webhook", "producer": "raw"}
+    common = SharedFields(event_type="run.succeeded", channel="webhook", producer="raw")
     poisons = []
     for name, extreme in (
         ("far-future", {"occurred_at": "9999-12-31T23:59:59Z"}),
@@ -57,7 +67,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
             recipient=receiver.webhook_url(name),
             payload={},
             slo_seconds=60,
-            **common,  # type: ignore[arg-type]
+            **common,
         )
         # Written as a raw producer would: the SDK refuses these values before sending.
         poisons.append((valid.idempotency_key, json.dumps(valid.model_dump(mode="json") | extreme)))
@@ -85,14 +95,14 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
         assert live_projection.process is not None
         assert live_projection.process.poll() is None, live_projection.log.read_text()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        letters = await read_topic(settings.topic_deadletter, raw=True)
         confirmed = all(k in states and states[k].status is Status.CONFIRMED for k in good)
         return confirmed and len(letters) >= len(poisons)
 
     await wait_for(done, 90, "the good deliveries CONFIRMED and the poisons dead-lettered")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     refused = dict(poisons)
     by_key = {}

@@ -13,7 +13,7 @@ from events.codec import encode
 from events.delivery import DeliveryClaimed, DeliveryConfirmed, DeliveryRequested
 from events.delivery_state import apply
 from streams.processor import DeliveryProcessor, MemoryStore, Record
-from streams.sender import Sender
+from streams.sender import Append, Sender
 from streams.timers import DueIndex
 from tests.fixtures.core import (
     T0,
@@ -31,7 +31,7 @@ CTX = core_context()
 def processor_for(
     store: MemoryStore,
     clock: Clock,
-    append: object,
+    append: Append,
     due: DueIndex,
     continuous: Callable[[int], bool] = lambda _p: True,
     dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
@@ -39,7 +39,7 @@ def processor_for(
     sender = Sender(
         channels={"webhook": FakeChannel()},
         ctx=CTX,
-        append=append,  # type: ignore[arg-type]
+        append=append,
         clock=clock,
         concurrency=4,
         current=store.get,
@@ -54,8 +54,8 @@ def processor_for(
     return DeliveryProcessor(
         ctx=CTX,
         store=store,
-        append_claims=append,  # type: ignore[arg-type]
-        append_outcomes=append,  # type: ignore[arg-type]
+        append_claims=append,
+        append_outcomes=append,
         dead_letter=dead_letter or no_dead_letters,
         sender=sender,
         due=due,
@@ -158,11 +158,11 @@ async def test_a_delivery_held_back_for_room_is_claimed_as_soon_as_room_frees(
         await processor.handle(
             Record("t", 0, offset, claimed.idempotency_key.encode(), encode(claimed))
         )
-        await eventually(
-            lambda k=claimed.idempotency_key: [
-                c for c in appended.of(DeliveryConfirmed) if c.idempotency_key == k
-            ]
-        )
+
+        def confirmed_of(k: str = claimed.idempotency_key) -> list[DeliveryConfirmed]:
+            return [c for c in appended.of(DeliveryConfirmed) if c.idempotency_key == k]
+
+        await eventually(confirmed_of)
         [confirmed] = [
             c
             for c in appended.of(DeliveryConfirmed)

@@ -12,12 +12,12 @@ from events.delivery import DeliveryFailed, DeliveryNotSent, new_delivery_reques
 from events.delivery_state import DeliveryState, Status, apply
 from events.outcomes import ErrorClass
 from streams.decisions import claim
+from streams.processor import MemoryStore
 from streams.sender import Sender
 from tests.fixtures.core import (
     Appended,
     Clock,
     FakeChannel,
-    MemoryStore,
     core_context,
     eventually,
     requested,
@@ -83,7 +83,7 @@ async def test_too_little_lease_left_writes_nothing_and_says_so(
     await sender.drain(5)
     assert fake_channel.received == []
     [not_sent] = appended.of(DeliveryNotSent)
-    assert "lease has 11.9s left" in not_sent.reason  # type: ignore[attr-defined]
+    assert "lease has 11.9s left" in not_sent.reason
     after = apply(state, not_sent)
     assert after is not None
     assert after.status.public == "PENDING"  # claimed again, no lookup needed
@@ -101,7 +101,7 @@ async def test_the_lease_rule_uses_the_channels_own_deadline(
     await sender.drain(5)
     assert fake_channel.received == []
     [not_sent] = appended.of(DeliveryNotSent)
-    assert "webhook deadline 15s" in not_sent.reason  # type: ignore[attr-defined]
+    assert "webhook deadline 15s" in not_sent.reason
     # A shorter channel deadline (5 s) lets a claim with 11.9 s left go out.
     short = sender_for(fake_channel, memory_store, clock, appended, deadlines={"webhook": 5})
     second = claimed(memory_store, clock, 1)
@@ -125,7 +125,7 @@ async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(
     sender.submit_send(lost, 0)
     await sender.drain(5)
     assert fake_channel.received == []
-    reasons = sorted(e.reason for e in appended.of(DeliveryNotSent))  # type: ignore[attr-defined]
+    reasons = sorted(e.reason for e in appended.of(DeliveryNotSent))
     assert "no longer current" in reasons[0] or "no longer current" in reasons[1]
     assert any("no longer owns partition 0" in r for r in reasons)
 
@@ -133,7 +133,8 @@ async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(
 async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     memory_store: MemoryStore, clock: Clock, appended: Appended
 ) -> None:
-    channel = FakeChannel(hold=asyncio.Event())
+    hold = asyncio.Event()
+    channel = FakeChannel(hold=hold)
     sender = sender_for(channel, memory_store, clock, appended, concurrency=1)
     first, second = claimed(memory_store, clock, 1), claimed(memory_store, clock, 2)
     sender.submit_send(first, 0)
@@ -143,8 +144,8 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     stopping = asyncio.ensure_future(sender.stop_partitions({0}, "partition revoked"))
     await eventually(lambda: appended.of(DeliveryNotSent))  # the cancelled send records itself
     assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
-    assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason  # type: ignore[attr-defined]
-    channel.hold.set()  # type: ignore[union-attr]
+    assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason
+    hold.set()
     assert await stopping == 1
     await sender.drain(5)
     assert channel.received == [(first.idempotency_key, 1)]
@@ -153,7 +154,8 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
 async def test_no_lookup_while_this_process_has_the_attempt_open(
     memory_store: MemoryStore, clock: Clock, appended: Appended
 ) -> None:
-    channel = FakeChannel(hold=asyncio.Event())
+    hold = asyncio.Event()
+    channel = FakeChannel(hold=hold)
     sender = sender_for(channel, memory_store, clock, appended)
     state = claimed(memory_store, clock)
     sender.submit_send(state, 0)
@@ -162,7 +164,7 @@ async def test_no_lookup_while_this_process_has_the_attempt_open(
             break
         await asyncio.sleep(0.01)
     assert not sender.submit_lookup(state, 0)
-    channel.hold.set()  # type: ignore[union-attr]
+    hold.set()
     await sender.drain(5)
     clock.advance(timedelta(seconds=60).total_seconds())
     assert sender.submit_lookup(state, 0)
@@ -215,7 +217,7 @@ async def test_a_request_the_sdk_would_refuse_fails_unsent_with_the_reason(
             event_type="run.succeeded",
             channel="webhook",
             recipient=recipient,
-            payload=payload,  # type: ignore[arg-type]
+            payload=payload,
             slo_seconds=60,
             producer="raw",
         ),
@@ -229,9 +231,9 @@ async def test_a_request_the_sdk_would_refuse_fails_unsent_with_the_reason(
     await sender.drain(5)
     assert fake_channel.received == []
     [failed] = appended.of(DeliveryFailed)
-    assert failed.error_class is ErrorClass.REFUSED_REQUEST  # type: ignore[attr-defined]
-    assert says in failed.reason  # type: ignore[attr-defined]
-    assert "s3cr3t" not in failed.reason  # type: ignore[attr-defined]
+    assert failed.error_class is ErrorClass.REFUSED_REQUEST
+    assert says in failed.reason
+    assert "s3cr3t" not in failed.reason
     final = apply(after, failed)
     assert final is not None
     assert final.status is Status.FAILED

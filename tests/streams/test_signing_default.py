@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from events import DeadLetter, DeliverySpec, Publisher, encode
 from events.outcome_keys import StoredKeys
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, wait_for
@@ -81,7 +82,7 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
     worker_factory: WorkerFactory,
     receiver_factory: ReceiverFactory,
     live_projection: LiveProjection,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     """Nothing about signing is configured; ``ledger init`` ran. A forged, unsigned
     ``DeliveryConfirmed`` lands right behind its request, before any worker reads them:
@@ -125,7 +126,7 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
     assert receiver.accepted(request.idempotency_key) == 1
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     assert [(d.original_offset, d.original_partition) for d in letters] == [
         (forged.offset, forged.partition)

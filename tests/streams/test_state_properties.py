@@ -22,6 +22,7 @@ from events.delivery import (
     new_delivery_requested,
 )
 from events.delivery_state import DeliveryState, Status, apply
+from tests.fixtures.core import applied
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 REQ = new_delivery_requested(
@@ -202,7 +203,7 @@ def test_outcome_of_a_stale_token_is_ignored() -> None:
     assert states[-1].claim_worker == "w2"
     # ...but a late confirmation of attempt 1 settles the logical event.
     late_ok = DeliveryConfirmed(**KEY, attempt=1, fencing_token=1, source="send", evidence="200")
-    assert apply(states[-1], late_ok).status is Status.CONFIRMED  # type: ignore[union-attr]
+    assert applied(states[-1], late_ok).status is Status.CONFIRMED
 
 
 def test_unknown_without_lookup_evidence_refuses_retry() -> None:
@@ -223,4 +224,4 @@ def test_unknown_without_lookup_evidence_refuses_retry() -> None:
     state = fold([REQ, claim1, unknown, blind])[-1]
     assert state.status is Status.UNKNOWN
     failed = DeliveryFailed(**KEY, attempts=1, error_class="timeout_after_write", reason="give up")
-    assert apply(state, failed).status is Status.UNKNOWN  # type: ignore[union-attr]
+    assert applied(state, failed).status is Status.UNKNOWN

@@ -66,7 +66,9 @@ async def test_happy_path_every_delivery_confirmed_once(
     for key in keys:
         assert receiver.accepted(key) == 1
     states = await ledger_view()
-    assert states[keys[2]].provider_message_id == receiver.event(keys[2]).receiver_id  # type: ignore[union-attr]
+    accepted = receiver.event(keys[2])
+    assert accepted is not None
+    assert states[keys[2]].provider_message_id == accepted.receiver_id
     assert worker.alive(), worker.output()
 
     # The worker's own /metrics agree with what the receiver saw.

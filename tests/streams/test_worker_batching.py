@@ -45,7 +45,7 @@ def test_faust_app_gets_linger_and_standby(
     tmp_path: object, linger_ms: float, standby: int
 ) -> None:
     settings = Settings(
-        data_dir=tmp_path,  # type: ignore[arg-type]
+        data_dir=tmp_path,
         worker_linger_ms=linger_ms,
         worker_standby_replicas=standby,
         webhook_secret="whsec_" + "A" * 32,
@@ -64,7 +64,7 @@ async def test_the_worker_consumer_gets_the_fetch_wait(
     """``LEDGER_WORKER_FETCH_WAIT_MS`` reaches the aiokafka consumer faust builds for the
     agent (0 keeps faust's: answered at the first byte, 1.5 s at most)."""
     settings = Settings(
-        data_dir=tmp_path,  # type: ignore[arg-type]
+        data_dir=tmp_path,
         worker_fetch_wait_ms=wait_ms,
         webhook_secret="whsec_" + "A" * 32,
     )

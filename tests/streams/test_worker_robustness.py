@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
@@ -14,7 +15,16 @@ from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
+
+
+class SharedFields(TypedDict):
+    """The ``new_delivery_requested`` arguments this module's requests share."""
+
+    event_type: str
+    channel: str
+    slo_seconds: int
 
 
 async def after_the_bad_records(
@@ -22,7 +32,7 @@ async def after_the_bad_records(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
     run_id: str,
     dead_letters: int = 2,
 ) -> tuple[str, WorkerProcess, dict[tuple[int, int], DeadLetter]]:
@@ -41,14 +51,14 @@ async def after_the_bad_records(
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        letters = await read_topic(settings.topic_deadletter, raw=True)
         confirmed = key in states and states[key].status is Status.CONFIRMED
         return confirmed and len(letters) >= dead_letters
 
     await wait_for(done, 90, f"the good delivery CONFIRMED and {dead_letters} dead letters")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)  # type: ignore[operator]
+        for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
     return key, worker, {(d.original_partition, d.original_offset): d for d in letters}
 
@@ -57,7 +67,7 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
@@ -92,7 +102,7 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
     worker_factory: WorkerFactory,
     receiver: BackgroundSimulator,
     ledger_view: LedgerView,
-    read_topic: object,
+    read_topic: ReadTopic,
 ) -> None:
     """Written by a raw producer, as anyone with write access to the topic can: a 10 KB
     record nested 5,000 deep (the worker used to exit 70 on it at every restart) is dead-
@@ -101,13 +111,13 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
     and nothing reaches the receiver."""
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
-    common = {"event_type": "run.succeeded", "channel": "webhook", "slo_seconds": 60}
+    common = SharedFields(event_type="run.succeeded", channel="webhook", slo_seconds=60)
     huge = new_delivery_requested(
         run_id="run-huge",
         recipient=receiver.webhook_url("huge"),
         payload={"blob": "x" * 700_000},
         producer="raw",
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     secret_url = receiver.webhook_url("creds").replace("http://", "http://admin:s3cr3tpw@")
     creds = new_delivery_requested(
@@ -115,7 +125,7 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
         recipient=secret_url + "?api_key=K123secret",
         payload={},
         producer="raw",
-        **common,  # type: ignore[arg-type]
+        **common,
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers, max_request_size=2 * 1024 * 1024

@@ -4,9 +4,36 @@ from __future__ import annotations
 
 import socket
 import uuid
-from typing import Any
+from typing import Any, Literal, TypedDict
+
+from pydantic import JsonValue
 
 from streams.channels.base import OutboundDelivery
+
+# What ``socket.getaddrinfo`` answers (its typeshed type), for tests standing in for it.
+AddressInfo = list[
+    tuple[Literal[socket.AddressFamily.AF_INET], socket.SocketKind, int, str, tuple[str, int]]
+    | tuple[
+        Literal[socket.AddressFamily.AF_INET6],
+        socket.SocketKind,
+        int,
+        str,
+        tuple[str, int, int, int] | tuple[int, bytes],
+    ]
+]
+
+
+class DeliveryChanges(TypedDict, total=False):
+    """Fields of an ``OutboundDelivery`` a test may change with ``dataclasses.replace``
+    (not its channel: that is the helper's own)."""
+
+    idempotency_key: str
+    run_id: str
+    event_type: str
+    recipient: str
+    payload: JsonValue
+    attempt: int
+    provider_message_id: str | None
 
 
 def outbound(

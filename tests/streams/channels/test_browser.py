@@ -326,7 +326,9 @@ async def test_credentials_in_a_start_url_stay_out_of_the_evidence(
     target["lookup"]["url"] += f"&access_token={secret}"
     config = BrowserSettings.model_validate({"targets": {TARGET: target}})
     async with create_http_client(FAST) as http:
-        channel = BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path)
+        channel = BrowserChannel(
+            http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK
+        )
         try:
             confirmed = await channel.send(delivery())
             assert confirmed.outcome is SendOutcome.CONFIRMED, confirmed

@@ -6,10 +6,11 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Unpack
 
 import httpx
 import pytest
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from events.channels import channel_plugin, check_recipient
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
@@ -28,7 +29,7 @@ from tests.fixtures.email_api import (
     BackgroundFakeEmailApi,
     FakeEmailApiFactory,
 )
-from tests.streams.channels.support import outbound
+from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
     http_timeout_s=0.5,
@@ -45,14 +46,14 @@ async def channel_for() -> AsyncIterator[ChannelFor]:
     """An adapter for a fake, with EmailApiSettings fields."""
     async with create_http_client(FAST) as http:
 
-        def make(fake: BackgroundFakeEmailApi, **fields: object) -> EmailApiChannel:
-            config = EmailApiSettings.model_validate(fake.channel_settings(**fields))  # type: ignore[arg-type]
+        def make(fake: BackgroundFakeEmailApi, **fields: JsonValue) -> EmailApiChannel:
+            config = EmailApiSettings.model_validate(fake.channel_settings(**fields))
             return EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
 
         yield make
 
 
-def delivery(**fields: object) -> OutboundDelivery:
+def delivery(**fields: Unpack[DeliveryChanges]) -> OutboundDelivery:
     base = outbound(
         RECIPIENT, "email_api", payload={"subject": "Report ready", "text": "It is ready."}
     )

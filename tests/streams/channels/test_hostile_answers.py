@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.channels.email_api import EmailApiSettings
 from events.ports import free_port
@@ -128,7 +129,11 @@ async def test_browser_list_lookup(hostile: str, tmp_path: Path) -> None:
     config = BrowserSettings.model_validate({"targets": {TARGET: form_target(hostile)}})
     async with create_http_client(FAST) as http:
         channel = BrowserChannel(
-            http, config, deadline_s=FAST.send_deadline_s, screenshots=tmp_path
+            http,
+            config,
+            deadline_s=FAST.send_deadline_s,
+            screenshots=tmp_path,
+            policy=AddressPolicy(["127.0.0.0/8"]),
         )
         looked = await channel.lookup(delivery(TARGET, "browser"))
     assert looked.outcome == "lookup_error", looked

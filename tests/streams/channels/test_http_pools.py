@@ -25,7 +25,7 @@ from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
 from streams.channels.write_guard import WriteGuard
-from tests.streams.channels.support import outbound, read_request
+from tests.streams.channels.support import AddressInfo, outbound, read_request
 
 POOLS = ["aiohttp", "httpcore"]
 Raw = Callable[[Callable[[socket.socket], None]], str]
@@ -34,7 +34,7 @@ OK = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r
 
 def settings_for(pool: str, **update: object) -> Settings:
     return Settings(
-        http_pool=pool,  # type: ignore[arg-type]
+        http_pool=pool,
         http_timeout_s=1.0,
         http_connect_timeout_s=0.5,
         send_deadline_s=2.0,
@@ -90,8 +90,8 @@ async def test_a_pooled_connection_the_server_closed_is_not_written_to(
 async def test_any_disallowed_address_blocks_the_name_and_only_the_first_is_used(
     pool: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = free_port()
-    listener = socket.create_server(("127.0.0.1", port))
+    listen_port = free_port()
+    listener = socket.create_server(("127.0.0.1", listen_port))
     accepted: list[bool] = []
 
     def accept() -> None:
@@ -108,32 +108,39 @@ async def test_any_disallowed_address_blocks_the_name_and_only_the_first_is_used
     threading.Thread(target=accept, daemon=True).start()
     real = socket.getaddrinfo
 
-    def resolve(host: object, *args: object, **kwargs: object) -> object:
+    def resolve(
+        host: bytes | str | None,
+        port: bytes | str | int | None,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> AddressInfo:
         if host == "mixed.test":  # one allowed address, one internal one
             return [
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", listen_port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", listen_port)),
             ]
         if host == "twice.test":  # two allowed addresses: only the first is connected to
             return [
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", listen_port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", listen_port)),
             ]
-        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+        return real(host, port, family, type, proto, flags)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     settings = settings_for(pool)
     try:
         async with create_http_client(settings) as client:
             channel = WebhookChannel(client, settings)
-            blocked = await channel.send(outbound(f"http://mixed.test:{port}/h"))
+            blocked = await channel.send(outbound(f"http://mixed.test:{listen_port}/h"))
             assert (blocked.outcome, blocked.error_class) == (
                 SendOutcome.REJECTED,
                 ErrorClass.BLOCKED_ADDRESS,
             )
             assert "10.0.0.5" in blocked.evidence
             assert accepted == []
-            sent = await channel.send(outbound(f"http://twice.test:{port}/h"))
+            sent = await channel.send(outbound(f"http://twice.test:{listen_port}/h"))
             assert sent.outcome is SendOutcome.CONFIRMED, sent
             assert accepted == [True]
     finally:

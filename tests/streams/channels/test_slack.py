@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Unpack
 
 import pytest
 from pydantic import SecretStr
@@ -24,7 +25,7 @@ from tests.fixtures.slack import (
     BackgroundFakeSlack,
     FakeSlackFactory,
 )
-from tests.streams.channels.support import outbound
+from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
     http_timeout_s=0.5,
@@ -42,7 +43,7 @@ async def channel(fake_slack: BackgroundFakeSlack) -> AsyncIterator[SlackChannel
 
 
 def delivery(
-    fake: BackgroundFakeSlack, channel: str = "C0LEDGER01", **fields: object
+    fake: BackgroundFakeSlack, channel: str = "C0LEDGER01", **fields: Unpack[DeliveryChanges]
 ) -> OutboundDelivery:
     base = outbound(fake.recipient(channel), "slack", payload={"text": "report ready"})
     return dataclasses.replace(base, requested_at=datetime.now(UTC), fencing_token=3, **fields)
@@ -214,6 +215,7 @@ async def test_another_apps_message_with_the_key_is_not_ours(
     d = delivery(fake_slack)
     other = AsyncWebClient(token=OTHER_TOKEN, base_url=fake_slack.api_url)
     metadata = message_arguments(d, "C0LEDGER01")["metadata"]
+    assert isinstance(metadata, dict)
     await other.chat_postMessage(channel="C0LEDGER01", text="not yours", metadata=metadata)
     missing = await channel.lookup(d)
     assert missing.outcome == "not_found", missing.evidence

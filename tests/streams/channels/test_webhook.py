@@ -22,7 +22,7 @@ from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
-from tests.streams.channels.support import outbound, read_request
+from tests.streams.channels.support import AddressInfo, outbound, read_request
 
 FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5, allowed_networks=["127.0.0.0/8"])
 
@@ -143,10 +143,17 @@ async def test_dns_failure_is_not_sent(
     # use 127.0.0.1 only); httpx's real connect path raises from it.
     real = socket.getaddrinfo
 
-    def resolve(host: object, *args: object, **kwargs: object) -> object:
+    def resolve(
+        host: bytes | str | None,
+        port: bytes | str | int | None,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> AddressInfo:
         if host == "receiver.invalid":
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+        return real(host, port, family, type, proto, flags)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     result = await WebhookChannel(client, FAST).send(outbound("http://receiver.invalid/hook"))
@@ -271,7 +278,9 @@ async def test_lookup_found_not_found_error_and_unsupported(
     await channel.send(sent)
     found = await channel.lookup(sent)
     assert (found.outcome, found.delivered) == ("found", True)
-    assert found.provider_message_id == receiver.event(sent.idempotency_key).receiver_id  # type: ignore[union-attr]
+    accepted = receiver.event(sent.idempotency_key)
+    assert accepted is not None
+    assert found.provider_message_id == accepted.receiver_id
     # The channel's lookups are signed (the lookup contract); an unsigned one is refused.
     unsigned = await client.get(f"{receiver.webhook_lookup_url}/{sent.idempotency_key}")
     assert unsigned.status_code == 401

@@ -75,7 +75,11 @@ async def test_an_allowing_guard_sends_the_fencing_token(
 
     base = raw_server(answer)
     checks: list[int] = []
-    guard = WriteGuard(check=lambda: checks.append(1) or None)
+
+    def check() -> None:
+        checks.append(1)
+
+    guard = WriteGuard(check=check)
     delivery = outbound(f"{base}/hook")
     result = await WebhookChannel(client, DEADLINE).send(delivery, guard)
     assert result.outcome is SendOutcome.CONFIRMED
