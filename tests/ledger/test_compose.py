@@ -24,7 +24,9 @@ def _no_duplicate_keys(node: yaml.Node) -> None:
 
 def test_every_long_running_service_restarts_on_failure() -> None:
     text = COMPOSE.read_text()
-    _no_duplicate_keys(yaml.compose(text))
+    root = yaml.compose(text)
+    assert root is not None, "docker-compose.yml is empty"
+    _no_duplicate_keys(root)
     services: dict[str, Any] = yaml.safe_load(text)["services"]
     one_shot = {
         name

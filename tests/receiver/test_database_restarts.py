@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,9 @@ from tests.receiver.support import (
 KEYS_PER_PHASE = 15
 
 
-async def _deliver(client: httpx.AsyncClient, url: str, key: str, answers: list[int]) -> dict:
+async def _deliver(
+    client: httpx.AsyncClient, url: str, key: str, answers: list[int]
+) -> dict[str, Any]:
     """POST ``key`` until it is answered 200 (bounded), as a sender retrying on 503."""
     body = body_of({"order": key})
     deadline = time.monotonic() + 60
@@ -42,7 +45,7 @@ async def _deliver(client: httpx.AsyncClient, url: str, key: str, answers: list[
         answers.append(reply.status_code)
         assert reply.status_code in (200, 503), (key, reply.status_code, reply.text)
         if reply.status_code == 200:
-            data: dict = reply.json()
+            data: dict[str, Any] = reply.json()
             return data
         await asyncio.sleep(0.2)
     raise AssertionError(f"{key} never answered 200")
