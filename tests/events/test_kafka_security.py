@@ -48,7 +48,8 @@ def test_an_unknown_sasl_mechanism_is_refused() -> None:
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    keys = ("LEDGER_OUTCOME_SIGNING_KEY", "LEDGER_OUTCOME_VERIFY_KEYS")  # signing is on
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_") or k in keys}
     # Nothing listens on port 1: a command that connected would say so instead.
     full.update({"LEDGER_BOOTSTRAP_SERVERS": "127.0.0.1:1", **env})
     return subprocess.run(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from events.outcome_signing import new_pair
 from events.settings import Settings
 from ledger.cli import app
 from ledger.stack import settings_env
@@ -25,6 +26,10 @@ from ledger.stack import settings_env
 ROOT = Path(os.environ.get("LEDGER_TEST_CLI_TREE") or Path(__file__).resolve().parents[2])
 # Nothing listens on port 1: a connection is refused at once (bounded, no waiting).
 NO_BROKER = "127.0.0.1:1"
+# Outcome signing is on by default: commands that get as far as the broker have a pair.
+_SIGNING, _VERIFY = new_pair()
+KEYS = {"LEDGER_OUTCOME_SIGNING_KEY": _SIGNING, "LEDGER_OUTCOME_VERIFY_KEYS": f'["{_VERIFY}"]'}
+SECRET = {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="}
 ESC = "\x1b"
 
 
@@ -149,10 +154,24 @@ CASES: dict[str, list[Case]] = {
         ),
         Case((), 2, "LEDGER_CHANNEL_SETTINGS", {"LEDGER_CHANNEL_SETTINGS": "{not json"}),
     ],
-    "project": [Case((), 1, f"no Kafka broker answers at {NO_BROKER}")],
+    "init": [Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"})],
+    "project": [
+        Case((), 1, f"no Kafka broker answers at {NO_BROKER}", KEYS),
+        Case((), 2, "outcome signing is on but this reader has no verify key"),
+    ],
     "rebuild": [
         Case((), 2, "Missing option '--into'"),
-        Case(("--into", "sqlite:///DATA/r.sqlite3"), 1, f"no Kafka broker answers at {NO_BROKER}"),
+        Case(
+            ("--into", "sqlite:///DATA/r.sqlite3"),
+            1,
+            f"no Kafka broker answers at {NO_BROKER}",
+            KEYS,
+        ),
+        Case(
+            ("--into", "sqlite:///DATA/r.sqlite3", "--workers", "1"),
+            2,
+            "outcome signing is on but this reader has no verify key",
+        ),
     ],
     "verify": [Case((), 1, "no projection at sqlite:///")],
     "status": [Case((), 1, "no projection at sqlite:///")],
@@ -172,13 +191,9 @@ CASES: dict[str, list[Case]] = {
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
     ],
     "worker": [
-        Case(
-            (),
-            1,
-            f"no Kafka broker answers at {NO_BROKER}",
-            {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="},
-        ),
-        Case((), 2, "webhook secret is empty", {"LEDGER_WEBHOOK_SECRET": ""}),
+        Case((), 1, f"no Kafka broker answers at {NO_BROKER}", SECRET | KEYS),
+        Case((), 2, "outcome signing is on but this worker has no signing key", SECRET),
+        Case((), 2, "webhook secret is empty", {"LEDGER_WEBHOOK_SECRET": ""} | KEYS),
         Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),
         Case(("--metrics-port", "99999"), 2, "Invalid value for '--metrics-port'"),
         Case(
@@ -188,7 +203,7 @@ CASES: dict[str, list[Case]] = {
             {"LEDGER_LEASE_SECONDS": "5", "LEDGER_SEND_DEADLINE_S": "10"},
         ),
         # Someone else owns secret parsing; whatever it refuses must be one line.
-        Case((), 2, "", {"LEDGER_WEBHOOK_SECRET": "whsec_%%%"}),
+        Case((), 2, "", {"LEDGER_WEBHOOK_SECRET": "whsec_%%%"} | KEYS),
     ],
 }
 
