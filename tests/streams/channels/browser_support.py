@@ -145,3 +145,15 @@ def png_pixels(path: Path) -> set[tuple[int, int, int]]:
             colours.add((line[i], line[i + 1], line[i + 2]))
         previous = line
     return colours
+
+
+def newest(pids: list[int]) -> int:
+    """The most recently started of ``pids`` (a test's own Chromium, when an earlier test's
+    is still shutting down beside it)."""
+    assert pids, "no Chromium process found"
+
+    def started(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime, in ticks
+
+    return max(pids, key=started)

@@ -30,6 +30,7 @@ from tests.streams.channels.browser_support import (
     MAGENTA,
     RefusedServer,
     chromium_of_this_process,
+    newest,
     png_pixels,
 )
 from tests.streams.channels.support import outbound
@@ -150,7 +151,7 @@ async def test_chromium_runs_sandboxed_unprivileged_without_our_environment(
     monkeypatch.setenv("LEDGER_WEBHOOK_SECRET_PROBE", "a-secret-chromium-must-not-hold")
     async with channel_for(form_target(fake_form.app.url), tmp_path) as channel:
         assert (await channel.send(delivery())).outcome is SendOutcome.CONFIRMED
-        [main] = chromium_of_this_process()
+        main = newest(chromium_of_this_process())
         environ = Path(f"/proc/{main}/environ").read_bytes().split(b"\0")
         command = Path(f"/proc/{main}/cmdline").read_bytes().split(b"\0")
         status = Path(f"/proc/{main}/status").read_text()
