@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 from projections.backends import open_store
 from projections.log import LogReader
 from projections.projector import ProgressCallback, ProjectionStats, project, rebuild

@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from config.settings import Settings
 from events.outage import Outage, OutageTooLong
-from events.settings import Settings
 from projections.backends import open_store
 from projections.deadletters import RunsDeadLetters
 from projections.fold import Batch, Position

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token
+from events.contract import FENCING_TOKEN_HEADER, parse_fencing_token
 from receiver.records import Admission, KeyStatus
 from receiver.store import IdempotencyStore, StoreUnavailable
 from receiver.verification import SignatureVerifier

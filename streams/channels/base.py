@@ -16,15 +16,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from events.settings import Settings
+    from config.settings import Settings
     from streams.metrics import WorkerMetrics
 
 import httpx
 from pydantic import BaseModel, JsonValue
 
+from events import contract as receiver_contract
 from events.channels.plugin import ChannelPlugin
 from events.outcomes import ErrorClass, LookupOutcome
-from receiver import contract as receiver_contract
 from streams.channels.write_guard import WriteGuard
 
 
