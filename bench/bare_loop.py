@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from config.settings import Settings
 from events.codec import encode
 from events.delivery import DeliveryConfirmed
 from events.keys import canonical_json
-from events.settings import Settings
 from streams.channels.http import create_http_client
 from streams.channels.signature import signature_header, signer
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from events import Settings
+from config import Settings
 from ledger.broker import LocalBroker
 
 

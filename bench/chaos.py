@@ -58,7 +58,8 @@ from bench.common import (
     with_webhook_lookup,
 )
 from bench.nemesis import Nemesis, Supervisor
-from events import Publisher, Settings
+from clients import Publisher
+from config import Settings
 from events.delivery_state import DeliveryState, Status
 from ledger.broker import LocalBroker
 from ledger.observe import LedgerObserver

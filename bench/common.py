@@ -27,10 +27,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 from pydantic import SecretStr
 
-from events import DeliverySpec, Settings
+from clients import DeliverySpec
+from clients.kafka_security import client_options
+from config import Settings
+from config.settings import WebhookEndpoint
 from events.delivery_state import DeliveryState, Status
-from events.kafka_security import client_options
-from events.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
 

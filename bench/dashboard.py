@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 from playwright.async_api import async_playwright
 
+from config import Settings
 from events import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -36,7 +37,6 @@ from events import (
     DuplicateDeliveryRequest,
     RunStarted,
     RunSucceeded,
-    Settings,
 )
 from events.delivery import DeliveryRetryScheduled, new_delivery_requested
 from projections import open_store

@@ -37,9 +37,11 @@ from bench.common import (
     start_python,
     stop_child,
 )
-from events import DeliverySpec, Publisher, Settings, encode
+from clients import DeliverySpec, Publisher
+from clients.kafka_security import client_options
+from config import Settings
+from events import encode
 from events.delivery import new_delivery_requested
-from events.kafka_security import client_options
 from ledger.stack import Child, Stack, settings_env
 from ledger.topics import create_topics
 

@@ -39,11 +39,12 @@ from bench.common import (
     stuck_keys,
     with_webhook_lookup,
 )
-from events import Publisher, Settings
+from clients import Publisher
+from clients.kafka_security import client_options
+from config import Settings
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
-from events.kafka_security import client_options
 from ledger.broker import LocalBroker
 from ledger.stack import settings_env
 from ledger.topics import create_topics

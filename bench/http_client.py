@@ -47,8 +47,8 @@ from typing import Any
 
 import httpx
 
+from config.settings import Settings, address_policy
 from events.ports import free_port
-from events.settings import Settings, address_policy
 
 CONFIGS = (
     "httpcore",

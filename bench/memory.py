@@ -41,9 +41,9 @@ from bench.common import (
     stop_child,
     wait_for_log,
 )
-from events import Settings
+from clients.kafka_security import client_options
+from config import Settings
 from events.delivery_state import DeliveryState, Status
-from events.kafka_security import client_options
 from events.keys import idempotency_key, payload_hash
 from events.outcomes import ErrorClass
 from ledger.stack import Stack

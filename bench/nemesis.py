@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.common import stop_child
-from events import Settings
+from config import Settings
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack
 

@@ -55,8 +55,9 @@ from bench.common import (
     start_python,
     stop_child,
 )
-from events import DeliverySpec, Publisher, Settings
-from events.settings import WebhookEndpoint
+from clients import DeliverySpec, Publisher
+from config import Settings
+from config.settings import WebhookEndpoint
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, settings_env
 from ledger.topics import create_topics

@@ -47,7 +47,7 @@ from bench.e2e import (
     trimmed_rate,
     wait_owned,
 )
-from events import Settings
+from config import Settings
 from events.ports import free_port
 from ledger.stack import Child, Stack
 from ledger.topics import create_topics

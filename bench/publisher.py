@@ -26,8 +26,10 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench.common import BROKER_PORT
-from events import DeliverySpec, Publisher, RunSucceeded, Settings, encode
-from events.kafka_security import client_options
+from clients import DeliverySpec, Publisher
+from clients.kafka_security import client_options
+from config import Settings
+from events import RunSucceeded, encode
 from events.topics import record_key
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok

@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 
 from bench.common import produce_batched
+from config import Settings
 from events import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -40,7 +41,6 @@ from events import (
     DeliveryUnknown,
     RunStarted,
     RunSucceeded,
-    Settings,
     encode,
 )
 from events.delivery import DeliveryEvent, new_delivery_requested

@@ -36,7 +36,7 @@ from bench.common import (
     median,
     start_receiver,
 )
-from events import Settings
+from config import Settings
 from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"

@@ -24,7 +24,7 @@ from typing import Any
 from rich.progress import Progress
 
 from bench.memory import open_states
-from events import Settings
+from config import Settings
 from events.base import Event
 from streams.context import worker_context
 from streams.processor import DeliveryProcessor, MemoryStore, Record

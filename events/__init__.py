@@ -1,4 +1,8 @@
-"""The delivery-ledger vocabulary: events, keys, codec, settings and the publisher SDK."""
+"""The delivery-ledger vocabulary: events, keys, codec and the receiver contract.
+
+Importable alone: pydantic and the standard library, nothing else (no Kafka, HTTP or
+crypto library; tests/events/test_import_alone.py). The publisher SDK is in ``clients``,
+the settings in ``config``."""
 
 from events.base import Event
 from events.codec import EventDecodeError, decode, encode
@@ -24,8 +28,6 @@ from events.execution import (
     RunSucceeded,
 )
 from events.keys import canonical_json, idempotency_key, payload_hash
-from events.publisher import DeliverySpec, Publisher, PublishFailed, PublishRejected
-from events.settings import Settings
 
 __all__ = [
     "DeadLetter",
@@ -38,20 +40,15 @@ __all__ = [
     "DeliveryRequested",
     "DeliveryRetryScheduled",
     "DeliverySent",
-    "DeliverySpec",
     "DeliveryUnknown",
     "DuplicateDeliveryRequest",
     "Event",
     "EventDecodeError",
     "ExecutionEvent",
-    "PublishFailed",
-    "PublishRejected",
-    "Publisher",
     "RunFailed",
     "RunMarkedUnknown",
     "RunStarted",
     "RunSucceeded",
-    "Settings",
     "canonical_json",
     "decode",
     "encode",

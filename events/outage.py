@@ -6,8 +6,7 @@ processes do not reconnect in step), logs ``<what> unreachable (<reason>): retry
 once when the outage begins and ``<what> back after N s`` once when it ends. Only a
 configuration error (``config_problem``) or an outage longer than its limit ends it.
 
-Standard library only. The receiver kit, which imports nothing of the ledger, keeps the
-same rules in receiver/outage.py: change both together.
+Standard library only: the receiver kit uses it too (receiver/postgres.py).
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.admin import CreateAclsRequest
 
+from clients.kafka_security import client_options, connect_error
+from config.settings import Settings
 from events.errors import LedgerError
-from events.kafka_security import client_options, connect_error
-from events.settings import Settings
 
 Role = Literal["agent", "worker", "projector", "reader"]
 ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "reader")
-# The transactional ids agents use unless they give their own (events/publisher.py).
+# The transactional ids agents use unless they give their own (clients/publisher.py).
 AGENT_TRANSACTIONAL_PREFIX = "ledger-publisher-"
 
 

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from clients.publisher import DeliverySpec, Publisher, parse_payload
+from config.settings import Settings
 from events.errors import LedgerError
-from events.publisher import DeliverySpec, Publisher, parse_payload
-from events.settings import Settings
 from ledger import event_loop
 from ledger.broker import LocalBroker
 from ledger.commands import register_all

@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from events.kafka_security import client_options
-from events.outcome_keys import KEY_DIR, StoredKeys
-from events.publisher import DeliverySpec, Publisher
+from clients.kafka_security import client_options
+from clients.outcome_keys import KEY_DIR, StoredKeys
+from clients.publisher import DeliverySpec, Publisher
+from config.settings import Settings, WebhookEndpoint
 from events.retry_policy import RetryPolicy
-from events.settings import Settings, WebhookEndpoint
 from ledger import event_loop
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok

@@ -19,8 +19,8 @@ from pydantic_settings import SettingsError
 from rich.console import Console
 from rich.markup import escape
 
+from clients.publisher import PublishRejected
 from events.errors import LedgerError
-from events.publisher import PublishRejected
 
 USAGE = 2
 RUNTIME = 1
@@ -147,7 +147,7 @@ def env_name(field: str) -> str:
 
 
 def _env_names(text: str) -> str:
-    from events.settings import Settings
+    from config.settings import Settings
 
     fields = set(Settings.model_fields)
     return re.sub(
@@ -158,7 +158,7 @@ def _env_names(text: str) -> str:
 
 
 def _bootstrap() -> str:
-    from events.settings import Settings
+    from config.settings import Settings
 
     try:
         return Settings().bootstrap_servers

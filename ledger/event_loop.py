@@ -13,8 +13,8 @@ import importlib.util
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from config.settings import Settings
 from events.errors import ConfigError
-from events.settings import Settings
 
 T = TypeVar("T")
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

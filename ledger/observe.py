@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
+from clients.committed_log import CommittedLog
+from config.settings import Settings
 from events.codec import EventDecodeError, decode
-from events.committed_log import CommittedLog
 from events.delivery import DeliveryReconciled, DeliveryUnknown
 from events.delivery_state import DeliveryState, Status, apply
-from events.settings import Settings
 
 SETTLED = frozenset({Status.CONFIRMED, Status.FAILED})
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 from aiokafka import TopicPartition
 
+from clients.committed_log import CommittedLog
+from config.settings import Settings
 from events.codec import EventDecodeError, decode
-from events.committed_log import CommittedLog
 from events.deadletter import DeadLetter
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.refusal import refusal
-from events.settings import Settings
 from ledger.errors import UsageError
 
 # Called as records are read (kept or not): (records read so far, records to read).

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from events.settings import Settings
+from config.settings import Settings
 
 _PR_SET_PDEATHSIG = 1
 

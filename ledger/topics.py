@@ -8,9 +8,9 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
+from clients.kafka_security import client_options, connect_error
+from config.settings import Settings
 from events.errors import LedgerError
-from events.kafka_security import client_options, connect_error
-from events.settings import Settings
 
 FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 # Workers' heartbeats: the latest per worker is all anyone reads, and their timestamps are

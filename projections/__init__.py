@@ -8,7 +8,8 @@
 Modules: ``schema`` (tables, version), ``fold`` (pure event folding), ``store`` (the
 SQL store and its exactly-once batch), ``sqlite`` / ``postgres`` (backends), ``log``
 (reading the topics), ``projector`` (project, rebuild), ``parallel_rebuild`` (a rebuild
-in several processes), ``verify``, ``queries``,
+in several processes; ``rebuild_worker`` its worker process), ``stats`` (what a run
+reports), ``verify``, ``queries``,
 ``incident`` (one run's timeline).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from events.settings import Settings
+from config.settings import Settings
 from projections.store import Store
 
 

@@ -20,9 +20,9 @@ from typing import Self
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from clients.kafka_security import client_options
+from config.settings import Settings
 from events.deadletter import DeadLetter
-from events.kafka_security import client_options
-from events.settings import Settings
 from projections.records import LogRecord
 
 DETECTED_BY = "projector"

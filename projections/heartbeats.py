@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry, Metric, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from events.committed_log import CommittedLog
-from events.settings import Settings
+from clients.committed_log import CommittedLog
+from config.settings import Settings
 
 MAX_RECORDS = 100_000  # a compacted topic of heartbeats: one per worker, bounded anyway
 

@@ -14,10 +14,11 @@ from typing import Self
 from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
-from events.committed_log import CommittedLog
+from clients.committed_log import CommittedLog
+from clients.outcome_keys import require_outcome_keys, verifier_for
+from config.settings import Settings
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
-from events.settings import Settings, require_outcome_keys, verifier_for
 from projections.records import LogRecord, decode_at
 from projections.store import Offsets
 

@@ -22,8 +22,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from events.committed_log import CommittedLog
-from events.settings import Settings
+from clients.committed_log import CommittedLog
+from config.settings import Settings
 from projections.dashboard.overview import COUNTERS, AggregateCache, Overview, overview
 from projections.store import Store
 

@@ -3,7 +3,7 @@ the partitions; the main process prepares the database and merges their work.
 
 Decoding (~25 us an event) and folding and writing (~20 us) are CPU-bound Python under one
 GIL, so a sequential rebuild tops out near half of a raw read's speed (BENCHMARKS.md,
-issue 12). Here every worker is a subprocess (``python -m projections.parallel_rebuild``)
+issue 12). Here every worker is a subprocess (``python -m projections.rebuild_worker``)
 with a share of the partitions of both topics, balanced by record count.
 
 Why the shares can be folded apart: every row of every table comes from ONE partition.
@@ -37,13 +37,13 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TextIO
+from typing import Any
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 from projections.backends import open_store
 from projections.log import LogReader
-from projections.projector import ProgressCallback, ProjectionStats, project, rebuild
+from projections.stats import ProgressCallback, ProjectionStats
 from projections.store import Offsets
 
 Partition = tuple[str, int]
@@ -107,10 +107,11 @@ async def parallel_rebuild(
     until: Offsets | None = None,
     batch_size: int,
     progress: ProgressCallback | None = None,
-) -> ProjectionStats:
+) -> ProjectionStats | None:
     """``rebuild`` (projections/projector.py) with ``workers`` processes: the same tables,
-    row for row. Use ``rebuild(..., workers=N)``, which falls back to one process when
-    there is nothing to share."""
+    row for row. None when there is nothing to share (records in one partition or none):
+    the tables are then prepared and empty, for a sequential rebuild to fill. Use
+    ``rebuild(..., workers=N)``, which does that."""
     # The workers start first: their imports (~0.4 s each) overlap the preparing and planning.
     processes = [await _spawn(i) for i in range(workers)]
     store = open_store(dsn)
@@ -124,16 +125,8 @@ async def parallel_rebuild(
         await _reap(processes[len(shares) :] if len(shares) >= 2 else processes)
         if len(shares) < 2:
             # One partition with records (or none): nothing to share. The tables there
-            # are the empty ones just prepared.
-            store.close()
-            return await rebuild(
-                settings,
-                dsn,
-                replace=True,
-                until=until,
-                batch_size=batch_size,
-                progress=progress,
-            )
+            # are the empty ones just prepared; the caller rebuilds them in one process.
+            return None
         total = sum(limit.values())
         tag = uuid.uuid4().hex[:8]
         names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
@@ -157,7 +150,7 @@ async def _spawn(i: int) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "projections.parallel_rebuild",
+        "projections.rebuild_worker",
         f"--worker={i}",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -249,62 +242,3 @@ async def _follow(
             "rebuild again with --replace (ledger rebuild --into DSN --replace)",
         )
     return stats
-
-
-async def _work(job: Job) -> ProjectionStats:
-    """A worker: fold its partitions into its stage, as a sequential rebuild would."""
-    store = open_store(job.stage_dsn)
-    try:
-        store.prepare("rebuild", replace=True)
-        store.start_bulk_load()
-
-        def report(records: int, _total: int | None) -> None:
-            _say({"records": records})
-
-        return await project(
-            job.settings,
-            store,
-            until=job.until,
-            partitions=set(job.until),
-            batch_size=job.batch_size,
-            progress=report,
-            write_in_thread=store.rebuild_writes_in_thread,
-        )
-    finally:
-        store.close()
-
-
-# The worker's messages to its parent: the original stdout (main() points fd 1 at stderr,
-# so that nothing else printed can be taken for a message).
-_parent: TextIO = sys.stdout
-
-
-def _say(message: dict[str, Any]) -> None:
-    _parent.write(json.dumps(message) + "\n")
-    _parent.flush()
-
-
-def main() -> None:
-    """``python -m projections.parallel_rebuild --worker=N``: run the pickled ``Job`` on stdin,
-    reporting progress, then stats or one error line, as JSON lines on stdout."""
-    data = sys.stdin.buffer.read()
-    if not data:
-        return  # started ahead, then not needed: fewer shares than workers
-    job = pickle.loads(data)  # noqa: S301 (from our parent, over a pipe)
-    global _parent
-    _parent = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    try:
-        stats = asyncio.run(_work(job))
-    except LedgerError as exc:
-        _say({"error": exc.message})
-        sys.exit(1)
-    except Exception as exc:  # noqa: BLE001 (one line for the parent, not a traceback)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        _say({"error": f"{type(exc).__name__}: {first}".rstrip(": ")})
-        sys.exit(1)
-    _say({"stats": asdict(stats)})
-
-
-if __name__ == "__main__":
-    main()

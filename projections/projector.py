@@ -14,34 +14,24 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from config.settings import Settings
 from events.outage import Outage, OutageTooLong
-from events.settings import Settings
 from projections.backends import open_store
 from projections.deadletters import RunsDeadLetters
 from projections.fold import Batch, Position
 from projections.log import LogReader
+from projections.parallel_rebuild import parallel_rebuild
 from projections.records import LogRecord
+from projections.stats import ProgressCallback as ProgressCallback
+from projections.stats import ProjectionStats as ProjectionStats
 from projections.store import BatchUnwritable, Offsets, RecordRefused, Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 5000
 
-# Called after every committed batch with (records read so far, records to read or None).
-ProgressCallback = Callable[[int, int | None], None]
 # Called with every batch of records read, in log order, before it is written.
 RecordObserver = Callable[[Sequence[LogRecord]], None]
-
-
-@dataclass
-class ProjectionStats:
-    """What one ``project`` call did."""
-
-    batches: int = 0
-    records: int = 0
-    applied: int = 0
-    skipped: int = 0
-    dead_lettered: int = 0
 
 
 async def project(
@@ -67,7 +57,7 @@ async def project(
     records are dead-lettered before the batch that skips them commits. Without
     ``write_in_thread``, each batch is written in the event loop's thread, before the
     next one is read (see ``rebuild``). With ``partitions``, only those are read (a
-    parallel rebuild's worker: projections/parallel_rebuild.py). With ``outage`` (the live
+    parallel rebuild's worker: projections/rebuild_worker.py). With ``outage`` (the live
     projector), a failure of the database itself (``Store.system_errors``: a restart, a
     dropped connection) does not end it: the batch is rolled back, the store reconnects
     with backoff, and reading resumes from the offsets the database holds, so no batch is
@@ -233,9 +223,7 @@ async def rebuild(
     issue 12). PostgreSQL runs the statements in its own process: there the thread stays.
     """
     if workers > 1 and observe is None:
-        from projections.parallel_rebuild import parallel_rebuild
-
-        return await parallel_rebuild(
+        shared = await parallel_rebuild(
             settings,
             dsn,
             workers=workers,
@@ -244,6 +232,9 @@ async def rebuild(
             batch_size=batch_size,
             progress=progress,
         )
+        if shared is not None:
+            return shared
+        replace = True  # nothing to share: its empty tables are rebuilt here, in one process
     store = open_store(dsn)
     try:
         store.prepare("rebuild", replace=replace)

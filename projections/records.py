@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clients.outcome_signing import Headers, OutcomeVerifier
 from events.codec import EventDecodeError, decode
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
-from events.outcome_signing import Headers, OutcomeVerifier
 from events.refusal import refusal
 from events.topics import record_key
 from projections.fold import Position

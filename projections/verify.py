@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from events.settings import Settings
+from config.settings import Settings
 from projections.backends import open_store
 from projections.projector import ProgressCallback, rebuild
 from projections.schema import DELIVERIES, PROJECTION_OFFSETS, TABLES

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from config.settings import Settings
 from events.delivery import DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, apply
-from events.settings import Settings
 from projections.log import LogReader
 from projections.records import LogRecord
 from projections.schema import DELIVERIES

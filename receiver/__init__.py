@@ -5,7 +5,7 @@ handler once per key, refuse stale fencing tokens, serve the lookup the ledger s
 UNKNOWN deliveries with. Needs neither faust nor Kafka (``delivery-ledger[receiver]``).
 """
 
-from receiver.contract import FENCING_TOKEN_HEADER
+from events.contract import FENCING_TOKEN_HEADER
 from receiver.kit import ReceivedWebhook, Reply, WebhookReceiver
 from receiver.records import KeyRecord, KeyStatus
 from receiver.sqlite import SqliteStore

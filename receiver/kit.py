@@ -18,7 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token
+from events.contract import (
+    FENCING_TOKEN_HEADER,
+    LOOKUP_HTTP_STATUS,
+    LookupStatus,
+    lookup_answer,
+    parse_fencing_token,
+)
 from receiver.records import Admission, KeyStatus
 from receiver.store import IdempotencyStore, StoreUnavailable
 from receiver.verification import SignatureVerifier
@@ -211,7 +217,7 @@ class WebhookReceiver:
         return Reply(
             409,
             {
-                "status": "processing",
+                "status": LookupStatus.PROCESSING.value,
                 "error": "a request with this webhook-id is still being processed",
                 "webhook_id": key,
             },
@@ -235,13 +241,15 @@ async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
     authenticated (``WebhookReceiver.lookup`` checks the signature first)."""
     record = await store.get(key)
     if record is None:
-        return Reply(404, {"status": "not_found", "webhook_id": key})
-    if record.status is KeyStatus.PROCESSING:
-        return Reply(202, {"status": "processing", "webhook_id": key})
-    if record.status is KeyStatus.FAILED:
-        # Not done: a retry is safe and will run the handler again.
-        return Reply(404, {"status": "failed", "webhook_id": key})
-    return Reply(200, {"status": "done", "id": record.result_id, "webhook_id": key})
+        status = LookupStatus.NOT_FOUND
+    elif record.status is KeyStatus.PROCESSING:
+        status = LookupStatus.PROCESSING
+    elif record.status is KeyStatus.FAILED:
+        status = LookupStatus.FAILED  # not done: a retry is safe and runs the handler again
+    else:
+        status = LookupStatus.DONE
+    result_id = None if record is None else record.result_id
+    return Reply(LOOKUP_HTTP_STATUS[status], dict(lookup_answer(status, key, result_id)))
 
 
 def _unavailable(key: str, exc: StoreUnavailable) -> Reply:

@@ -7,7 +7,7 @@ Needs ``psycopg`` (``delivery-ledger[postgres]``).
 A restart of the database (or dropped connections) does not stop the receiver: each call
 retries with capped, jittered backoff for up to ``unavailable_after_s``, then raises
 ``StoreUnavailable`` (the kit answers 503 and runs nothing); the log says so once per
-outage (receiver/outage.py). A retried admission that had committed before its answer was
+outage (events/outage.py). A retried admission that had committed before its answer was
 lost is recognised by the attempt's own mark (``admitted_by``), so it still runs once.
 """
 
@@ -27,9 +27,9 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 
-from receiver.outage import Backoff, OutageLog, config_problem, reason
+from events.outage import Backoff, Outage, config_problem, reason
+from receiver.errors import StoreUnavailable
 from receiver.records import Admission, Decision, KeyRecord, KeyStatus, admit
-from receiver.store import StoreUnavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS receiver_keys (
@@ -67,7 +67,8 @@ class PostgresStore:
         self._idle: list[AsyncConnection[Any]] = []
         self._budget_s = unavailable_after_s
         self._start_timeout_s = start_timeout_s
-        self.outage = OutageLog(log, "receiver idempotency store (PostgreSQL)")
+        # Only the log lines: each call's own budget (unavailable_after_s) ends an outage.
+        self.outage = Outage(log, "receiver idempotency store (PostgreSQL)", limit_s=math.inf)
 
     async def start(self) -> None:
         """Connect (waiting up to ``start_timeout_s`` for a server that is not up yet) and

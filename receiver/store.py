@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from receiver.errors import StoreUnavailable as StoreUnavailable  # where callers look
 from receiver.records import Decision, KeyRecord
-
-
-class StoreUnavailable(Exception):
-    """The store's database did not answer in time (restarting, unreachable): nothing was
-    recorded or read; the kit answers 503 with Retry-After and runs no handler."""
 
 
 class IdempotencyStore(Protocol):

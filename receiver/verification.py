@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from standardwebhooks import Webhook, WebhookVerificationError
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
-from receiver.contract import fencing_token_verified, lookup_problem, secret_key
+from events.contract import fencing_token_verified, lookup_problem, secret_key
 
 LIBRARY_TOLERANCE_S = 300.0  # the library refuses timestamps more than 5 minutes away
 

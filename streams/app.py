@@ -22,23 +22,23 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 from mode import CrashingSupervisor
 
-from events.base import Event
-from events.codec import encode
-from events.committed_log import TRANSIENT
-from events.deadletter import DeadLetter
-from events.errors import ConfigError
-from events.kafka_security import faust_credentials
-from events.outcome_signing import private_key, public_text
-from events.private_files import private_dir
-from events.refusal import one_line
-from events.settings import (
-    Settings,
+from clients.committed_log import TRANSIENT
+from clients.kafka_security import faust_credentials
+from clients.outcome_keys import (
     require_outcome_keys,
     signer_for,
     signing_key_text,
     verifier_for,
     verify_key_texts,
 )
+from clients.outcome_signing import private_key, public_text
+from config.settings import Settings
+from events.base import Event
+from events.codec import encode
+from events.deadletter import DeadLetter
+from events.errors import ConfigError
+from events.private_files import private_dir
+from events.refusal import one_line
 from events.topics import record_key
 from streams.agent_log import quiet
 from streams.broker_clock import BrokerClock
@@ -282,8 +282,7 @@ class Worker:
                 # record: faust's supervisors would commit it first (it would be lost) or
                 # restart the agent quietly. The record's coordinates, never its bytes.
                 log.critical(
-                    "delivery agent failed on %s[%d]@%d, not because of the record (%s); "
-                    "exiting",
+                    "delivery agent failed on %s[%d]@%d, not because of the record (%s); exiting",
                     record.topic,
                     record.partition,
                     record.offset,

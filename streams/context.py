@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from config.settings import Settings
 from events.channels import DedupeRule, channel_plugin
-from events.settings import Settings
 from streams.channels.base import Channel
 from streams.decisions import Context
 from streams.retry import rules_for

@@ -35,9 +35,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from events.committed_log import TRANSIENT, CommittedLog
-from events.kafka_security import client_options
-from events.settings import Settings
+from clients.committed_log import TRANSIENT, CommittedLog
+from clients.kafka_security import client_options
+from config.settings import Settings
 
 log = logging.getLogger(__name__)
 

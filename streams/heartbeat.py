@@ -18,8 +18,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from events.kafka_security import client_options
-from events.settings import Settings
+from clients.kafka_security import client_options
+from config.settings import Settings
 from streams.broker_clock import BrokerClock, Sample
 
 log = logging.getLogger(__name__)

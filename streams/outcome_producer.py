@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
 
+from clients.kafka_security import client_options
+from clients.outcome_keys import signer_for
+from config.settings import Settings
 from events.base import Event
 from events.codec import encode
-from events.kafka_security import client_options
-from events.settings import Settings, signer_for
 from events.topics import record_key
 
 

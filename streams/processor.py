@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from clients.outcome_signing import OutcomeVerifier
 from events.base import Event
 from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from events.model import AnyDeliveryEvent
-from events.outcome_signing import OutcomeVerifier
 from events.refusal import SystemFailure, one_line, refusal
 from streams.decisions import Context, claim, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
@@ -127,7 +127,7 @@ class DeliveryProcessor:
         # False while this worker must not act (its clock is off the broker's): it claims
         # nothing and its timers wait; records are still folded.
         self._acting = acting
-        # Signed outcome events (events/outcome_signing.py): None when checking is off.
+        # Signed outcome events (clients/outcome_signing.py): None when checking is off.
         self._verifier = verifier
         # Admission control: claims this worker proposed and has not read back, plus the
         # sends and lookups it runs, stay under this. A claim read back after its lease
@@ -202,9 +202,7 @@ class DeliveryProcessor:
             raise _Refused(forged)
         return event
 
-    def _plan(
-        self, record: Record, event: AnyDeliveryEvent, before: DeliveryState | None
-    ) -> _Plan:
+    def _plan(self, record: Record, event: AnyDeliveryEvent, before: DeliveryState | None) -> _Plan:
         """Everything the record leads to, computed before anything is changed (pure)."""
         after = apply(before, event)
         if after is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from config.settings import Settings
 from events.channels import channel_names
 from events.retry_policy import DEFAULT_POLICIES, RetryPolicy
-from events.settings import Settings
 
 
 def rules_for(

@@ -1,7 +1,7 @@
 import json
 import os
 
-from events.outcome_signing import new_pair
+from clients.outcome_signing import new_pair
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 
 # No built-in signing secret exists: the tests configure theirs, as a user would.

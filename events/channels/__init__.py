@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ValidationError
 
 from events.channels.plugin import (
     Capabilities,
@@ -23,10 +20,7 @@ from events.channels.plugin import (
     Lookup,
 )
 from events.channels.urls import check_http_url, credentials_in, shown, slack_recipient
-from events.errors import ConfigError, LedgerError
-
-if TYPE_CHECKING:
-    from events.settings import Settings
+from events.errors import LedgerError
 
 GROUP = "delivery_ledger.channels"
 
@@ -38,7 +32,6 @@ __all__ = [
     "DedupeRule",
     "FirstAnswer",
     "Lookup",
-    "channel_config",
     "channel_names",
     "channel_plugin",
     "check_channel",
@@ -148,24 +141,3 @@ def check_recipient(channel: str, recipient: str) -> str:
 def recipient_refusal(channel: str, recipient: str) -> str | None:
     """Why the channel refuses to request ``recipient`` now (its policy), or None."""
     return channel_plugin(channel).refuse(recipient)
-
-
-def channel_config(plugin: ChannelPlugin, settings: Settings) -> BaseModel | None:
-    """The channel's entry of ``LEDGER_CHANNEL_SETTINGS``, validated by its plugin.
-
-    ``ConfigError`` names the setting and the field, never a value."""
-    raw = settings.channel_settings.get(plugin.name)
-    where = f"LEDGER_CHANNEL_SETTINGS[{plugin.name}]"
-    if plugin.settings_model is None:
-        if raw is not None:
-            raise ConfigError(f"{where}: channel {plugin.name!r} takes no settings")
-        return None
-    try:
-        return plugin.settings_model.model_validate({} if raw is None else raw.get_secret_value())
-    except ValidationError as exc:
-        err = exc.errors(include_input=False)[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(
-            f"{where}{'.' + field if field else ''}: {err['msg']}",
-            f"see `ledger channels` for what channel {plugin.name!r} takes",
-        ) from None

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from config.settings import Settings
 from events.private_files import private_dir, private_file
-from events.settings import Settings
 from ledger.broker.listeners import check_exposure, listeners_for
 from ledger.broker.security import BrokerSecurity, listener_properties
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from config.settings import Settings
 from events.addresses import is_loopback
-from events.settings import Settings
 from ledger.errors import UsageError
 
 LOOPBACK = "127.0.0.1"

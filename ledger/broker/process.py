@@ -18,10 +18,10 @@ from typing import Any
 from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
+from clients.kafka_security import client_options
+from config.settings import Settings
 from events.errors import LedgerError
-from events.kafka_security import client_options
 from events.private_files import UMASK, private_dir, private_file
-from events.settings import Settings
 from ledger.broker.config import BrokerLayout, layout_for, write_config
 from ledger.broker.jars import ensure_jars
 from ledger.broker.listeners import LOOPBACK, check_exposure, listeners_for
@@ -296,7 +296,7 @@ def metadata_ok(
     bootstrap_servers: str, timeout: float = 3.0, options: Mapping[str, Any] | None = None
 ) -> bool:
     """True when a Kafka metadata request to ``bootstrap_servers`` succeeds; ``options``
-    are the client's security options (events/kafka_security.py; None: PLAINTEXT)."""
+    are the client's security options (clients/kafka_security.py; None: PLAINTEXT)."""
     return asyncio.run(_metadata_ok(bootstrap_servers, timeout, options or {}))
 
 

@@ -10,8 +10,9 @@ from pydantic import BaseModel, SecretStr
 from rich.console import Console
 from rich.table import Table
 
-from events.channels import ChannelPlugin, channel_config, installed_plugins
-from events.settings import Settings
+from config.channels import channel_config
+from config.settings import Settings
+from events.channels import ChannelPlugin, installed_plugins
 
 _LOOKUP = {"by_key": "by key", "by_provider_id": "by provider id", "none": "none"}
 

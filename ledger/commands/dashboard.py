@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from events.settings import Settings
+from config.settings import Settings
 from ledger.commands.projections import Dsn
 from projections.backends import default_dsn, open_store
 from projections.dashboard import check_binding, serve

@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from events.channels import channel_config, channel_plugin
+from config.channels import channel_config
+from config.settings import Settings
+from events.channels import channel_plugin
 from events.channels.email_api import EmailApiSettings
 from events.errors import LedgerError
-from events.settings import Settings
 from ledger.simulator.email_api import FakeEmailApi, FakeEmailApiConfig
 
 

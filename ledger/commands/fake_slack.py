@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 from ledger.simulator.slack import FakeSlack, FakeSlackConfig, check_channel_ids
 
 

@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from events.outcome_keys import StoredKeys
-from events.outcome_signing import new_pair
-from events.settings import Settings
+from clients.outcome_keys import StoredKeys
+from clients.outcome_signing import new_pair
+from config.settings import Settings
 
 
 def register(app: typer.Typer) -> None:

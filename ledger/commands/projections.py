@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from events.committed_log import TRANSIENT
+from clients.committed_log import TRANSIENT
+from config.settings import Settings
 from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
-from events.settings import Settings
 from projections.backends import default_dsn, open_store
 from projections.deadletters import RunsDeadLetters
 from projections.heartbeats import worker_clocks

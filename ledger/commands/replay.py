@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from config.settings import Settings
 from events.model import ALL_EVENT_TYPES
-from events.settings import Settings
 from ledger.errors import UsageError
 from ledger.render import (
     CsvWriter,

@@ -28,8 +28,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
-        from events.kafka_security import ensure_reachable
-        from events.settings import Settings
+        from clients.kafka_security import ensure_reachable
+        from config.settings import Settings
         from ledger import event_loop
         from streams.app import create_app
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Self, TypeVar
 
-from events.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint
 from ledger.simulator.control import state
 from ledger.simulator.faults import Fault, FaultKind, FaultMix
 from ledger.simulator.receiver import SimulatorConfig

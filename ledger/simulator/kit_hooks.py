@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from events.contract import LookupStatus
 from ledger.simulator.records import Recorder
 from receiver.kit import ReceivedWebhook, Reply, WebhookReceiver, lookup_reply
 from receiver.sqlite import SqliteStore
@@ -27,7 +28,8 @@ def send_result(reply: Reply) -> str:
     if reply.status == 200 and reply.body.get("duplicate"):
         return "duplicate"
     if reply.status == 409:
-        return "processing" if reply.body.get("status") == "processing" else "stale"
+        processing = reply.body.get("status") == LookupStatus.PROCESSING
+        return "processing" if processing else "stale"
     return _SEND_RESULTS.get(reply.status, f"status_{reply.status}")
 
 

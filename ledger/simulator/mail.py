@@ -40,8 +40,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from pydantic import Secret
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 
 DOVECOT = "/usr/sbin/dovecot"
 IMAP_USER = "journal"

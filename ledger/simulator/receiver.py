@@ -13,11 +13,17 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from events.contract import (
+    FENCING_TOKEN_HEADER,
+    LOOKUP_HTTP_STATUS,
+    LookupStatus,
+    parse_fencing_token,
+    secret_key,
+)
 from ledger.simulator.faults import Fault, FaultKind, FaultPlan
 from ledger.simulator.kit_hooks import KitHooks, lookup_result, send_result
 from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
 from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_lookup, verify_signature
-from receiver.contract import FENCING_TOKEN_HEADER, parse_fencing_token, secret_key
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -77,7 +83,8 @@ _NO_RESPONSE = object()
 
 
 def _processing_answer() -> web.Response:
-    return web.json_response({"status": "processing"}, status=202)
+    status = LookupStatus.PROCESSING
+    return web.json_response({"status": status.value}, status=LOOKUP_HTTP_STATUS[status])
 
 
 def _fencing_token(raw: str | None) -> int | None:

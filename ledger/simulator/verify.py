@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from standardwebhooks import Webhook, WebhookVerificationError
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
-from receiver.contract import lookup_problem, secret_key
+from events.contract import lookup_problem, secret_key
 from receiver.verification import signature_header_problem
 
 LIBRARY_TOLERANCE_S = 300.0  # standardwebhooks accepts timestamps within 5 minutes

@@ -17,9 +17,9 @@ import re
 
 from aiohttp import web
 
+from config.settings import Settings
 from events.addresses import is_loopback
 from events.errors import LedgerError
-from events.settings import Settings
 
 MIN_TOKEN_BYTES = 32
 # Longer than this is not a token we issued: refused without comparing.

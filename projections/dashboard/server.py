@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from events.committed_log import TRANSIENT
+from clients.committed_log import TRANSIENT
+from config.settings import Settings
 from events.errors import LedgerError
 from events.outage import Backoff, Outage, reason
 from events.ports import listen_port
 from events.redaction import redacted_data
-from events.settings import Settings
 from projections.dashboard.guard import (
     allowed_hosts,
     authorized,

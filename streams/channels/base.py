@@ -16,15 +16,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from events.settings import Settings
+    from config.settings import Settings
     from streams.metrics import WorkerMetrics
 
 import httpx
 from pydantic import BaseModel, JsonValue
 
 from events.channels.plugin import ChannelPlugin
+from events.contract import FENCING_TOKEN_HEADER as FENCING_TOKEN_HEADER
 from events.outcomes import ErrorClass, LookupOutcome
-from receiver import contract as receiver_contract
 from streams.channels.write_guard import WriteGuard
 
 
@@ -84,11 +84,10 @@ class LookupResult:
     delivered: bool = False  # authoritative: the logical event reached its recipient
 
 
-# The header that carries the attempt's fencing token on every request (README): it grows
-# per key, so a receiver that remembers the highest token per key can refuse a stale
-# attempt, the one fence a paused process cannot slip past. Defined once, with the rest of
-# the receiver contract (the kit imports no ledger code, so the contract lives there).
-FENCING_TOKEN_HEADER = receiver_contract.FENCING_TOKEN_HEADER
+# FENCING_TOKEN_HEADER (imported above from events.contract, re-exported for the channels)
+# carries the attempt's fencing token on every request (README): it grows per key, so a
+# receiver that remembers the highest token per key can refuse a stale attempt, the one
+# fence a paused process cannot slip past.
 
 
 class Channel(Protocol):

@@ -38,6 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 from pydantic import JsonValue
 
+from config.settings import address_policy
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import (
     BrowserSettings,
@@ -54,7 +55,6 @@ from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.private_files import private_dir, private_file
 from events.redaction import redacted_text
-from events.settings import address_policy
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import httpx
 from standardwebhooks import Webhook
 
+from config.settings import Settings, WebhookEndpoint
 from events.errors import ConfigError
-from events.settings import Settings, WebhookEndpoint
 from streams.channels.signature import signer, signing_key
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -12,8 +12,8 @@ from typing import Any
 import httpcore
 import httpx
 
+from config.settings import Settings, address_policy
 from events.addresses import AddressPolicy
-from events.settings import Settings, address_policy
 from streams.channels.address_guard import GuardedBackend
 from streams.channels.aiohttp_transport import GuardedAiohttpTransport
 

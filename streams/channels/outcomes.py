@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from pydantic import JsonValue
 
+from events.contract import LookupStatus
 from events.outcomes import ErrorClass
 from streams.channels.address_guard import BlockedAddress
 from streams.channels.base import LookupResult, SendOutcome, SendResult
@@ -234,7 +235,7 @@ def string_field(body: dict[str, JsonValue] | None, name: str) -> str | None:
     return value[:500] if isinstance(value, str) and value else None
 
 
-PROCESSING = "processing"
+PROCESSING = LookupStatus.PROCESSING.value
 
 
 async def lookup_request(

@@ -9,15 +9,15 @@ from typing import Self, cast
 
 import httpx
 
+from config.channels import channel_config
+from config.settings import Settings
 from events.channels import (
     ChannelPlugin,
     ChannelPluginError,
-    channel_config,
     channel_names,
     installed_plugins,
 )
 from events.errors import ConfigError
-from events.settings import Settings
 from streams.channels.base import AdapterBuild, AdapterFactory, Channel
 from streams.channels.http import create_http_client
 from streams.metrics import WorkerMetrics

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
-from receiver.contract import secret_key
+from events.contract import secret_key
 
 
 def signer(secret: SecretStr) -> Webhook:
@@ -36,7 +36,7 @@ def signer(secret: SecretStr) -> Webhook:
 
 def signing_key(secret: SecretStr) -> bytes:
     """The key bytes of ``secret`` (for the fencing-token and lookup signatures of the
-    receiver contract, ``receiver/contract.py``); ValueError if too short."""
+    receiver contract, ``events/contract.py``); ValueError if too short."""
     return secret_key(secret.get_secret_value())
 
 

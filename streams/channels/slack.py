@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import httpx
 from pydantic import JsonValue
 
+from config.settings import Settings
 from events.channels import slack_recipient
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,

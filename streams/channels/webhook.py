@@ -5,7 +5,7 @@ per attempt), ``webhook-signature`` (one ``v1,`` + base64 HMAC-SHA256 over
 ``id.timestamp.body`` per active secret of the endpoint, by the ``standardwebhooks``
 library), ``Idempotency-Key``, and the attempt's ``fencing-token`` with its
 ``fencing-token-signature``. Lookups carry ``lookup-timestamp`` and ``lookup-signature``.
-Both extra signatures follow the receiver contract (``receiver/contract.py``, README).
+Both extra signatures follow the receiver contract (``events/contract.py``, README).
 The body is the delivery's payload as canonical JSON, so every attempt of one logical
 event carries the same bytes.
 """
@@ -18,15 +18,15 @@ from urllib.parse import quote
 
 import httpx
 
-from events.keys import canonical_json
-from events.outcomes import ErrorClass
-from events.settings import Settings
-from receiver.contract import (
+from config.settings import Settings
+from events.contract import (
     FENCING_TOKEN_HEADER,
     FENCING_TOKEN_SIGNATURE_HEADER,
     fencing_token_signature,
     lookup_headers,
 )
+from events.keys import canonical_json
+from events.outcomes import ErrorClass
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 import pytest
 from playwright.async_api import Browser, async_playwright
 
+from config.settings import Settings
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.settings import Settings
 from projections import open_store
 from projections.dashboard import serve
 from projections.projector import project

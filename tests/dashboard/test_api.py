@@ -13,7 +13,7 @@ from datetime import timedelta
 import httpx
 from pydantic import SecretStr
 
-from events.settings import Settings
+from config.settings import Settings
 from ledger.stack import settings_env
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack, start_stack

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from events.settings import Settings
+from config.settings import Settings
 from projections import open_store
 from projections.dashboard import serve
 from tests.dashboard.conftest import NOW, project_all

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from events.settings import Settings
+from config.settings import Settings
 from ledger.stack import settings_env
 from projections.dashboard.guard import allowed_hosts, host_allowed
 from tests.dashboard.conftest import Stack, start_stack

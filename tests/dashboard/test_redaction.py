@@ -12,12 +12,12 @@ import sys
 
 import httpx
 
+from config.settings import Settings
 from events import DeliveryClaimed, DeliveryFailed, DeliveryUnknown
 from events.delivery import new_delivery_requested
 from events.model import AnyDeliveryEvent
 from events.outcomes import ErrorClass
 from events.redaction import redacted_text
-from events.settings import Settings
 from ledger.stack import settings_env
 from tests.dashboard.conftest import Stack
 from tests.projections.scenarios import P, at

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from playwright.async_api import Browser
 
+from config.settings import Settings
 from events import RunStarted, RunSucceeded
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.ports import free_port
-from events.settings import Settings
 from projections import open_store
 from projections.dashboard import serve
 from projections.fold import Position

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.settings import Settings
+from config.settings import Settings
 from tests.dashboard.conftest import project_all
 from tests.ledger.test_cli import ledger
 from tests.projections.scenarios import incident_log, publish, requested

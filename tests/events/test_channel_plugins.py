@@ -10,20 +10,20 @@ import sys
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from config.channels import channel_config
+from config.settings import Settings
 from events.channels import (
     GROUP,
     Capabilities,
     ChannelPlugin,
     FirstAnswer,
     Lookup,
-    channel_config,
     channel_names,
     channel_plugin,
     check_recipient,
     recipient_refusal,
 )
 from events.errors import ConfigError
-from events.settings import Settings
 
 
 def test_the_built_ins_register_through_the_entry_point_group() -> None:
@@ -52,7 +52,7 @@ def test_loading_every_plugin_imports_nothing_of_streams() -> None:
     loads the channel plugins (their adapters are named, not imported)."""
     code = (
         "import sys, events, events.channels as c; c.installed_plugins();"
-        "from events import DeliverySpec;"
+        "from clients import DeliverySpec;"
         "DeliverySpec(channel='webhook', recipient='https://x.test/h');"
         "heavy = ('streams', 'projections', 'faust', 'httpx');"
         "print([m for m in sys.modules if m.split('.')[0] in heavy])"

@@ -8,9 +8,10 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from events import DeliverySpec, Publisher, PublishFailed, PublishRejected, RunSucceeded
-from events.kafka_security import client_options
-from events.settings import Settings
+from clients import DeliverySpec, Publisher, PublishFailed, PublishRejected
+from clients.kafka_security import client_options
+from config.settings import Settings
+from events import RunSucceeded
 from ledger.topics import create_topics
 from tests.fixtures.broker import ReadTopic, all_deliveries
 

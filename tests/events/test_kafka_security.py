@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from events.settings import Settings
+from config.settings import Settings
 
 SECRET = "s3cret-password-never-shown"
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from events import DeliverySpec, Publisher, PublishRejected, RunSucceeded, encode
+from clients import DeliverySpec, Publisher, PublishRejected
+from config.settings import Settings
+from events import RunSucceeded, encode
 from events.channels.urls import credentials_in
 from events.delivery import DeliveryClaimed
 from events.redaction import redacted_url
-from events.settings import Settings
 from events.topics import record_key
 from tests.fixtures.broker import ReadTopic, all_deliveries, every
 
@@ -71,7 +72,8 @@ async def test_aborted_transaction_leaves_nothing(
 
 PUBLISH_AND_DIE = """
 import asyncio
-from events import DeliverySpec, Publisher, Settings
+from clients import DeliverySpec, Publisher
+from config import Settings
 async def main():
     async with Publisher(Settings(), transactional_id=TXID) as p:
         await p.run_succeeded("run-killed", "h", [
@@ -168,14 +170,14 @@ async def test_all_events_of_one_key_share_a_partition(
     ],
 )
 def test_bad_delivery_is_refused(fields: dict[str, str], message: str) -> None:
-    from events.publisher import build_spec
+    from clients.publisher import build_spec
 
     with pytest.raises(PublishRejected, match=message.replace("(", r"\(").replace(")", r"\)")):
         build_spec(payload={}, **fields)
 
 
 def test_cli_delivery_and_payload_parsing(tmp_path: Path) -> None:
-    from events.publisher import parse_payload
+    from clients.publisher import parse_payload
 
     with pytest.raises(PublishRejected, match="not CHANNEL:RECIPIENT"):
         DeliverySpec.parse("webhook", {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from events.settings import Settings
+from config.settings import Settings
 
 
 def refused(**fields: object) -> str:

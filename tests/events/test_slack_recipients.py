@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import Settings
 from events.channels import check_recipient, slack_recipient
-from events.settings import Settings
 
 
 @pytest.mark.parametrize(

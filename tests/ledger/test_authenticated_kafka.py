@@ -15,12 +15,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 from pydantic import SecretStr
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from clients.kafka_security import client_options
+from config.settings import Settings
 from events.delivery_state import Status
 from events.errors import LedgerError
-from events.kafka_security import client_options
 from events.ports import free_port
-from events.settings import Settings
 from ledger.acls import ROLES, grant, role_acls
 from ledger.broker import LocalBroker
 from ledger.simulator.background import BackgroundSimulator

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from clients.kafka_security import client_options
+from config.settings import Settings
 from events.errors import LedgerError
-from events.kafka_security import client_options
-from events.settings import Settings
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok
 from ledger.replay import ReplayFilter, replay

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from events.settings import Settings
+from config.settings import Settings
 
 
 def ledger(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:

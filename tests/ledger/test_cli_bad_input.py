@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from events.outcome_signing import new_pair
-from events.settings import Settings
+from clients.outcome_signing import new_pair
+from config.settings import Settings
 from ledger.cli import app
 from ledger.stack import settings_env
 

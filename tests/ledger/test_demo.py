@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from events.settings import Settings
+from config.settings import Settings
 from ledger.stack import settings_env
 
 

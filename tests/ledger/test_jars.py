@@ -9,8 +9,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from events.kafka_security import client_options
-from events.settings import Settings
+from clients.kafka_security import client_options
+from config.settings import Settings
 from ledger.broker.jars import EXCLUDED, PINS, REQUIRED_PREFIXES, ensure_jars, missing_jars, pom
 from tests.fixtures.broker import unique
 

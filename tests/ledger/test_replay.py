@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from config.settings import Settings
 from events.base import Event
 from events.codec import decode
 from events.deadletter import DeadLetter
-from events.settings import Settings
 from tests.fixtures.broker import ReadTopic
 from tests.ledger.test_cli import ledger
 from tests.projections.scenarios import at, incident_log, publish, requested

@@ -26,10 +26,10 @@ import pyarrow.parquet as pq
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import SecretStr
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings, WebhookEndpoint
 from events.delivery_state import Status
 from events.ports import free_port
-from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import Child, Stack, settings_env
 from projections.backends import default_dsn

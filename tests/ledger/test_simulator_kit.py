@@ -15,9 +15,9 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from events.contract import fencing_token_signature, secret_key
 from ledger.simulator import SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
-from receiver.contract import fencing_token_signature, secret_key
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 from tests.receiver.support import signed_lookup
 

@@ -8,14 +8,14 @@ import sys
 
 from pydantic import SecretStr
 
-from events.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint
 from ledger.stack import settings_env
 
 GLOBAL = "whsec_Z2xvYmFsLXNlY3JldC1mb3ItdGhlLWNoaWxk"
 OLD, NEW = "whsec_b2xkLWVuZHBvaW50LXNlY3JldA", "whsec_bmV3LWVuZHBvaW50LXNlY3JldA=="
 
 PRINT_SECRETS = """
-from events.settings import Settings
+from config.settings import Settings
 s = Settings()
 print(s.webhook_secret.get_secret_value() if s.webhook_secret else None)
 for prefix, endpoint in s.webhook_endpoints.items():

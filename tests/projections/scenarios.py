@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from clients.outcome_keys import signer_for
+from clients.outcome_signing import needs_signature
+from config.settings import Settings
 from events import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -30,8 +33,6 @@ from events import (
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.outcome_signing import needs_signature
-from events.settings import Settings, signer_for
 from events.topics import record_key
 from projections.backends import open_store
 from projections.store import Dump, Offsets

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from events import DeliverySpec, Publisher
-from events.settings import Settings
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
 from ledger.stack import settings_env
 from projections import open_store
 from projections.dashboard import serve

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from events.settings import Settings
+from config.settings import Settings
 from projections.backends import open_store
 from projections.schema import SCHEMA_VERSION
 from tests.fixtures.postgres import DsnFactory

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from events import DeliverySpec
+from clients import DeliverySpec
 from events.delivery_state import Status
 from tests.fixtures.own_postgres import OwnPostgres
 from tests.fixtures.projection import LiveProjection

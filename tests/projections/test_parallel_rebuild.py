@@ -11,9 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from config.settings import Settings
 from events import RunStarted
 from events.errors import LedgerError
-from events.settings import Settings
 from projections.backends import open_store
 from projections.log import LogReader
 from projections.parallel_rebuild import balance

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from events import DeadLetter, Publisher
-from events.settings import Settings
+from clients import Publisher
+from config.settings import Settings
+from events import DeadLetter
 from projections.projector import rebuild
 from projections.store import Offsets
 from tests.fixtures.broker import ReadTopic

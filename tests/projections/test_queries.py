@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 from projections.backends import open_store
 from projections.incident import run_view
 from projections.projector import rebuild

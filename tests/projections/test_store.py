@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from config.settings import Settings
 from events import DeliverySent
 from events.errors import LedgerError
-from events.settings import Settings
 from projections.backends import open_store
 from projections.projector import project, rebuild
 from projections.schema import SCHEMA_VERSION

@@ -19,11 +19,11 @@ import uvicorn
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from events.contract import fencing_token_signature, lookup_headers, secret_key
 from events.ports import free_port
 from receiver import ReceivedWebhook, WebhookReceiver
 from receiver.aiohttp_adapter import aiohttp_app, app_runner
 from receiver.asgi import asgi_app
-from receiver.contract import fencing_token_signature, lookup_headers, secret_key
 from receiver.store import IdempotencyStore
 from receiver.uvicorn_server import uvicorn_config
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import WebhookEndpoint
 from events.delivery_state import Status
 from events.ports import free_port
-from events.settings import WebhookEndpoint
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 from tests.fixtures.worker import LedgerView, WorkerFactory
 from tests.receiver.support import signed_lookup

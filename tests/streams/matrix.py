@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
 from events.delivery_state import DeliveryState, Status
-from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from faust.transport.producer import ProducerBuffer
 
-from events.settings import Settings
+from config.settings import Settings
 from streams.app import create_app
 
 YIELDS = 1_000  # bounded: the buffer's task takes a message within a few loop turns

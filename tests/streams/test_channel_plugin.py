@@ -18,11 +18,11 @@ import pytest
 from aiohttp import web
 from pydantic import JsonValue, Secret
 
-from events import DeliverySpec, Publisher, PublishRejected
+from clients import DeliverySpec, Publisher, PublishRejected
+from config.settings import Settings
 from events.channels import channel_names, forget_discovered
 from events.delivery_state import Status
 from events.ports import free_port
-from events.settings import Settings
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
 TOKEN = "acme-t0ken-not-for-logs"

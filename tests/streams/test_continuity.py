@@ -8,9 +8,9 @@ import uuid
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
 from events.delivery_state import Status
-from events.settings import Settings
 from streams.continuity import REWIND_PATIENCE_S, TAIL_PATIENCE_S, ContinuityGuard
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.receiver import ReceiverFactory

@@ -17,11 +17,11 @@ from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from config.settings import Settings
 from events.base import Event
 from events.delivery import DeliveryClaimed, DeliveryConfirmed, DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
 from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass, LookupOutcome
-from events.settings import Settings
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.decisions import after_lookup, after_send, on_timer
 from tests.fixtures.core import T0, core_context, requested

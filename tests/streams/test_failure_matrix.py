@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
 from events.delivery_state import Status
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
@@ -43,7 +43,7 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
     worker = worker_factory.start("w1")
     txid = f"agent-{settings.topic_runs}"
     script = (
-        "import asyncio\nfrom events import DeliverySpec, Publisher, Settings\n"
+        "import asyncio\nfrom clients import DeliverySpec, Publisher\nfrom config import Settings\n"
         "async def main():\n"
         f"    async with Publisher(Settings(), transactional_id={txid!r}) as p:\n"
         f"        await p.run_succeeded('run-lost', 'h', [DeliverySpec(channel='webhook', "

@@ -16,10 +16,10 @@ import signal
 import pytest
 from pydantic import JsonValue, Secret
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import Settings
 from events.delivery_state import Status
 from events.retry_policy import RetryPolicy
-from events.settings import Settings
 from tests.fixtures.form import TARGET, BackgroundFakeForm, Lookup, form_target
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.worker import LedgerView, WorkerFactory

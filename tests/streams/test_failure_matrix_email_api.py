@@ -8,9 +8,9 @@ idempotency key (none for a refused one).
 
 from __future__ import annotations
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import Settings
 from events.delivery_state import Status
-from events.settings import Settings
 from tests.fixtures.broker import ReadTopic, all_deliveries
 from tests.fixtures.email_api import RECIPIENT, BackgroundFakeEmailApi, FakeEmailApiFactory
 from tests.fixtures.projection import LiveProjection

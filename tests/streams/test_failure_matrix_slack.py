@@ -13,9 +13,9 @@ import signal
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import Settings
 from events.delivery_state import Status
-from events.settings import Settings
 from ledger.simulator.slack import BOT_ID
 from streams.channels.slack import METADATA_EVENT_TYPE
 from tests.fixtures.projection import LiveProjection

@@ -17,10 +17,10 @@ from typing import Any
 import aiosmtplib
 from pydantic import SecretStr
 
-from events import DeliverySpec
+from clients import DeliverySpec
+from config.settings import Settings
 from events.delivery_state import Status
 from events.retry_policy import RetryPolicy
-from events.settings import Settings
 from streams.channels.mail_origin import ORIGIN_HEADER, sealed_by_us
 from streams.channels.smtp import message_id
 from tests.fixtures.broker import ReadTopic

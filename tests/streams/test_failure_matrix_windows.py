@@ -12,7 +12,7 @@ import os
 import re
 import signal
 
-from events import DeliverySpec
+from clients import DeliverySpec
 from events.delivery_state import Status
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection

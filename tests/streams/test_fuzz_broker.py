@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from events import DeadLetter, DeliverySpec, EventDecodeError, Publisher, decode, encode
+from clients import DeliverySpec, Publisher
+from events import DeadLetter, EventDecodeError, decode, encode
 from events.delivery import DeliveryEvent, new_delivery_requested
 from events.execution import RunSucceeded
 from events.model import ExecutionEvent

@@ -24,10 +24,11 @@ from aiokafka import AIOKafkaProducer
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
-from events import DeadLetter, DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
+from events import DeadLetter
 from events.codec import EventDecodeError, decode
 from events.model import ALL_EVENT_TYPES
-from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection

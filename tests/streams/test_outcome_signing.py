@@ -13,9 +13,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pydantic import SecretStr
 
-from events import DeadLetter, DeliverySpec, Publisher, encode
-from events.delivery import DeliveryConfirmed, DeliveryRequested
-from events.outcome_signing import (
+from clients import DeliverySpec, Publisher
+from clients.outcome_signing import (
     HEADER,
     OutcomeSigner,
     OutcomeVerifier,
@@ -23,7 +22,9 @@ from events.outcome_signing import (
     private_key,
     public_key,
 )
-from events.settings import Settings
+from config.settings import Settings
+from events import DeadLetter, encode
+from events.delivery import DeliveryConfirmed, DeliveryRequested
 from ledger.simulator.faults import Fault, FaultKind
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection

@@ -9,10 +9,11 @@ from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
-from events import DeadLetter, DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
+from events import DeadLetter
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
-from events.settings import Settings
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory

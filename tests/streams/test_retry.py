@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from config.settings import Settings
 from events.retry_policy import DEFAULT_POLICIES, RetryPolicy, jitter_fraction
-from events.settings import Settings
 from streams.retry import rules_for
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

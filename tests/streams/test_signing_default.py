@@ -16,8 +16,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from events import DeadLetter, DeliverySpec, Publisher, encode
-from events.outcome_keys import StoredKeys
+from clients import DeliverySpec, Publisher
+from clients.outcome_keys import StoredKeys
+from events import DeadLetter, encode
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory

@@ -13,9 +13,9 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
 from events.delivery_state import Status
-from events.settings import Settings
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
 

@@ -6,11 +6,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from events import DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
 from events.delivery_state import Status
 from events.outcomes import ErrorClass
 from events.ports import free_port
-from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 

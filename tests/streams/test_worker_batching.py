@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from events.settings import Settings
+from config.settings import Settings
 from streams.app import create_app
 from streams.outcome_producer import OutcomeProducer
 from tests.fixtures.core import requested

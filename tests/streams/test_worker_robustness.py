@@ -7,13 +7,14 @@ from typing import TypedDict
 
 from aiokafka import AIOKafkaProducer
 
-from events import DeadLetter, DeliverySpec, Publisher
+from clients import DeliverySpec, Publisher
+from config.settings import Settings
+from events import DeadLetter
 from events.codec import encode
 from events.delivery import new_delivery_requested
 from events.delivery_state import Status
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for

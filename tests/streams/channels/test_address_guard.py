@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from config.settings import Settings, address_policy
 from events.addresses import AddressPolicy
 from events.outcomes import ErrorClass
-from events.settings import Settings, address_policy
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from config.settings import Settings
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from streams.channels.base import OutboundDelivery, SendOutcome, SendResult
 from streams.channels.browser import BrowserChannel
 from streams.channels.http import create_http_client

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from config.settings import Settings
 from events.channels import builtin
 from events.channels.browser_targets import BrowserSettings
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from streams.channels.base import AdapterBuild, OutboundDelivery, SendOutcome
 from streams.channels.browser import BrowserChannel, adapter
 from streams.channels.http import create_http_client

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from pydantic import JsonValue, ValidationError
 
+from config.settings import Settings
 from events.channels import channel_plugin, check_recipient
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
 from events.delivery_state import DeliveryState, Status
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from streams.channels.base import OutboundDelivery, SendOutcome
 from streams.channels.email_api import KEY_HEADER, EmailApiChannel
 from streams.channels.http import create_http_client

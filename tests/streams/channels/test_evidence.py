@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from pydantic import SecretStr
 
+from config.settings import Settings
 from events.ports import free_port
-from events.settings import Settings
 from streams.channels.base import SendOutcome
 from streams.channels.excerpt import EXCERPT_CHARS, REDACTED, excerpt
 from streams.channels.http import create_http_client

@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from config.settings import Settings, WebhookEndpoint
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.channels.email_api import EmailApiSettings
 from events.ports import free_port
-from events.settings import Settings, WebhookEndpoint
 from streams.channels.base import LookupResult, OutboundDelivery, SendOutcome, SendResult
 from streams.channels.browser import BrowserChannel
 from streams.channels.email_api import EmailApiChannel

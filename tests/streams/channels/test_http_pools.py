@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import pytest
 
+from config.settings import Settings
 from events.outcomes import ErrorClass
 from events.ports import free_port
-from events.settings import Settings
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
+from config.settings import Settings
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client

@@ -4,9 +4,9 @@ owns; a channel's settings are validated by its plugin at start."""
 import httpx
 import pytest
 
+from config.settings import Settings
 from events.channels import channel_names
 from events.errors import ConfigError
-from events.settings import Settings
 from streams.channels.registry import ChannelRegistry, build_channels
 
 

@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
+from config.settings import Settings
 from events.outcomes import ErrorClass
-from events.settings import Settings
 from ledger.simulator.slack import BOT_ID
 from streams.channels import slack as slack_module
 from streams.channels.base import OutboundDelivery, SendOutcome

@@ -13,7 +13,7 @@ import aiosmtplib
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from events import DeliverySpec
+from clients import DeliverySpec
 from events.admission import refusal
 from events.channels.mail import SmtpSettings, check_email_recipient
 from events.outcomes import ErrorClass

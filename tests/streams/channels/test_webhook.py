@@ -13,11 +13,11 @@ from email.utils import formatdate
 import httpx
 import pytest
 
+from config.settings import Settings, WebhookEndpoint
 from events.errors import LedgerError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
 from events.ports import free_port
-from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from config.settings import Settings, WebhookEndpoint
 from events.errors import LedgerError
 from events.outcomes import ErrorClass
-from events.settings import Settings, WebhookEndpoint
 from ledger.simulator.background import BackgroundSimulator
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client

@@ -26,8 +26,8 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
+from config.settings import Settings
 from events.errors import LedgerError
-from events.settings import Settings
 
 NO_BROKER_HINT = "start one with 'ledger broker start'"
 # How long a refused connection may take to explain itself (the diagnosis connects once).

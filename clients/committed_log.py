@@ -18,9 +18,9 @@ from typing import Any, Literal, Self
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from clients.kafka_security import client_options, connect_error
+from config.settings import Settings
 from events.errors import LedgerError
-from events.kafka_security import client_options, connect_error
-from events.settings import Settings
 
 # What a read can fail with that a later try may not (a broker restarting, a rebalance):
 # long-running readers log these and try again, they never stop on them.

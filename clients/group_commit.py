@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerFenced
 
+from clients.kafka_security import NOT_AUTHORIZED, not_allowed
+from config.settings import Settings
 from events.errors import LedgerError
 from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
-from events.kafka_security import NOT_AUTHORIZED, not_allowed
-from events.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,20 @@ key, unless ``LEDGER_OUTCOME_SIGNING_KEY`` / ``LEDGER_OUTCOME_VERIFY_KEYS`` say 
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.outcome_signing import new_pair
+from clients.outcome_signing import (
+    OutcomeSigner,
+    OutcomeVerifier,
+    new_pair,
+    outcome_signer,
+    outcome_verifier,
+)
+from config.settings import Settings
+from events.errors import ConfigError
 
 KEY_DIR = "keys"
 SIGNING_FILE = "outcome-signing.key"
@@ -75,3 +84,52 @@ def _write_private(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w", encoding="ascii") as out:
         out.write(text + "\n")
     os.chmod(path, 0o600)
+
+
+def signing_key_text(settings: Settings) -> str | None:
+    """The workers' signing key: the variable's, else the data directory's (None when
+    signing is off or no key is found)."""
+    if not settings.outcome_signing:
+        return None
+    if settings.outcome_signing_key is not None:
+        return settings.outcome_signing_key.get_secret_value()
+    return StoredKeys.of(settings.data_dir).signing_key()
+
+
+def verify_key_texts(settings: Settings) -> list[str]:
+    """Every public key a reader accepts outcome signatures from (empty when off)."""
+    if not settings.outcome_signing:
+        return []
+    stored = StoredKeys.of(settings.data_dir).verify_key()
+    return [*settings.outcome_verify_keys, *([stored] if stored else [])]
+
+
+def signer_for(settings: Settings) -> OutcomeSigner | None:
+    """The worker's outcome signer (None when signing is off)."""
+    return outcome_signer(signing_key_text(settings))
+
+
+def verifier_for(settings: Settings) -> OutcomeVerifier | None:
+    """The outcome check of a folding reader (None when outcome signing is off)."""
+    return outcome_verifier(verify_key_texts(settings), signing_key_text(settings))
+
+
+def require_outcome_keys(settings: Settings, *, signs: bool) -> None:
+    """Refuse to start a worker (``signs``) or a folding reader without the keys outcome
+    signing needs; with signing turned off, warn at every start."""
+    if not settings.outcome_signing:
+        logging.getLogger("ledger").warning(
+            "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false): anyone who may write "
+            "%s can forge a delivery's outcome",
+            settings.topic_deliveries,
+        )
+        return
+    hint = (
+        f"run 'ledger init' (writes a key pair into {settings.data_dir / KEY_DIR}), or set "
+        "LEDGER_OUTCOME_SIGNING_KEY / LEDGER_OUTCOME_VERIFY_KEYS (ledger outcome-keys), or "
+        "turn signing off on purpose with LEDGER_OUTCOME_SIGNING=false"
+    )
+    if signs and signing_key_text(settings) is None:
+        raise ConfigError("outcome signing is on but this worker has no signing key", hint)
+    if not signs and not verify_key_texts(settings) and signing_key_text(settings) is None:
+        raise ConfigError("outcome signing is on but this reader has no verify key", hint)

@@ -1,6 +1,8 @@
 """What the ledger's worker and a receiver agree on beyond Standard Webhooks: the fencing
-token, the authenticated lookup, the size of a secret. Defined once, here (standard
-library only): the kit checks it, the worker's webhook channel and the simulator sign it.
+token, the authenticated lookup (its headers, its statuses, the shape of its answer), the
+size of a secret. Defined once, here (standard library only, importable without the
+ledger's Kafka clients): the kit checks it, the worker's channels and the simulator sign
+and read it.
 
 Both extra signatures are HMAC-SHA256 under a key derived from the endpoint's Standard
 Webhooks secret, one key per purpose::
@@ -24,6 +26,8 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import NotRequired, TypedDict
 
 # The attempt's fencing token (it grows per key) and its signature.
 FENCING_TOKEN_HEADER = "fencing-token"  # noqa: S105 - a header name
@@ -31,6 +35,41 @@ FENCING_TOKEN_SIGNATURE_HEADER = "fencing-token-signature"  # noqa: S105 - a hea
 # A lookup's freshness (unix seconds) and signature.
 LOOKUP_TIMESTAMP_HEADER = "lookup-timestamp"
 LOOKUP_SIGNATURE_HEADER = "lookup-signature"
+
+
+class LookupStatus(StrEnum):
+    """The ``status`` of a lookup's answer (``GET <lookup url>?key=<webhook-id>``)."""
+
+    DONE = "done"  # 200: the handler ran; ``id`` is the receiver's record of it
+    PROCESSING = "processing"  # 202: received, the handler is still running
+    NOT_FOUND = "not_found"  # 404: never received
+    FAILED = "failed"  # 404: received but the handler failed; a retry is safe
+
+
+# The HTTP status each lookup status is answered with.
+LOOKUP_HTTP_STATUS = {
+    LookupStatus.DONE: 200,
+    LookupStatus.PROCESSING: 202,
+    LookupStatus.NOT_FOUND: 404,
+    LookupStatus.FAILED: 404,
+}
+
+
+class LookupAnswer(TypedDict):
+    """The JSON body of a lookup's answer."""
+
+    status: str  # a LookupStatus value
+    webhook_id: str  # the key asked about
+    id: NotRequired[str | None]  # with ``done``: the receiver's id for the delivery
+
+
+def lookup_answer(status: LookupStatus, key: str, result_id: str | None = None) -> LookupAnswer:
+    """The body a receiver answers a lookup of ``key`` with (``result_id`` with ``done``)."""
+    answer = LookupAnswer(status=status.value, webhook_id=key)
+    if status is LookupStatus.DONE:
+        answer["id"] = result_id
+    return answer
+
 
 # Standard Webhooks recommends secrets of 24 to 64 random bytes; a shorter one can be
 # recovered from a captured request.

@@ -17,37 +17,27 @@ Keys are 32 raw bytes, base64: ``ledger outcome-keys`` makes a pair.
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterable, Sequence
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from config.keys import SIGNING_KEY, VERIFY_KEY, key_bytes
 from events.delivery import DeliveryEvent, DeliveryRequested
 
 HEADER = "ledger-signature"
 Headers = Sequence[tuple[str, bytes]]
 
 
-def _key_bytes(text: str, what: str) -> bytes:
-    try:
-        raw = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{what} is not base64") from None
-    if len(raw) != 32:
-        raise ValueError(f"{what} is {len(raw)} bytes, not the 32 of an Ed25519 key")
-    return raw
-
-
 def private_key(text: str) -> Ed25519PrivateKey:
     """The signing key from its base64 text; ValueError says what is wrong (never the key)."""
-    return Ed25519PrivateKey.from_private_bytes(_key_bytes(text, "the outcome signing key"))
+    return Ed25519PrivateKey.from_private_bytes(key_bytes(text, SIGNING_KEY))
 
 
 def public_key(text: str) -> Ed25519PublicKey:
     """A verification key from its base64 text; ValueError names what is wrong."""
-    return Ed25519PublicKey.from_public_bytes(_key_bytes(text, "an outcome verify key"))
+    return Ed25519PublicKey.from_public_bytes(key_bytes(text, VERIFY_KEY))
 
 
 def public_text(key: Ed25519PrivateKey) -> str:

@@ -24,6 +24,10 @@ from aiokafka.errors import KafkaConnectionError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from clients.group_commit import GroupCommit, Record
+from clients.group_commit import PublishFailed as PublishFailed  # part of the SDK
+from clients.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
+from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
 from events.channels import (
@@ -36,10 +40,6 @@ from events.channels import (
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
-from events.group_commit import GroupCommit, Record
-from events.group_commit import PublishFailed as PublishFailed  # part of the SDK
-from events.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
-from events.settings import Settings, address_policy
 from events.topics import record_key
 
 # The producer refuses a larger record (aiokafka's default), and the broker's
@@ -129,7 +129,7 @@ def parse_payload(text: str) -> JsonValue:
 class Publisher:
     """Async context manager over an aiokafka transactional producer.
 
-    Concurrent calls share Kafka transactions (group commit, events/group_commit.py): each
+    Concurrent calls share Kafka transactions (group commit, clients/group_commit.py): each
     returns once the transaction carrying its run committed, or raises ``PublishFailed``
     if that transaction failed; a ``PublishRejected`` run is refused alone, unwritten.
     """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -20,18 +19,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.keys import SIGNING_KEY, VERIFY_KEY, key_bytes
 from events.addresses import AddressPolicy, Origin, origin_of, parse_network
 from events.channels.urls import SLACK_WORKSPACE
-from events.errors import ConfigError
-from events.outcome_keys import KEY_DIR, StoredKeys
-from events.outcome_signing import (
-    OutcomeSigner,
-    OutcomeVerifier,
-    outcome_signer,
-    outcome_verifier,
-    private_key,
-    public_key,
-)
 from events.retry_policy import RetryPolicy, for_channel
 
 
@@ -98,7 +88,7 @@ class Settings(BaseSettings):
     bootstrap_servers: str = ""
     kafka_version: str = "4.1.1"
 
-    # How every Kafka client authenticates (events/kafka_security.py turns these into
+    # How every Kafka client authenticates (clients/kafka_security.py turns these into
     # client options, once). PLAINTEXT by default: a local broker on loopback.
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
@@ -128,7 +118,7 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
     default_slo_seconds: int = Field(default=300, ge=1)
     publisher_transaction_timeout_ms: int = Field(default=15000, ge=1000)
-    # Group commit (events/group_commit.py): concurrent runs of one publisher share one
+    # Group commit (clients/group_commit.py): concurrent runs of one publisher share one
     # Kafka transaction of at most this many runs and bytes; the first run of a
     # transaction waits at most ``publisher_linger_ms`` for company (0: none), counted
     # from the previous commit too: 1 ms also spares most transactions the broker's
@@ -148,7 +138,7 @@ class Settings(BaseSettings):
     # Per channel plugin, its configuration (tokens, hosts, secrets) as JSON, by channel
     # name: {"slack": {"bot_token": "xoxb-..."}}. Each entry is kept hidden whole (shown
     # as asterisks, never logged); the channel's plugin validates it into its own
-    # settings model, with SecretStr fields for its secrets (events.channels.channel_config).
+    # settings model, with SecretStr fields for its secrets (config.channels.channel_config).
     channel_settings: dict[str, Secret[dict[str, JsonValue]]] = Field(default_factory=dict)
 
     # Slack (streams/channels/slack.py): one bot token (xoxb-...) per workspace, by the
@@ -159,9 +149,9 @@ class Settings(BaseSettings):
     slack_api_url: str = "https://slack.com/api/"
     slack_lookup_max_pages: int = Field(default=10, ge=1, le=100)
 
-    # Signed outcome events (events/outcome_signing.py), on by default: workers sign what
+    # Signed outcome events (clients/outcome_signing.py), on by default: workers sign what
     # they write and every folding reader refuses an unsigned outcome. The keys come from
-    # DATA_DIR/keys (``ledger init`` writes a pair: events/outcome_keys.py) unless given
+    # DATA_DIR/keys (``ledger init`` writes a pair: clients/outcome_keys.py) unless given
     # here: the workers' Ed25519 signing key (base64 of 32 bytes; workers only), and the
     # public keys every folding reader checks worker-written events against (JSON list;
     # several during a rotation); ``ledger outcome-keys`` prints a pair. Off (false) only
@@ -267,14 +257,14 @@ class Settings(BaseSettings):
     @classmethod
     def _signing_key_parses(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            private_key(value.get_secret_value())  # ValueError says what, never the key
+            key_bytes(value.get_secret_value(), SIGNING_KEY)  # ValueError: what, never the key
         return value
 
     @field_validator("outcome_verify_keys")
     @classmethod
     def _verify_keys_parse(cls, value: list[str]) -> list[str]:
         for key in value:
-            public_key(key)
+            key_bytes(key, VERIFY_KEY)
         return value
 
     @field_validator("slack_tokens")
@@ -425,52 +415,3 @@ def address_policy(settings: Settings) -> AddressPolicy:
             if origin is not None:
                 per_origin.setdefault(origin, []).extend(endpoint.allowed_networks)
     return AddressPolicy(settings.allowed_networks, settings.allowed_hosts, per_origin)
-
-
-def signing_key_text(settings: Settings) -> str | None:
-    """The workers' signing key: the variable's, else the data directory's (None when
-    signing is off or no key is found)."""
-    if not settings.outcome_signing:
-        return None
-    if settings.outcome_signing_key is not None:
-        return settings.outcome_signing_key.get_secret_value()
-    return StoredKeys.of(settings.data_dir).signing_key()
-
-
-def verify_key_texts(settings: Settings) -> list[str]:
-    """Every public key a reader accepts outcome signatures from (empty when off)."""
-    if not settings.outcome_signing:
-        return []
-    stored = StoredKeys.of(settings.data_dir).verify_key()
-    return [*settings.outcome_verify_keys, *([stored] if stored else [])]
-
-
-def signer_for(settings: Settings) -> OutcomeSigner | None:
-    """The worker's outcome signer (None when signing is off)."""
-    return outcome_signer(signing_key_text(settings))
-
-
-def verifier_for(settings: Settings) -> OutcomeVerifier | None:
-    """The outcome check of a folding reader (None when outcome signing is off)."""
-    return outcome_verifier(verify_key_texts(settings), signing_key_text(settings))
-
-
-def require_outcome_keys(settings: Settings, *, signs: bool) -> None:
-    """Refuse to start a worker (``signs``) or a folding reader without the keys outcome
-    signing needs; with signing turned off, warn at every start."""
-    if not settings.outcome_signing:
-        logging.getLogger("ledger").warning(
-            "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false): anyone who may write "
-            "%s can forge a delivery's outcome",
-            settings.topic_deliveries,
-        )
-        return
-    hint = (
-        f"run 'ledger init' (writes a key pair into {settings.data_dir / KEY_DIR}), or set "
-        "LEDGER_OUTCOME_SIGNING_KEY / LEDGER_OUTCOME_VERIFY_KEYS (ledger outcome-keys), or "
-        "turn signing off on purpose with LEDGER_OUTCOME_SIGNING=false"
-    )
-    if signs and signing_key_text(settings) is None:
-        raise ConfigError("outcome signing is on but this worker has no signing key", hint)
-    if not signs and not verify_key_texts(settings) and signing_key_text(settings) is None:
-        raise ConfigError("outcome signing is on but this reader has no verify key", hint)
