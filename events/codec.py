@@ -35,11 +35,6 @@ def encode(event: Event) -> bytes:
     return event.model_dump_json().encode("utf-8")
 
 
-def to_record(event: Event) -> dict[str, Any]:
-    """The event as a JSON-compatible dict (what ``encode`` writes)."""
-    return event.model_dump(mode="json")
-
-
 def decode(data: bytes | None) -> AnyExecutionEvent | AnyDeliveryEvent:
     """Decode, upcast and validate one record value, or raise ``EventDecodeError``.
 

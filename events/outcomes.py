@@ -40,8 +40,6 @@ class ErrorClass(enum.StrEnum):
     DEADLINE_BEFORE_WRITE = "deadline_before_write"
     # Polling a SENT delivery gave up before the provider said delivered or failed.
     SENT_UNCONFIRMED = "sent_unconfirmed"
-    # A lookup was answered "received, still processing" too many times.
-    STILL_PROCESSING = "still_processing"
     # The recipient resolves to an address deliveries may not reach (SSRF guard): final.
     BLOCKED_ADDRESS = "blocked_address"
     # A well-formed request the worker will not send (events/admission.py): a payload over

@@ -7,6 +7,7 @@ events/delivery_state.py accepts or ignores them when they are read back from th
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -302,7 +303,10 @@ def _next_lookup(state: DeliveryState, base: datetime, ctx: Context) -> datetime
     return None  # decided (found, failed), or no lookup exists (unsupported)
 
 
-TimerAction = str  # "lookup" when the edge must ask the provider
+class TimerAction(enum.StrEnum):
+    """What a due timer asks of the edge beyond events to append."""
+
+    LOOKUP = "lookup"  # ask the provider about the key (the sender runs it)
 
 
 def on_timer(
@@ -336,7 +340,7 @@ def on_timer(
                 **common, **attempt, error_class=ErrorClass.SENT_UNCONFIRMED, reason=reason
             )
         ], None
-    return [], "lookup"
+    return [], TimerAction.LOOKUP
 
 
 def _backoff(n: int, ctx: Context) -> float:

@@ -22,7 +22,7 @@ from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from events.model import AnyDeliveryEvent
 from events.refusal import SystemFailure, one_line, refusal
-from streams.decisions import Context, claim, due_at, on_request, on_timer
+from streams.decisions import Context, TimerAction, claim, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
 from streams.timers import DueIndex
@@ -339,7 +339,7 @@ class DeliveryProcessor:
             if events and self._proposed.get(key) != _proposal(state, events):
                 proposed[key] = _proposal(state, events)
                 proposals.extend(events)
-            if action == "lookup":
+            if action is TimerAction.LOOKUP:
                 self._sender.submit_lookup(state, partition)
             # The decision lands when its event is read back; until then look again later.
             self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
