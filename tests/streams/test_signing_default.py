@@ -129,9 +129,12 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
         DeadLetter.model_validate_json(m.value)
         for m in await read_topic(settings.topic_deadletter, raw=True)
     ]
-    assert [(d.original_offset, d.original_partition) for d in letters] == [
+    # Dead letters are at least once (a rebalance before the worker's commit sends the
+    # same one again); a reader dedupes on the original position.
+    assert {(d.original_offset, d.original_partition) for d in letters} == {
         (forged.offset, forged.partition)
-    ]
-    assert "carries no outcome signature" in letters[0].reason
+    }
+    assert all("carries no outcome signature" in d.reason for d in letters)
+    assert all(d.detected_by.startswith("w1@") for d in letters)
     assert live_projection.statuses()[request.idempotency_key][1] != "forged-id"
     await live_projection.verify()
