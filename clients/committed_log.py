@@ -42,7 +42,7 @@ class CommittedLog:
         silent jump (aiokafka's OffsetOutOfRangeError); ``large_fetches`` for readers
         that go through whole topics."""
         self.settings = settings
-        self.bootstrap_servers = settings.bootstrap_servers
+        self.bootstrap_servers = settings.kafka.bootstrap_servers
         fetch: dict[str, Any] = (
             {"max_partition_fetch_bytes": 4 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
             if large_fetches

@@ -43,22 +43,26 @@ NOT_AUTHORIZED = (
 
 def uses_tls(settings: Settings) -> bool:
     """True when the connection to the brokers is encrypted."""
-    return settings.security_protocol in ("SSL", "SASL_SSL")
+    return settings.kafka.security_protocol in ("SSL", "SASL_SSL")
 
 
 def tls_context(settings: Settings) -> ssl.SSLContext:
     """The client TLS context: the configured CA (or the system's), an optional client
     certificate; host names are always checked."""
-    password = settings.ssl_key_password
+    password = settings.kafka.ssl_key_password
     try:
         context: ssl.SSLContext = create_ssl_context(
-            cafile=str(settings.ssl_cafile) if settings.ssl_cafile else None,
-            certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
-            keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
+            cafile=str(settings.kafka.ssl_cafile) if settings.kafka.ssl_cafile else None,
+            certfile=str(settings.kafka.ssl_certfile) if settings.kafka.ssl_certfile else None,
+            keyfile=str(settings.kafka.ssl_keyfile) if settings.kafka.ssl_keyfile else None,
             password=password.get_secret_value() if password is not None else None,
         )
     except (ssl.SSLError, OSError) as exc:
-        which = "LEDGER_SSL_CAFILE" if settings.ssl_certfile is None else "LEDGER_SSL_CERTFILE"
+        which = (
+            "LEDGER_KAFKA__SSL_CAFILE"
+            if settings.kafka.ssl_certfile is None
+            else "LEDGER_KAFKA__SSL_CERTFILE"
+        )
         raise LedgerError(
             f"the TLS files cannot be loaded ({which}): {getattr(exc, 'reason', None) or exc}",
             "give PEM files: the CA certificate, and a certificate with its key",
@@ -68,13 +72,13 @@ def tls_context(settings: Settings) -> ssl.SSLContext:
 
 def client_options(settings: Settings) -> dict[str, Any]:
     """aiokafka keyword arguments (producer, consumer, admin, client) for the brokers."""
-    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    options: dict[str, Any] = {"security_protocol": settings.kafka.security_protocol}
     if uses_tls(settings):
         options["ssl_context"] = tls_context(settings)
-    if settings.security_protocol.startswith("SASL_"):
-        password = settings.sasl_password
-        options["sasl_mechanism"] = settings.sasl_mechanism
-        options["sasl_plain_username"] = settings.sasl_username
+    if settings.kafka.security_protocol.startswith("SASL_"):
+        password = settings.kafka.sasl_password
+        options["sasl_mechanism"] = settings.kafka.sasl_mechanism
+        options["sasl_plain_username"] = settings.kafka.sasl_username
         options["sasl_plain_password"] = password.get_secret_value() if password else None
     return options
 
@@ -83,18 +87,18 @@ def faust_credentials(settings: Settings) -> Any:
     """faust's ``broker_credentials`` for the same connection (None: PLAINTEXT)."""
     import faust  # the worker's dependency; the other clients need no faust
 
-    protocol = settings.security_protocol
+    protocol = settings.kafka.security_protocol
     if protocol == "PLAINTEXT":
         return None
     context = tls_context(settings) if uses_tls(settings) else None
     if protocol == "SSL":
         return faust.SSLCredentials(context)
-    password = settings.sasl_password
+    password = settings.kafka.sasl_password
     credentials = faust.SASLCredentials(
-        username=settings.sasl_username,
+        username=settings.kafka.sasl_username,
         password=password.get_secret_value() if password else None,
         ssl_context=context,
-        mechanism=settings.sasl_mechanism,
+        mechanism=settings.kafka.sasl_mechanism,
     )
     return credentials
 
@@ -106,7 +110,7 @@ async def connect_error(settings: Settings) -> LedgerError:
     first bootstrap server, bounded in time, tells a broker that is down from one that
     refused our TLS or credentials. Never contains a secret.
     """
-    where = settings.bootstrap_servers
+    where = settings.kafka.bootstrap_servers
     host, _, port = where.split(",")[0].strip().rpartition(":")
     try:
         conn = await asyncio.wait_for(
@@ -122,23 +126,25 @@ async def connect_error(settings: Settings) -> LedgerError:
         return LedgerError(
             f"the TLS certificate of the Kafka broker at {where} is not trusted: "
             f"{exc.verify_message}",
-            "set LEDGER_SSL_CAFILE to the CA certificate that signed it",
+            "set LEDGER_KAFKA__SSL_CAFILE to the CA certificate that signed it",
         )
     except ssl.SSLError as exc:
         return LedgerError(
             f"TLS with the Kafka broker at {where} failed: {exc.reason or exc}",
-            "check that LEDGER_SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
+            "check that LEDGER_KAFKA__SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
         )
     except (SaslAuthenticationFailed, AuthenticationFailedError):
         return LedgerError(
             f"the Kafka broker at {where} refused the credentials of SASL user "
-            f"'{settings.sasl_username}' ({settings.sasl_mechanism})",
-            "check LEDGER_SASL_USERNAME, LEDGER_SASL_PASSWORD and LEDGER_SASL_MECHANISM",
+            f"'{settings.kafka.sasl_username}' ({settings.kafka.sasl_mechanism})",
+            "check LEDGER_KAFKA__SASL_USERNAME, LEDGER_KAFKA__SASL_PASSWORD and "
+            "LEDGER_KAFKA__SASL_MECHANISM",
         )
     except UnsupportedSaslMechanismError:
         return LedgerError(
-            f"the Kafka broker at {where} does not accept SASL mechanism {settings.sasl_mechanism}",
-            "set LEDGER_SASL_MECHANISM to one the listener enables",
+            f"the Kafka broker at {where} does not accept SASL mechanism "
+            f"{settings.kafka.sasl_mechanism}",
+            "set LEDGER_KAFKA__SASL_MECHANISM to one the listener enables",
         )
     except ConnectionRefusedError:
         return LedgerError(f"no Kafka broker answers at {where}", NO_BROKER_HINT)
@@ -159,7 +165,7 @@ def ensure_reachable(settings: Settings) -> None:
 
 async def _ensure_reachable(settings: Settings) -> None:
     client = AIOKafkaClient(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
         **client_options(settings),
     )
@@ -177,7 +183,7 @@ async def _ensure_reachable(settings: Settings) -> None:
 
 def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
     """An ACL refusal (one of ``NOT_AUTHORIZED``) in one line, naming the principal."""
-    who = settings.sasl_username or "ANONYMOUS"
+    who = settings.kafka.sasl_username or "ANONYMOUS"
     return LedgerError(
         f"Kafka does not allow user '{who}' this: {exc}",
         "an administrator grants it with ACLs (README, Security: the ACLs per role)",
@@ -185,14 +191,14 @@ def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
 
 
 def _closed_on_us(settings: Settings) -> LedgerError:
-    where = settings.bootstrap_servers
-    if settings.security_protocol == "PLAINTEXT":
+    where = settings.kafka.bootstrap_servers
+    if settings.kafka.security_protocol == "PLAINTEXT":
         return LedgerError(
             f"no Kafka broker answers at {where} over PLAINTEXT",
             f"{NO_BROKER_HINT}; a broker that requires TLS or SASL needs "
-            "LEDGER_SECURITY_PROTOCOL (and LEDGER_SASL_USERNAME/PASSWORD)",
+            "LEDGER_KAFKA__SECURITY_PROTOCOL (and LEDGER_KAFKA__SASL_USERNAME/PASSWORD)",
         )
     return LedgerError(
-        f"the Kafka broker at {where} closed the connection ({settings.security_protocol})",
-        "check LEDGER_SECURITY_PROTOCOL against the listener, and the broker's log",
+        f"the Kafka broker at {where} closed the connection ({settings.kafka.security_protocol})",
+        "check LEDGER_KAFKA__SECURITY_PROTOCOL against the listener, and the broker's log",
     )

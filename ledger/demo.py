@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import Secret, SecretStr
+from pydantic import SecretStr
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -29,7 +29,7 @@ from rich.table import Table
 from clients.kafka_security import client_options
 from clients.outcome_keys import KEY_DIR, StoredKeys
 from clients.publisher import DeliverySpec, Publisher
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed, with_channel
 from events.retry_policy import RetryPolicy
 from ledger import event_loop
 from ledger.broker import LocalBroker
@@ -40,7 +40,7 @@ from ledger.topics import create_topics
 from projections.backends import default_dsn
 
 SETTLE_TIMEOUT_S = 300.0
-# The demo's own signing secret, used only when LEDGER_WEBHOOK_SECRET is unset: the demo
+# The demo's own signing secret, used only when LEDGER_CHANNELS__WEBHOOK_SECRET is unset: the demo
 # signs for its own fake provider on 127.0.0.1. Workers have no built-in secret.
 DEMO_WEBHOOK_SECRET = SecretStr(
     "whsec_" + base64.b64encode(b"ledger-demo-only-secret-24b").decode()
@@ -49,17 +49,18 @@ DEMO_WEBHOOK_SECRET = SecretStr(
 DEMO_SLACK_WORKSPACE = "demo"
 DEMO_SLACK_TOKEN = SecretStr("xoxb-demo-only-token")
 DEMO_SLACK_CHANNEL = "C0DEMO0001"
-# The fake email API's key and the demo's sender (LEDGER_CHANNEL_SETTINGS[email_api]).
+# The fake email API's key and the demo's sender (LEDGER_CHANNELS__SETTINGS[email_api]).
 DEMO_EMAIL_API_KEY = "re_demo_only_key"
 DEMO_EMAIL_FROM = "ledger-demo@example.test"
-# The sender of the smtp channel's emails (LEDGER_CHANNEL_SETTINGS[smtp]); the relay and
+# The sender of the smtp channel's emails (LEDGER_CHANNELS__SETTINGS[smtp]); the relay and
 # its IMAP archive are `ledger fake-mail`'s, which prints the rest of the entry.
 DEMO_MAIL_FROM = "ledger-demo@example.test"
 # two webhooks, a provider message, a Slack message, an email by API, an email by SMTP
 CHANNELS_PER_RUN = 6
 # A form submitted by Chromium every 6th run (from the first): ~7 of the default 40 runs.
-# A browser attempt takes seconds, so the browser has its own deadline (LEDGER_SEND_DEADLINES)
-# and the lease covers it: lease > longest deadline + clock-skew margin.
+# A browser attempt takes seconds, so the browser has its own deadline
+# (LEDGER_CHANNELS__SEND_DEADLINES) and the lease covers it: lease > longest deadline +
+# clock-skew margin.
 BROWSER_EVERY = 6
 BROWSER_TARGET = "demo-form"
 HTTP_DEADLINE_S = 2.0
@@ -111,20 +112,22 @@ class Summary:
 def run_demo(settings: Settings, out: Console, options: DemoOptions | None = None) -> Summary:
     """Run the demo; returns the summary (printed too). Stops everything it started."""
     options = options or DemoOptions()
-    if settings.webhook_secret is None:
-        settings = settings.model_copy(update={"webhook_secret": DEMO_WEBHOOK_SECRET})
-    if settings.outcome_signing and StoredKeys.of(settings.data_dir).create():
+    if settings.channels.webhook_secret is None:
+        settings = changed(settings, {"channels.webhook_secret": DEMO_WEBHOOK_SECRET})
+    if settings.signing.outcomes and StoredKeys.of(settings.data_dir).create():
         # What 'ledger init' does: the demo's workers sign, its projector verifies.
         out.print(f"[bold]keys[/] a new outcome signing pair in {settings.data_dir / KEY_DIR}")
     broker = LocalBroker(settings)
     started = False
-    if metadata_ok(settings.bootstrap_servers, timeout=3.0, options=client_options(settings)):
-        out.print(f"[bold]broker[/] {settings.bootstrap_servers} reused")
+    if metadata_ok(settings.kafka.bootstrap_servers, timeout=3.0, options=client_options(settings)):
+        out.print(f"[bold]broker[/] {settings.kafka.bootstrap_servers} reused")
     else:
         with out.status("starting the local Kafka broker..."):
             report = broker.start()
         started = not report.already_running
-        out.print(f"[bold]broker[/] {settings.bootstrap_servers} started in {report.seconds:.1f}s")
+        out.print(
+            f"[bold]broker[/] {settings.kafka.bootstrap_servers} started in {report.seconds:.1f}s"
+        )
     stack = Stack(settings.data_dir / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     try:
         asyncio.run(create_topics(settings))
@@ -172,8 +175,8 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     urls = await asyncio.to_thread(read_json_line, simulator)
     # Slack's fake: the same fault mix (a late answer after posting, 500 after posting,
     # ratelimited), and no dedupe: a second post is a second message in the history.
-    slack_settings = settings.model_copy(
-        update={"slack_tokens": {DEMO_SLACK_WORKSPACE: DEMO_SLACK_TOKEN}}
+    slack_settings = with_channel(
+        settings, "slack", {"tokens": {DEMO_SLACK_WORKSPACE: DEMO_SLACK_TOKEN.get_secret_value()}}
     )
     fake_slack = stack.start(
         "fake-slack",
@@ -206,11 +209,11 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     fake_email = stack.start(
         "fake-email-api",
         ["fake-email-api", "--port", "0", "--deliver-after", "0.5", "--json"],
-        _with_channel(slack_settings, "email_api", placeholder),
+        with_channel(slack_settings, "email_api", placeholder),
         stdout=subprocess.PIPE,
     )
     urls["email_api"] = (await asyncio.to_thread(read_json_line, fake_email))["api"]
-    settings = _with_channel(slack_settings, "email_api", {**email, "api_url": urls["email_api"]})
+    settings = with_channel(slack_settings, "email_api", {**email, "api_url": urls["email_api"]})
     # The mail fakes: aiosmtpd (stores, then drops the connection before the reply; 421 at
     # RCPT; no dedupe: a second send is a second file in the Maildir) and dovecot serving
     # the relay's archive copy, where the workers' IMAP lookup finds what was stored.
@@ -235,7 +238,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     )
     mail = await asyncio.to_thread(read_json_line, fake_mail)
     urls["smtp"], urls["imap"], urls["maildir"] = mail["smtp"], mail["imap"], mail["maildir"]
-    settings = _with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
+    settings = with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
     # The browser channel's target: `ledger fake-form` (no dedupe: a second submit is a
     # second accepted entry), with the same kind of seeded fault mix: a confirmation page
     # later than the browser's deadline, a dropped connection or a 500 page after
@@ -265,29 +268,33 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     )
     form = await asyncio.to_thread(read_json_line, fake_form)
     urls["form"], urls["form_accepted"] = form["form"], form["accepted"]
-    settings = _with_channel(
+    settings = with_channel(
         settings, "browser", {"targets": {BROWSER_TARGET: _form_target(urls["form"])}}
     )
     # The smtp policy waits a minute after a 4xx (greylisting); the demo's 421s cannot.
     smtp_policy = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
-    settings = settings.model_copy(
-        update={
-            "retry_policies": {**settings.retry_policies, "smtp": smtp_policy},
-            "slack_api_url": urls["slack_api"],
-            "webhook_endpoints": {
-                **settings.webhook_endpoints,
+    settings = with_channel(settings, "slack", {"api_url": urls["slack_api"]})
+    settings = changed(
+        settings,
+        {
+            "channels.retry_policies": {**settings.channels.retry_policies, "smtp": smtp_policy},
+            "channels.webhook_endpoints": {
+                **settings.channels.webhook_endpoints,
                 f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
             },
             # The demo's receivers listen on 127.0.0.1: allowed explicitly (SSRF guard).
-            "allowed_networks": [*settings.allowed_networks, "127.0.0.0/8"],
-            "http_timeout_s": 1.0,
-            "send_deadline_s": HTTP_DEADLINE_S,
-            "send_deadlines": {**settings.send_deadlines, "browser": BROWSER_DEADLINE_S},
-            "clock_skew_margin_s": 1.0,
-            "lookup_settle_s": 3.0,
-            "lookup_confirm_spacing_s": 1.5,
-            "lease_seconds": LEASE_S,
-        }
+            "channels.allowed_networks": [*settings.channels.allowed_networks, "127.0.0.0/8"],
+            "channels.http_timeout_s": 1.0,
+            "channels.send_deadline_s": HTTP_DEADLINE_S,
+            "channels.send_deadlines": {
+                **settings.channels.send_deadlines,
+                "browser": BROWSER_DEADLINE_S,
+            },
+            "worker.clock_skew_margin_s": 1.0,
+            "worker.lookup_settle_s": 3.0,
+            "worker.lookup_confirm_spacing_s": 1.5,
+            "worker.lease_s": LEASE_S,
+        },
     )
     # A second send shows either way: the kit counts it as a repeat it absorbed, the
     # provider (no dedupe) accepts it twice.
@@ -532,7 +539,7 @@ def _keys_of(observer: LedgerObserver, mine: set[str], channel: str) -> list[str
 
 
 def _form_target(form_url: str) -> dict[str, Any]:
-    """The fake form as a browser target (LEDGER_CHANNEL_SETTINGS[browser].targets)."""
+    """The fake form as a browser target (LEDGER_CHANNELS__SETTINGS[browser].targets)."""
     base = form_url.removesuffix("/form")
     return {
         "start_url": form_url,
@@ -589,11 +596,6 @@ def _slack_messages_per_key(api: str) -> Counter[str]:
             if not answer.get("has_more") or not cursor:
                 break
     return found
-
-
-def _with_channel(settings: Settings, channel: str, entry: dict[str, Any]) -> Settings:
-    channel_settings = {**settings.channel_settings, channel: Secret(dict(entry))}
-    return settings.model_copy(update={"channel_settings": channel_settings})
 
 
 def _mails_per_key(maildir: Path) -> Counter[str]:

@@ -37,7 +37,7 @@ class LedgerObserver:
         self._log = CommittedLog(self.settings)
         await self._log.start()
         try:
-            partitions = await self._log.partitions(self.settings.topic_deliveries)
+            partitions = await self._log.partitions(self.settings.kafka.topic_deliveries)
         except BaseException:
             await self._log.stop()
             raise

@@ -47,7 +47,7 @@ async def worker_clocks(
     """Every worker that sent a heartbeat within ``max_age_s`` of ``now``, by id."""
     latest: dict[bytes, tuple[int, bytes]] = {}
     async with CommittedLog(settings) as log:
-        partitions = await log.partitions(settings.topic_heartbeats, missing_ok=True)
+        partitions = await log.partitions(settings.kafka.topic_heartbeats, missing_ok=True)
         if not partitions:
             return []
         ends = await log.ends(partitions)
@@ -96,7 +96,7 @@ def clock_exposition(clocks: list[WorkerClock]) -> bytes:
     skew = GaugeMetricFamily(
         "ledger_worker_clock_skew",
         "1 while a worker does not act: its clock is off the broker's by more than "
-        "LEDGER_CLOCK_SKEW_LIMIT_S, or not measured.",
+        "LEDGER_WORKER__CLOCK_SKEW_LIMIT_S, or not measured.",
         labels=["worker"],
     )
     offset = GaugeMetricFamily(

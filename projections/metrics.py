@@ -112,7 +112,7 @@ class LogWatcher:
         try:
             await self._log.start()
             ends: dict[str, int] = {}
-            for topic in self._settings.topic_names():
+            for topic in self._settings.kafka.topic_names():
                 tps = await self._log.partitions(topic, missing_ok=True)
                 if not tps:
                     continue
@@ -239,7 +239,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
             "Dead-lettered records (end offsets of the dead-letter topic; a transactional "
             "writer adds one marker per transaction)",
         )
-        dead.add_metric([], k.end_offsets.get(settings.topic_deadletter, 0))
+        dead.add_metric([], k.end_offsets.get(settings.kafka.topic_deadletter, 0))
         yield dead
 
 

@@ -25,7 +25,7 @@ def worker_context(
 
     def settle_s(channel: str, recipient: str) -> float:
         own = channels[channel].settle_s(recipient)
-        return settings.lookup_settle_s if own is None else own
+        return settings.worker.lookup_settle_s if own is None else own
 
     return Context(
         worker_id=worker_id,
@@ -33,11 +33,11 @@ def worker_context(
         rules=rules_for(settings),
         dedupe_rule=dedupe_rule,
         settle_s=settle_s,
-        lease_s=settings.lease_seconds,
-        claim_grace_s=settings.claim_grace_seconds,
-        lookup_confirm_spacing_s=settings.lookup_confirm_spacing_s,
-        lookup_backoff_s=settings.lookup_backoff_s,
-        lookup_backoff_max_s=settings.lookup_backoff_max_s,
-        max_lookups=settings.max_lookups,
-        max_sent_polls=settings.max_sent_polls,
+        lease_s=settings.worker.lease_s,
+        claim_grace_s=settings.worker.claim_grace_s,
+        lookup_confirm_spacing_s=settings.worker.lookup_confirm_spacing_s,
+        lookup_backoff_s=settings.worker.lookup_backoff_s,
+        lookup_backoff_max_s=settings.worker.lookup_backoff_max_s,
+        max_lookups=settings.worker.max_lookups,
+        max_sent_polls=settings.worker.max_sent_polls,
     )

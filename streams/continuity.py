@@ -145,7 +145,8 @@ class ContinuityGuard:
         self, group: str, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, Any]:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._settings.bootstrap_servers, **client_options(self._settings)
+            bootstrap_servers=self._settings.kafka.bootstrap_servers,
+            **client_options(self._settings),
         )
         await admin.start()
         try:
@@ -363,7 +364,7 @@ class ContinuityGuard:
     async def _started_marker(self) -> AIOKafkaConsumer:
         if self._marker is None:
             marker = AIOKafkaConsumer(
-                bootstrap_servers=self._settings.bootstrap_servers,
+                bootstrap_servers=self._settings.kafka.bootstrap_servers,
                 group_id=self.marks_group,
                 enable_auto_commit=False,
                 **client_options(self._settings),

@@ -31,7 +31,7 @@ from faust.types import FutureMessage
 # messages over in this long fails the offset commit (and the worker) instead of
 # committing past table states that were never written.
 FLUSH_TIMEOUT_S = 60.0
-# With LEDGER_WORKER_FETCH_WAIT_MS > 0: a fetch is answered when this much is there.
+# With LEDGER_WORKER__FETCH_WAIT_S > 0: a fetch is answered when this much is there.
 FETCH_MIN_BYTES = 64 * 1024
 
 
@@ -120,7 +120,7 @@ class LedgerApp(faust.App):
     """faust.App using ReadCommittedTransport; ``before_commit`` runs right before each
     offset commit hands the changelog writes to Kafka (the write-back table's flush)."""
 
-    fetch_wait_ms: float = 0.0  # LEDGER_WORKER_FETCH_WAIT_MS (0: answer every fetch at once)
+    fetch_wait_ms: float = 0.0  # LEDGER_WORKER__FETCH_WAIT_S in ms (0: answer at once)
 
     def before_commit(self) -> object:
         """Replaced by the worker; nothing to write by default."""

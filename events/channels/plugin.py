@@ -96,7 +96,7 @@ class ChannelPlugin:
     goes into ``refuse``: it returns why a recipient must not be requested (or None) and
     runs on publish and again right before each send, never on read.
 
-    ``settings_model`` validates the channel's entry of ``LEDGER_CHANNEL_SETTINGS``
+    ``settings_model`` validates the channel's entry of ``LEDGER_CHANNELS__SETTINGS``
     (declare tokens and secrets as ``SecretStr``); None: the channel takes none.
     """
 

@@ -47,9 +47,8 @@ Dsn = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        envvar="LEDGER_PROJECTION_DSN",
-        help="Projection database: postgresql://... or sqlite:///path (default: a SQLite "
-        "file in the data dir).",
+        help="Projection database: postgresql://... or sqlite:///path (default: "
+        "LEDGER_PROJECTION__DSN, else a SQLite file in the data dir).",
         show_default=False,
     ),
 ]
@@ -261,7 +260,7 @@ async def _until_signalled(
         return None
     try:
         out.print(
-            f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
+            f"projecting {settings.kafka.topic_runs} + {settings.kafka.topic_deliveries} into "
             f"{redacted(target)} (Ctrl-C stops)",
             highlight=False,
         )

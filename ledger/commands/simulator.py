@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             hooks=hooks.value,
             dedupe=dedupe,
             # The secret the workers sign with, from the same variable (never argv).
-            webhook_secret=os.environ.get("LEDGER_WEBHOOK_SECRET") or None,
+            webhook_secret=os.environ.get("LEDGER_CHANNELS__WEBHOOK_SECRET") or None,
             delivered_after_s=None if delivered_after < 0 else delivered_after,
         )
         shares = (timeout_pct, error_pct, reject_pct, drop_pct)
@@ -110,8 +110,8 @@ def register(app: typer.Typer) -> None:
         )
         if config.webhook_secret is None:
             typer.echo(
-                "warning: LEDGER_WEBHOOK_SECRET is not set: every webhook is answered 401 "
-                "(set it to the secret the workers sign with)",
+                "warning: LEDGER_CHANNELS__WEBHOOK_SECRET is not set: every webhook is answered "
+                "401 (set it to the secret the workers sign with)",
                 err=True,
             )
         try:

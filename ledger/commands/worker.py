@@ -9,6 +9,8 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from config.settings import changed
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``worker`` command."""
@@ -40,9 +42,9 @@ def register(app: typer.Typer) -> None:
             )
         settings = Settings()
         if data_dir is not None:
-            settings = settings.model_copy(update={"data_dir": data_dir})
+            settings = changed(settings, {"data_dir": data_dir})
         if metrics_port is not None:
-            settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+            settings = changed(settings, {"worker.metrics_port": metrics_port})
         # Before the app exists: faust and mode take their loop from the policy.
         loop_name = event_loop.install(settings)
         # Settings and secrets are checked (create_app) before the first connection; a
@@ -50,16 +52,16 @@ def register(app: typer.Typer) -> None:
         built = create_app(settings, name=name)
         ensure_reachable(settings)
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
-        if settings.worker_metrics_port and built.metrics is not None:
-            built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
+        if settings.worker.metrics_port and built.metrics is not None:
+            built.metrics.serve(settings.worker.metrics_host, settings.worker.metrics_port)
             print(
-                f"metrics on http://{settings.worker_metrics_host}:"
-                f"{settings.worker_metrics_port}/metrics",
+                f"metrics on http://{settings.worker.metrics_host}:"
+                f"{settings.worker.metrics_port}/metrics",
                 flush=True,
             )
         print(
-            f"ledger worker {built.worker_id}: group {settings.worker_group}, "
-            f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}, "
+            f"ledger worker {built.worker_id}: group {settings.worker.group}, "
+            f"topic {settings.kafka.topic_deliveries} at {settings.kafka.bootstrap_servers}, "
             f"{loop_name} loop",
             flush=True,
         )

@@ -100,7 +100,7 @@ async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse
     ):
         raise misdirected()
     settings = request.app[SETTINGS_KEY]
-    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
+    token = settings.dashboard.token.get_secret_value() if settings.dashboard.token else ""
     if (
         token
         and request.path.startswith(PROTECTED)
@@ -199,10 +199,10 @@ async def api_overview(request: web.Request) -> web.Response:
     data = await _in_store(
         request,
         lambda s: overview(
-            s, now, settings.dashboard_thresholds, limit, request.app[CACHE_KEY]
+            s, now, settings.dashboard.thresholds, limit, request.app[CACHE_KEY]
         ).to_json(),
     )
-    data["refresh_seconds"] = settings.dashboard_refresh_seconds
+    data["refresh_seconds"] = settings.dashboard.refresh_s
     return _json(data)
 
 
@@ -236,7 +236,7 @@ async def metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK_KEY]()
     numbers = await _in_store(
         request,
-        lambda s: projection_numbers(s, now, settings.dashboard_thresholds, request.app[CACHE_KEY]),
+        lambda s: projection_numbers(s, now, settings.dashboard.thresholds, request.app[CACHE_KEY]),
     )
     logged = await request.app[WATCHER_KEY].numbers()
     body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
@@ -319,8 +319,8 @@ async def serve(
     try:
         site = web.TCPSite(
             runner,
-            settings.dashboard_host,
-            listen_port(settings.dashboard_port, settings.dashboard_host),
+            settings.dashboard.host,
+            listen_port(settings.dashboard.port, settings.dashboard.host),
         )
         await site.start()
         if ready is not None:
@@ -332,11 +332,11 @@ async def serve(
 
 def url_of(runner: web.AppRunner, settings: Settings) -> str:
     """The base URL the runner listens on (the real port when 0 was asked for)."""
-    port = settings.dashboard_port
+    port = settings.dashboard.port
     for address in runner.addresses:
         if isinstance(address, tuple):
             port = address[1]
             break
-    host = settings.dashboard_host
+    host = settings.dashboard.host
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"

@@ -123,16 +123,16 @@ class AdapterBuild:
     # policy and runs the ``WriteGuard`` right before the first byte (the lease rule).
     client: httpx.AsyncClient
     settings: Settings
-    # The channel's LEDGER_CHANNEL_SETTINGS entry, validated by ``plugin.settings_model``.
+    # The channel's LEDGER_CHANNELS__SETTINGS entry, validated by ``plugin.settings_model``.
     config: BaseModel | None
     # The worker's metrics, for what an adapter counts itself (a browser restarted).
     metrics: WorkerMetrics | None = None
 
     @property
     def deadline_s(self) -> float:
-        """This channel's hard total deadline per send or lookup (LEDGER_SEND_DEADLINES,
-        else LEDGER_SEND_DEADLINE_S); the sender's lease rule uses the same one."""
-        return self.settings.deadline_for(self.plugin.name)
+        """This channel's hard total deadline per send or lookup (LEDGER_CHANNELS__SEND_DEADLINES,
+        else LEDGER_CHANNELS__SEND_DEADLINE_S); the sender's lease rule uses the same one."""
+        return self.settings.channels.deadline_for(self.plugin.name)
 
 
 class AdapterFactory(Protocol):

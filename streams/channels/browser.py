@@ -518,12 +518,12 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
             import playwright.async_api  # noqa: F401 - checked at start, used lazily
         except ImportError:
             raise ConfigError(
-                "LEDGER_CHANNEL_SETTINGS[browser] declares targets but Playwright is missing",
+                "LEDGER_CHANNELS__SETTINGS[browser] declares targets but Playwright is missing",
                 "pip install 'delivery-ledger[browser]' (Chromium: scripts/chromium)",
             ) from None
         if not config.executable_path.exists():
             raise ConfigError(
-                f"LEDGER_CHANNEL_SETTINGS[browser].executable_path: {config.executable_path} "
+                f"LEDGER_CHANNELS__SETTINGS[browser].executable_path: {config.executable_path} "
                 "does not exist",
                 "install Debian's chromium (scripts/chromium); no browser is downloaded",
             )
@@ -534,6 +534,6 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
         config,
         deadline_s=build.deadline_s,
         screenshots=screenshots,
-        policy=address_policy(build.settings),
+        policy=address_policy(build.settings.channels),
         metrics=build.metrics,
     )

@@ -93,8 +93,8 @@ def recipient_prefix(recipient: str) -> UrlPrefix | None:
 
 
 SIGNING_HINT = (
-    "set LEDGER_WEBHOOK_SECRET=whsec_<base64> (or give every endpoint in "
-    'LEDGER_WEBHOOK_ENDPOINTS its own "secrets"); make one with: python -c '
+    "set LEDGER_CHANNELS__WEBHOOK_SECRET=whsec_<base64> (or give every endpoint in "
+    'LEDGER_CHANNELS__WEBHOOK_ENDPOINTS its own "secrets"); make one with: python -c '
     "'import base64,os; print(\"whsec_\" + base64.b64encode(os.urandom(32)).decode())'"
 )
 
@@ -124,7 +124,7 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
     except ValueError as exc:
         # The key itself is not repeated: a malformed one may carry a credential.
         raise ConfigError(
-            f"webhook endpoint number {number} in LEDGER_WEBHOOK_ENDPOINTS {exc}",
+            f"webhook endpoint number {number} in LEDGER_CHANNELS__WEBHOOK_ENDPOINTS {exc}",
             "an endpoint key is a URL prefix such as https://hooks.example/hooks/",
         ) from None
     try:
@@ -145,15 +145,15 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
     secret, or a worker that could not sign some delivery, is a LedgerError naming it."""
     default_signers: tuple[Webhook, ...] = ()
     default_keys: tuple[bytes, ...] = ()
-    if settings.webhook_secret is not None:
+    if settings.channels.webhook_secret is not None:
         try:
-            default_signers = (signer(settings.webhook_secret),)
-            default_keys = (signing_key(settings.webhook_secret),)
+            default_signers = (signer(settings.channels.webhook_secret),)
+            default_keys = (signing_key(settings.channels.webhook_secret),)
         except ValueError as exc:
-            raise ConfigError(f"LEDGER_WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
+            raise ConfigError(f"LEDGER_CHANNELS__WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
         _resolve(key, number, endpoint)
-        for number, (key, endpoint) in enumerate(settings.webhook_endpoints.items(), 1)
+        for number, (key, endpoint) in enumerate(settings.channels.webhook_endpoints.items(), 1)
     ]
     seen: dict[UrlPrefix, None] = {}
     for endpoint in endpoints:
@@ -161,7 +161,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
         if endpoint.prefix in seen:
             raise ConfigError(
                 f"webhook endpoints: {_shown(endpoint.prefix)!r} is configured twice",
-                "keep one entry per URL prefix in LEDGER_WEBHOOK_ENDPOINTS",
+                "keep one entry per URL prefix in LEDGER_CHANNELS__WEBHOOK_ENDPOINTS",
             )
         seen[endpoint.prefix] = None
     if not default_signers:
@@ -173,7 +173,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
                 else ""
             )
             raise ConfigError(
-                f"no webhook signing secret: LEDGER_WEBHOOK_SECRET is not set{which}",
+                f"no webhook signing secret: LEDGER_CHANNELS__WEBHOOK_SECRET is not set{which}",
                 SIGNING_HINT,
             )
     endpoints = [

@@ -1,6 +1,6 @@
 """The one pooled httpx client a worker shares across every channel and every send.
 
-Its pool is aiohttp's (``aiohttp_transport.py``) or httpcore's (``LEDGER_HTTP_POOL``);
+Its pool is aiohttp's (``aiohttp_transport.py``) or httpcore's (``LEDGER_CHANNELS__HTTP_POOL``);
 both connect only to addresses the SSRF policy allows and run the write guard right
 before the first byte, so a failure classifies the same way on either.
 """
@@ -26,22 +26,22 @@ def create_http_client(settings: Settings) -> httpx.AsyncClient:
     Create it once per worker and close it (``await client.aclose()``) on shutdown.
     """
     timeout = httpx.Timeout(
-        settings.http_timeout_s,
-        connect=settings.http_connect_timeout_s,
+        settings.channels.http_timeout_s,
+        connect=settings.channels.http_connect_timeout_s,
         # Waiting for a free pooled connection writes nothing, so it is a safe failure;
         # bound it like any other wait.
-        pool=settings.http_timeout_s,
+        pool=settings.channels.http_timeout_s,
     )
     limits = httpx.Limits(
-        max_connections=settings.send_concurrency,
-        max_keepalive_connections=settings.send_concurrency,
+        max_connections=settings.channels.send_concurrency,
+        max_keepalive_connections=settings.channels.send_concurrency,
         # Shorter than common server idle timeouts (Node's is 5 s): reusing a connection the
         # server is closing turns a clean send into "reset after write", i.e. an UNKNOWN.
         keepalive_expiry=2.0,
     )
-    policy = address_policy(settings)
+    policy = address_policy(settings.channels)
     transport: httpx.AsyncBaseTransport
-    if settings.http_pool == "aiohttp":
+    if settings.channels.http_pool == "aiohttp":
         ssl_context = httpx.create_ssl_context(trust_env=False)
         transport = GuardedAiohttpTransport(limits, policy, ssl_context)
     else:

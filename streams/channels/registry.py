@@ -67,8 +67,8 @@ def build_channels(
             "reinstall the package so its entry points are registered: pip install -e .",
         )
     for setting, named in (
-        ("LEDGER_CHANNEL_SETTINGS", settings.channel_settings),
-        ("LEDGER_SEND_DEADLINES", settings.send_deadlines),
+        ("LEDGER_CHANNELS__SETTINGS", settings.channels.settings),
+        ("LEDGER_CHANNELS__SEND_DEADLINES", settings.channels.send_deadlines),
     ):
         unknown = set(named) - set(channel_names())
         if unknown:
@@ -80,7 +80,7 @@ def build_channels(
         client = create_http_client(settings)
     channels: dict[str, Channel] = {}
     for plugin in installed_plugins():
-        config = channel_config(plugin, settings)
+        config = channel_config(plugin, settings.channels)
         build = AdapterBuild(plugin, client, settings, config, metrics)
         adapter = adapter_factory(plugin)(build)
         if adapter.name != plugin.name:

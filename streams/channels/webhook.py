@@ -62,7 +62,7 @@ class WebhookChannel:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.deadline_for(self.name)
+        self._deadline_s = settings.channels.deadline_for(self.name)
         self._endpoints = WebhookEndpoints(settings)
 
     def endpoint_for(self, recipient: str) -> ResolvedEndpoint:
@@ -106,7 +106,7 @@ class WebhookChannel:
             return SendResult(
                 SendOutcome.REJECTED,
                 f"not sent: {what}: no webhook endpoint matches this recipient and "
-                "LEDGER_WEBHOOK_SECRET is not set, so nothing could sign it",
+                "LEDGER_CHANNELS__WEBHOOK_SECRET is not set, so nothing could sign it",
                 ErrorClass.INVALID_RECIPIENT,
             )
         body, headers = self.signed_request(delivery, int(self._clock()))

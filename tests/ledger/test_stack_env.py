@@ -25,14 +25,16 @@ for prefix, endpoint in s.webhook_endpoints.items():
 
 def test_a_child_process_gets_every_secret_in_the_clear(tmp_path: object) -> None:
     settings = Settings(
-        webhook_secret=SecretStr(GLOBAL),
-        webhook_endpoints={
-            "https://hooks.example.test/a": WebhookEndpoint(
-                secrets=[SecretStr(OLD), SecretStr(NEW)], lookup_url="https://l.example.test/"
-            ),
-            "https://hooks.example.test/b": WebhookEndpoint(secret=SecretStr(OLD)),
-            "https://hooks.example.test/c": WebhookEndpoint(),
-        },
+        channels={
+            "webhook_secret": SecretStr(GLOBAL),
+            "webhook_endpoints": {
+                "https://hooks.example.test/a": WebhookEndpoint(
+                    secrets=[SecretStr(OLD), SecretStr(NEW)], lookup_url="https://l.example.test/"
+                ),
+                "https://hooks.example.test/b": WebhookEndpoint(secret=SecretStr(OLD)),
+                "https://hooks.example.test/c": WebhookEndpoint(),
+            },
+        }
     )
     done = subprocess.run(
         [sys.executable, "-c", PRINT_SECRETS],
@@ -51,5 +53,5 @@ def test_a_child_process_gets_every_secret_in_the_clear(tmp_path: object) -> Non
 
 
 def test_without_a_global_secret_the_child_has_none_either() -> None:
-    env = settings_env(Settings(webhook_secret=None))
-    assert "LEDGER_WEBHOOK_SECRET" not in env
+    env = settings_env(Settings(channels={"webhook_secret": None}))
+    assert "LEDGER_CHANNELS__WEBHOOK_SECRET" not in env

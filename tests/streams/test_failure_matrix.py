@@ -41,7 +41,7 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
 ) -> None:
     settings = use(worker_factory, receiver, live_projection)
     worker = worker_factory.start("w1")
-    txid = f"agent-{settings.topic_runs}"
+    txid = f"agent-{settings.kafka.topic_runs}"
     script = (
         "import asyncio\nfrom clients import DeliverySpec, Publisher\nfrom config import Settings\n"
         "async def main():\n"
@@ -315,7 +315,7 @@ async def test_row7_without_lookup_retry_only_where_the_endpoint_declares_dedupe
     assert states[keys[0]].attempt == 2
     assert posts(receiver, keys[0]) == 2
     assert receiver.accepted(keys[0]) == 1  # the receiver deduped the retry on webhook-id
-    events = await read_topic(settings.topic_deliveries)
+    events = await read_topic(settings.kafka.topic_deliveries)
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert len(retries) == 1
     assert "receiver_dedupes=true" in retries[0].safety

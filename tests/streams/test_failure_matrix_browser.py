@@ -17,7 +17,7 @@ import pytest
 from pydantic import JsonValue, Secret
 
 from clients import DeliverySpec
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery_state import Status
 from events.retry_policy import RetryPolicy
 from tests.fixtures.form import TARGET, BackgroundFakeForm, Lookup, form_target
@@ -40,13 +40,14 @@ def use_form(
     config = Secret[dict[str, JsonValue]](
         {"targets": {TARGET: form_target(form.app.url, lookup=lookup)}}
     )
-    factory.settings = factory.settings.model_copy(
-        update={
-            "channel_settings": {"browser": config},
-            "allowed_networks": ["127.0.0.0/8"],
-            "send_deadline_s": DEADLINE_S,
-            "lease_seconds": 12.0,
-        }
+    factory.settings = changed(
+        factory.settings,
+        {
+            "channels.settings": {"browser": config},
+            "channels.allowed_networks": ["127.0.0.0/8"],
+            "channels.send_deadline_s": DEADLINE_S,
+            "worker.lease_s": 12.0,
+        },
     )
     return factory.settings
 
@@ -168,8 +169,11 @@ async def test_browser_login_page_submits_nothing_and_fails_after_its_attempts(
 ) -> None:
     settings = use_form(worker_factory, fake_form)
     # Two quick attempts: a login page is "nothing submitted", so each is retried.
-    policies = {**settings.retry_policies, "browser": RetryPolicy(base_delay_s=0.5, max_attempts=2)}
-    worker_factory.settings = settings = settings.model_copy(update={"retry_policies": policies})
+    policies = {
+        **settings.channels.retry_policies,
+        "browser": RetryPolicy(base_delay_s=0.5, max_attempts=2),
+    }
+    worker_factory.settings = settings = changed(settings, {"channels.retry_policies": policies})
     fake_form.app.login_required(True)  # the form redirects to its login page
     key = await publish_one(settings, "run-b6")
     worker = worker_factory.start("w1")
@@ -186,15 +190,16 @@ async def test_browser_submit_slower_than_the_global_deadline_is_confirmed_under
     worker_factory: WorkerFactory, fake_form: BackgroundFakeForm, ledger_view: LedgerView
 ) -> None:
     # The global deadline (1.5 s) would time the submit out after the write (UNKNOWN, then
-    # a lookup); the browser's own deadline (LEDGER_SEND_DEADLINES) lets the page answer.
+    # a lookup); the browser's own deadline (LEDGER_CHANNELS__SEND_DEADLINES) lets the page answer.
     settings = use_form(worker_factory, fake_form)
-    settings = worker_factory.settings = settings.model_copy(
-        update={
-            "send_deadline_s": 1.5,
-            "http_timeout_s": 1.0,
-            "send_deadlines": {"browser": 3 * DEADLINE_S},
-            "lease_seconds": 3 * DEADLINE_S + 5,
-        }
+    settings = worker_factory.settings = changed(
+        settings,
+        {
+            "channels.send_deadline_s": 1.5,
+            "channels.http_timeout_s": 1.0,
+            "channels.send_deadlines": {"browser": 3 * DEADLINE_S},
+            "worker.lease_s": 3 * DEADLINE_S + 5,
+        },
     )
     key = await publish_one(settings, "run-b7")
     fake_form.app.fault("slow", key=key, delay_s=3.0)  # accepted, answered 3 s later

@@ -3,7 +3,7 @@
 Workers run under libfaketime (Debian's ``faketime``) with wall clocks far apart; the
 receiver does NOT dedupe. A worker decides on the broker's clock as its heartbeats
 measure it (streams/broker_clock.py), so a time one worker wrote means the same to the
-next; a worker further off than LEDGER_CLOCK_SKEW_LIMIT_S does not act at all.
+next; a worker further off than LEDGER_WORKER__CLOCK_SKEW_LIMIT_S does not act at all.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ async def test_two_workers_forty_seconds_apart_accept_nothing_twice(
     again while the first request was still being processed: accepted twice."""
     receiver = receiver_factory(dedupe=False)
     settings = use(
-        worker_factory, receiver, live_projection, lookup_settle_s=15.0, lease_seconds=6.0
+        worker_factory,
+        receiver,
+        live_projection,
+        changes={"worker.lookup_settle_s": 15.0, "worker.lease_s": 6.0},
     )
     keys = await publish(settings, "run-clocks", hooks(receiver, 12, "c"))
     for key in keys:

@@ -75,7 +75,7 @@ async def test_email_timeout_after_accept_is_unknown_found_by_key_then_delivered
     assert state.last_error_class == "timeout_after_write"
     assert state.provider_message_id == accepted_once(fake_email_api, key)
     assert sends(fake_email_api, key) == [200]
-    events = await read_topic(settings.topic_deliveries)
+    events = await read_topic(settings.kafka.topic_deliveries)
     assert all_deliveries(events)
     kinds = [e.type for e in events if e.idempotency_key == key]
     # UNKNOWN, found by key (-> SENT), polled by id until delivered.
@@ -185,7 +185,7 @@ async def test_email_without_lookup_retries_under_the_providers_24h_key_rule(
     assert states[key].attempt == 2
     assert states[key].provider_message_id == accepted_once(fake, key)
     assert len(sends(fake, key)) == 2  # the retry reached the provider, which deduped it
-    events = await read_topic(settings.topic_deliveries)
+    events = await read_topic(settings.kafka.topic_deliveries)
     retries = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert [r.dedupe_rule for r in retries] == ["idempotency-key-24h"]
     assert "24 h" in retries[0].safety

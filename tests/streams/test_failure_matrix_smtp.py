@@ -18,7 +18,7 @@ import aiosmtplib
 from pydantic import SecretStr
 
 from clients import DeliverySpec
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery_state import Status
 from events.retry_policy import RetryPolicy
 from streams.channels.mail_origin import ORIGIN_HEADER, sealed_by_us
@@ -38,9 +38,9 @@ def use_mail(
     """Point the workers at the mail stack and start the live projection beside them."""
     # The smtp default waits a minute after a 4xx (greylisting); a test cannot.
     fast = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
-    policies = {**factory.settings.retry_policies, "smtp": fast}
-    factory.settings = stack.settings(factory.settings, **config).model_copy(
-        update={"retry_policies": policies}
+    policies = {**factory.settings.channels.retry_policies, "smtp": fast}
+    factory.settings = changed(
+        stack.settings(factory.settings, **config), {"channels.retry_policies": policies}
     )
     projection.settings = factory.settings
     projection.start()
@@ -181,7 +181,7 @@ async def test_smtp_drop_after_data_with_message_id_dedupe_resends_the_same_mess
     assert [m["Message-ID"] for m in both] == [mid, mid]
     assert [m["Idempotency-Key"] for m in both] == [key, key]
     assert sorted(m["Fencing-Token"] for m in both) == ["1", "2"]
-    events = await read_topic(settings.topic_deliveries)
+    events = await read_topic(settings.kafka.topic_deliveries)
     [retry] = [e for e in events if e.type == "delivery.retry_scheduled"]
     assert retry.dedupe_rule == "message-id"  # the channel's rule, named in the event
     assert "receiver_dedupes_message_id=true" in retry.safety

@@ -53,7 +53,9 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver, live_projection, send_concurrency=2)
+    settings = use(
+        worker_factory, receiver, live_projection, changes={"channels.send_concurrency": 2}
+    )
     w1, w2 = worker_factory.start("w1"), worker_factory.start("w2")
     await owning(w1, w2)
     receiver.fault("delay", count=32, delay_s=1.0)  # every send in flight for a second
@@ -79,7 +81,9 @@ async def test_a_worker_joining_while_the_send_queue_outlasts_the_lease(
     live_projection: LiveProjection,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver, live_projection, send_concurrency=2)
+    settings = use(
+        worker_factory, receiver, live_projection, changes={"channels.send_concurrency": 2}
+    )
     w1 = worker_factory.start("w1")
     receiver.fault("delay", count=30, delay_s=1.0)  # 30 sends, 2 at a time: a 15 s queue
     keys = await publish(settings, "run-join", hooks(receiver, 30, "j"))
@@ -129,7 +133,7 @@ async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
         [request] = receiver.requests(key=key, method="POST")
         assert request.ended is not None
         held = request.ended - request.at
-        assert held < settings.send_deadline_s + 1.0, f"request held {held:.1f}s"
+        assert held < settings.channels.send_deadline_s + 1.0, f"request held {held:.1f}s"
 
 
 @PLAIN_ONLY  # the provider alone: no webhook receiver in this row
@@ -144,9 +148,11 @@ async def test_sent_is_not_forever_and_a_provider_failure_is_final(
         worker_factory,
         receiver,
         live_projection,
-        max_sent_polls=3,
-        lookup_backoff_s=0.3,
-        lookup_backoff_max_s=1.0,
+        changes={
+            "worker.max_sent_polls": 3,
+            "worker.lookup_backoff_s": 0.3,
+            "worker.lookup_backoff_max_s": 1.0,
+        },
     )
     keys = await publish(
         settings,

@@ -69,13 +69,13 @@ def test_rules_for_gives_channel_defaults_and_overrides() -> None:
 
 
 def test_policies_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"max_attempts": 3}}')
+    monkeypatch.setenv("LEDGER_CHANNELS__RETRY_POLICIES", '{"webhook": {"max_attempts": 3}}')
     webhook = rules_for(Settings())("webhook")
     # The field given replaces the channel's default; the others stay the channel's.
     assert webhook.max_attempts == 3
     assert webhook.base_delay_s == DEFAULT_POLICIES["webhook"].base_delay_s == 2.0
     assert rules_for(Settings())("provider") == DEFAULT_POLICIES["provider"]
-    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
+    monkeypatch.setenv("LEDGER_CHANNELS__RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
     with pytest.raises(ValueError, match="jitter"):
         Settings()
 

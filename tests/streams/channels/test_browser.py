@@ -28,7 +28,9 @@ from tests.fixtures.private import readable_by_others
 from tests.streams.channels.browser_support import chromium_of_this_process
 from tests.streams.channels.support import outbound
 
-FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={"send_deadline_s": 4.0, "http_timeout_s": 1.0, "allowed_networks": ["127.0.0.0/8"]}
+)
 LOOPBACK = AddressPolicy(["127.0.0.0/8"])
 SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 
@@ -40,7 +42,7 @@ async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterato
         browser = BrowserChannel(
             http,
             config,
-            deadline_s=FAST.send_deadline_s,
+            deadline_s=FAST.channels.send_deadline_s,
             screenshots=tmp_path / "shots",
             policy=LOOPBACK,
             metrics=WorkerMetrics(),

@@ -32,10 +32,12 @@ from tests.fixtures.email_api import (
 from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 
 ChannelFor = Callable[..., EmailApiChannel]
@@ -48,7 +50,7 @@ async def channel_for() -> AsyncIterator[ChannelFor]:
 
         def make(fake: BackgroundFakeEmailApi, **fields: JsonValue) -> EmailApiChannel:
             config = EmailApiSettings.model_validate(fake.channel_settings(**fields))
-            return EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
+            return EmailApiChannel(http, config, deadline_s=FAST.channels.send_deadline_s)
 
         yield make
 
@@ -189,7 +191,7 @@ async def test_without_settings_nothing_is_sent() -> None:
         SendOutcome.REJECTED,
         ErrorClass.INVALID_RECIPIENT,
     )
-    assert "LEDGER_CHANNEL_SETTINGS[email_api]" in result.evidence
+    assert "LEDGER_CHANNELS__SETTINGS[email_api]" in result.evidence
 
 
 def test_settings_and_recipients_are_checked() -> None:

@@ -59,8 +59,10 @@ async def test_a_403_body_with_a_token_leaves_only_the_status_and_a_redacted_exc
     internal: str,
 ) -> None:
     settings = Settings(
-        allowed_networks=["127.0.0.0/8"],
-        webhook_secret=SecretStr("whsec_dGVzdC1ldmlkZW5jZS1zZWNyZXQtMjRi"),
+        channels={
+            "allowed_networks": ["127.0.0.0/8"],
+            "webhook_secret": SecretStr("whsec_dGVzdC1ldmlkZW5jZS1zZWNyZXQtMjRi"),
+        }
     )
     async with create_http_client(settings) as client:
         result = await WebhookChannel(client, settings).send(outbound(internal))

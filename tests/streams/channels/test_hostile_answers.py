@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from pydantic import SecretStr
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed, with_channel
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.channels.email_api import EmailApiSettings
@@ -28,7 +27,9 @@ from streams.channels.webhook import WebhookChannel
 from tests.fixtures.form import TARGET, form_target
 from tests.streams.channels.support import outbound
 
-FAST = Settings(send_deadline_s=4.0, http_timeout_s=2.0, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={"send_deadline_s": 4.0, "http_timeout_s": 2.0, "allowed_networks": ["127.0.0.0/8"]}
+)
 HOSTILE = b"[" * 60_000
 
 
@@ -66,8 +67,9 @@ def classified(result: SendResult | LookupResult) -> None:
 
 async def test_webhook_send_and_lookup(hostile: str) -> None:
     url = f"{hostile}/hooks/a"
-    settings = FAST.model_copy(
-        update={"webhook_endpoints": {f"{hostile}/hooks/": WebhookEndpoint(lookup_url=hostile)}}
+    settings = changed(
+        FAST,
+        {"channels.webhook_endpoints": {f"{hostile}/hooks/": WebhookEndpoint(lookup_url=hostile)}},
     )
     async with create_http_client(settings) as http:
         channel = WebhookChannel(http, settings)
@@ -83,7 +85,7 @@ async def test_webhook_send_and_lookup(hostile: str) -> None:
 async def test_provider_send_and_lookup(hostile: str) -> None:
     url = f"{hostile}/provider/messages"
     async with create_http_client(FAST) as http:
-        channel = ProviderChannel(http, deadline_s=FAST.send_deadline_s)
+        channel = ProviderChannel(http, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery(url, "provider"))
         looked = await channel.lookup(delivery(url, "provider"))
     assert sent.outcome is SendOutcome.SENT
@@ -94,11 +96,8 @@ async def test_provider_send_and_lookup(hostile: str) -> None:
 
 
 async def test_slack_send_and_lookup(hostile: str) -> None:
-    settings = FAST.model_copy(
-        update={
-            "slack_api_url": f"{hostile}/api/",
-            "slack_tokens": {"acme": SecretStr("xoxb-test-token")},
-        }
+    settings = with_channel(
+        FAST, "slack", {"api_url": f"{hostile}/api/", "tokens": {"acme": "xoxb-test-token"}}
     )
     async with create_http_client(settings) as http:
         channel = SlackChannel(http, settings)
@@ -115,7 +114,7 @@ async def test_email_api_send_and_lookup(hostile: str) -> None:
         {"api_url": hostile, "api_key": "k" * 32, "from_address": "ledger@example.org"}
     )
     async with create_http_client(FAST) as http:
-        channel = EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
+        channel = EmailApiChannel(http, config, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery("ops@example.org", "email_api"))
         looked = await channel.lookup(delivery("ops@example.org", "email_api"))
     assert sent.outcome is SendOutcome.SENT
@@ -131,7 +130,7 @@ async def test_browser_list_lookup(hostile: str, tmp_path: Path) -> None:
         channel = BrowserChannel(
             http,
             config,
-            deadline_s=FAST.send_deadline_s,
+            deadline_s=FAST.channels.send_deadline_s,
             screenshots=tmp_path,
             policy=AddressPolicy(["127.0.0.0/8"]),
         )

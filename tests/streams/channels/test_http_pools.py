@@ -1,4 +1,4 @@
-"""Both connection pools under httpx (``LEDGER_HTTP_POOL``) keep the same guarantees.
+"""Both connection pools under httpx (``LEDGER_CHANNELS__HTTP_POOL``) keep the same guarantees.
 
 The rest of tests/streams/channels runs on whichever pool the settings pick; these run the
 properties that depend on the pool's internals on both, against raw sockets on 127.0.0.1:
@@ -32,14 +32,16 @@ Raw = Callable[[Callable[[socket.socket], None]], str]
 OK = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r\n\r\n{"id":"r1"}'
 
 
-def settings_for(pool: str, **update: object) -> Settings:
+def settings_for(pool: str) -> Settings:
     return Settings(
-        http_pool=pool,
-        http_timeout_s=1.0,
-        http_connect_timeout_s=0.5,
-        send_deadline_s=2.0,
-        allowed_networks=["127.0.0.0/8"],
-    ).model_copy(update=update)
+        channels={
+            "http_pool": pool,
+            "http_timeout_s": 1.0,
+            "http_connect_timeout_s": 0.5,
+            "send_deadline_s": 2.0,
+            "allowed_networks": ["127.0.0.0/8"],
+        }
+    )
 
 
 @pytest.mark.parametrize("pool", POOLS)

@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 from typing import Unpack
 
 import pytest
-from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
-from config.settings import Settings
+from config.settings import Settings, with_channel
 from events.outcomes import ErrorClass
 from ledger.simulator.slack import BOT_ID
 from streams.channels import slack as slack_module
@@ -28,10 +27,12 @@ from tests.fixtures.slack import (
 from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 
 
@@ -97,7 +98,7 @@ async def test_lookup_beyond_the_page_bound_is_an_error_not_not_found(
     fake_slack: BackgroundFakeSlack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(slack_module, "PAGE_SIZE", 1)
-    settings = fake_slack.settings(FAST).model_copy(update={"slack_lookup_max_pages": 2})
+    settings = with_channel(fake_slack.settings(FAST), "slack", {"lookup_max_pages": 2})
     async with create_http_client(settings) as http:
         channel = SlackChannel(http, settings)
         for _ in range(3):
@@ -184,20 +185,20 @@ async def test_a_workspace_without_a_token_is_not_sent(
     fake_slack_factory: FakeSlackFactory,
 ) -> None:
     fake = fake_slack_factory()
-    settings = fake.settings(FAST).model_copy(update={"slack_tokens": {}})
+    settings = with_channel(fake.settings(FAST), "slack", {"tokens": {}})
     async with create_http_client(settings) as http:
         result = await SlackChannel(http, settings).send(delivery(fake))
     assert (result.outcome, result.error_class) == (
         SendOutcome.REJECTED,
         ErrorClass.INVALID_RECIPIENT,
     )
-    assert "LEDGER_SLACK_TOKENS" in result.evidence
+    assert "LEDGER_CHANNELS__SETTINGS" in result.evidence
     assert fake.fake.calls() == []
 
 
 async def test_a_wrong_token_fails_and_is_never_shown(fake_slack: BackgroundFakeSlack) -> None:
-    settings = fake_slack.settings(FAST).model_copy(
-        update={"slack_tokens": {"acme": SecretStr("xoxb-not-the-right-one")}}
+    settings = with_channel(
+        fake_slack.settings(FAST), "slack", {"tokens": {"acme": "xoxb-not-the-right-one"}}
     )
     async with create_http_client(settings) as http:
         result = await SlackChannel(http, settings).send(delivery(fake_slack))

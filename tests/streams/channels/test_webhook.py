@@ -13,7 +13,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from events.errors import LedgerError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
@@ -24,7 +24,13 @@ from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
 from tests.streams.channels.support import AddressInfo, outbound, read_request
 
-FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
+)
 
 
 @pytest.fixture
@@ -91,13 +97,14 @@ async def test_endpoint_secret_by_longest_prefix(
 ) -> None:
     secret = "whsec_" + base64.b64encode(b"secret-for-team-a-28-bytes!!").decode()
     receiver = receiver_factory(hook_secrets={"team-a": secret})
-    settings = FAST.model_copy(
-        update={
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/": WebhookEndpoint(),
                 f"{receiver.base_url}/hooks/team-a": WebhookEndpoint(secret=secret),
             }
-        }
+        },
     )
     channel = WebhookChannel(client, settings)
     team_a = await channel.send(outbound(receiver.webhook_url("team-a")))
@@ -113,7 +120,9 @@ async def test_endpoint_secret_by_longest_prefix(
 
 def test_bad_secret_fails_at_construction_without_echoing_it() -> None:
     # "abcde" is refused by the standardwebhooks library itself (5 base64 characters).
-    settings = Settings(webhook_endpoints={"http://x/": WebhookEndpoint(secret="whsec_abcde")})
+    settings = Settings(
+        channels={"webhook_endpoints": {"http://x/": WebhookEndpoint(secret="whsec_abcde")}}
+    )
     with pytest.raises(LedgerError, match="http://x:80/") as caught:
         WebhookChannel(httpx.AsyncClient(), settings)
     assert "abcde" not in str(caught.value)
@@ -298,10 +307,13 @@ async def test_lookup_found_not_found_error_and_unsupported(
     assert "no lookup URL" in unsupported.evidence
     # Dedupe at the receiver is declared per endpoint, never assumed.
     assert no_lookup.receiver_dedupes(sent.recipient) is False
-    declared = FAST.model_copy(
-        update={
-            "webhook_endpoints": {receiver.webhook_url(""): WebhookEndpoint(receiver_dedupes=True)}
-        }
+    declared = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
+                receiver.webhook_url(""): WebhookEndpoint(receiver_dedupes=True)
+            }
+        },
     )
     assert WebhookChannel(client, declared).receiver_dedupes(sent.recipient) is True
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from events.errors import LedgerError
 from events.outcomes import ErrorClass
 from ledger.simulator.background import BackgroundSimulator
@@ -36,10 +36,12 @@ CUSTOMER = whsec(b"customer-endpoint-secret")
 UNPADDED = whsec(b"unpadded-26-byte-key-here!").rstrip("=")
 OLD, NEW = whsec(b"rotation-old-secret-24-by"), whsec(b"rotation-new-secret-24-by")
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    allowed_networks=["127.0.0.0/8"],
-    webhook_secret=GLOBAL,
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "allowed_networks": ["127.0.0.0/8"],
+        "webhook_secret": GLOBAL,
+    }
 )
 Factory = Callable[..., BackgroundSimulator]
 
@@ -51,7 +53,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def with_endpoints(**endpoints: WebhookEndpoint) -> Settings:
-    return FAST.model_copy(update={"webhook_endpoints": endpoints})
+    return changed(FAST, {"channels.webhook_endpoints": endpoints})
 
 
 def verifies(secret: str, body: bytes, headers: dict[str, str]) -> bool:
@@ -68,12 +70,13 @@ async def test_an_unpadded_secret_the_library_accepts_signs_and_verifies(
 ) -> None:
     assert len(UNPADDED.removeprefix("whsec_")) % 4 != 0
     receiver = receiver_factory(webhook_secret=GLOBAL, hook_secrets={"team": UNPADDED})
-    settings = FAST.model_copy(
-        update={
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=UNPADDED)
             }
-        }
+        },
     )
     delivery = outbound(receiver.webhook_url("team"))
     result = await WebhookChannel(client, settings).send(delivery)
@@ -163,13 +166,14 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
     receiver_factory: Factory, client: httpx.AsyncClient
 ) -> None:
     receiver = receiver_factory(webhook_secret=GLOBAL, hook_secrets={"team": CUSTOMER})
-    settings = FAST.model_copy(
-        update={
-            "webhook_secret": None,
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_secret": None,
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=CUSTOMER)
             },
-        }
+        },
     )
     channel = WebhookChannel(client, settings)
     assert (await channel.send(outbound(receiver.webhook_url("team")))).outcome is (
@@ -179,7 +183,7 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
     result = await channel.send(stray)
     assert result.outcome is SendOutcome.REJECTED
     assert result.error_class is ErrorClass.INVALID_RECIPIENT
-    assert "LEDGER_WEBHOOK_SECRET" in result.evidence
+    assert "LEDGER_CHANNELS__WEBHOOK_SECRET" in result.evidence
     assert receiver.requests(key=stray.idempotency_key) == []
 
 

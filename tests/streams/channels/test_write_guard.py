@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.outcomes import ErrorClass
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
@@ -23,10 +23,12 @@ from streams.channels.write_guard import WriteGuard
 from tests.streams.channels.support import outbound, read_request
 
 DEADLINE = Settings(
-    http_timeout_s=1.0,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 1.0,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 Raw = Callable[[Callable[[socket.socket], None]], str]
 
@@ -107,7 +109,7 @@ async def test_a_trickled_body_is_cut_at_the_deadline_and_the_status_stands(
     took = time.monotonic() - began
     assert result.outcome is SendOutcome.CONFIRMED  # the 200 arrived: accepted
     assert "deadline" in result.evidence
-    assert took < DEADLINE.send_deadline_s + 0.5, f"held {took:.1f}s past a 1s deadline"
+    assert took < DEADLINE.channels.send_deadline_s + 0.5, f"held {took:.1f}s past a 1s deadline"
 
 
 async def test_no_status_within_the_deadline_after_writing_is_unknown(
@@ -125,7 +127,7 @@ async def test_no_status_within_the_deadline_after_writing_is_unknown(
     base = raw_server(headers_never_complete)
     began = time.monotonic()
     result = await WebhookChannel(client, DEADLINE).send(outbound(f"{base}/hook"))
-    assert time.monotonic() - began < DEADLINE.send_deadline_s + 0.5
+    assert time.monotonic() - began < DEADLINE.channels.send_deadline_s + 0.5
     assert result.outcome is SendOutcome.UNKNOWN
     assert result.error_class is ErrorClass.TIMEOUT_AFTER_WRITE
 
@@ -133,7 +135,7 @@ async def test_no_status_within_the_deadline_after_writing_is_unknown(
 async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> None:
     # One pooled connection, held by a request that never gets its answer: the second
     # request waits for the pool past its deadline, having written nothing.
-    one = DEADLINE.model_copy(update={"send_concurrency": 1, "http_timeout_s": 5.0})
+    one = changed(DEADLINE, {"channels.send_concurrency": 1, "channels.http_timeout_s": 5.0})
     seen: list[bytes] = []
 
     def hold(conn: socket.socket) -> None:
@@ -143,7 +145,7 @@ async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> Non
     base = raw_server(hold)
     async with create_http_client(one) as pool_of_one:
         channel = WebhookChannel(pool_of_one, DEADLINE)
-        patient = WebhookChannel(pool_of_one, one.model_copy(update={"send_deadline_s": 5.0}))
+        patient = WebhookChannel(pool_of_one, changed(one, {"channels.send_deadline_s": 5.0}))
         first = asyncio.ensure_future(patient.send(outbound(f"{base}/hook")))
         await until(lambda: bool(seen))
         second = await channel.send(outbound(f"{base}/hook"))
