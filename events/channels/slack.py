@@ -18,15 +18,15 @@ from events.channels.urls import SLACK_WORKSPACE
 class SlackSettings(BaseModel):
     """The slack channel's entry of ``LEDGER_CHANNELS__SETTINGS``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    # One bot token (xoxb-...) per workspace, by the workspace name a recipient uses
-    # (``WORKSPACE/CHANNEL_ID``): no credential is ever in a recipient.
     tokens: dict[str, SecretStr] = Field(default_factory=dict)
-    # The Web API's base URL (tests point it at the fake Slack).
+    """One bot token (xoxb-...) per workspace, by the workspace name a recipient uses
+    (``WORKSPACE/CHANNEL_ID``): no credential is ever in a recipient."""
     api_url: str = "https://slack.com/api/"
-    # How many pages of conversations.history (200 messages each) one lookup may read.
+    """The Web API's base URL (tests point it at the fake Slack)."""
     lookup_max_pages: int = Field(default=10, ge=1, le=100)
+    """How many pages of conversations.history (200 messages each) one lookup may read."""
 
     @field_validator("tokens")
     @classmethod

@@ -143,8 +143,8 @@ def test_no_code_copies_settings_with_model_copy() -> None:
     names -= {"allowed_networks"}  # also a WebhookEndpoint field, copied in a test
     found = []
     for path in ROOT.glob("**/*.py"):
-        if ".venv" in path.parts or "site-packages" in path.parts:
-            continue
+        if ".venv" in path.parts or "site-packages" in path.parts or path == Path(__file__):
+            continue  # (this file shows the refusal above)
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if not (
