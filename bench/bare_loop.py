@@ -53,7 +53,7 @@ async def run(args: argparse.Namespace) -> None:
     client = create_http_client(
         Settings(
             channels={"send_concurrency": args.concurrency, "allowed_networks": ["127.0.0.0/8"]}
-        )
+        ).channels
     )
     slots = asyncio.Semaphore(args.concurrency)
     tasks: set[asyncio.Task[None]] = set()

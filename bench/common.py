@@ -254,7 +254,7 @@ async def produce_batched(
         max_batch_size=1024 * 1024,
         max_request_size=8 * 1024 * 1024,
         **config,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await producer.start()
     began = time.perf_counter()

@@ -65,7 +65,7 @@ class Confirmations:
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=None,
-            **client_options(self.settings),
+            **client_options(self.settings.kafka),
         )
         await consumer.start()
         self._task = asyncio.create_task(self._run(consumer))

@@ -135,7 +135,7 @@ async def observe(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await consumer.start()
     kills = {int(n * 0.3): "wa", int(n * 0.6): "wb"}

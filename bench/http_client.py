@@ -125,9 +125,13 @@ def build_client(name: str, settings: Settings) -> httpx.AsyncClient:
     from streams.channels import http
 
     if name == "httpcore":
-        return http.create_http_client(changed(settings, {"channels.http_pool": "httpcore"}))
+        return http.create_http_client(
+            changed(settings, {"channels.http_pool": "httpcore"}).channels
+        )
     if name.startswith("guarded-aiohttp"):
-        return http.create_http_client(changed(settings, {"channels.http_pool": "aiohttp"}))
+        return http.create_http_client(
+            changed(settings, {"channels.http_pool": "aiohttp"}).channels
+        )
     concurrency = settings.channels.send_concurrency
     limits = {
         "httpcore-ka30": httpx.Limits(
@@ -211,7 +215,7 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
     if name == "aiohttp-raw":
         import aiohttp
 
-        channel = WebhookChannel(httpx.AsyncClient(), settings)  # for signing only
+        channel = WebhookChannel(httpx.AsyncClient(), settings.channels)  # for signing only
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=2),
             timeout=aiohttp.ClientTimeout(total=settings.channels.send_deadline_s),
@@ -226,7 +230,7 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
 
     else:
         client = build_client(name, settings)
-        channel = WebhookChannel(client, settings)
+        channel = WebhookChannel(client, settings.channels)
         closer = client.aclose
 
         async def send(index: int) -> bool:

@@ -92,7 +92,7 @@ async def create_changelog(settings: Settings) -> str:
     """The table's changelog topic, as faust would create it (compacted)."""
     name = f"{settings.worker.group}-delivery-state-changelog"
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka.bootstrap_servers, **client_options(settings)
+        bootstrap_servers=settings.kafka.bootstrap_servers, **client_options(settings.kafka)
     )
     await admin.start()
     try:

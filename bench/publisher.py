@@ -94,7 +94,7 @@ async def raw_round(settings: Settings, runs: int, producers: int, deliveries: i
                 enable_idempotence=True,
                 acks="all",
                 linger_ms=0,
-                **client_options(settings),
+                **client_options(settings.kafka),
             )
             await producer.start()
             started.append(producer)

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from clients.kafka_security import client_options, connect_error
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.errors import LedgerError
 
 # What a read can fail with that a later try may not (a broker restarting, a rebalance):
@@ -32,7 +32,7 @@ class CommittedLog:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: KafkaSettings,
         *,
         reset: Literal["earliest", "none"] = "earliest",
         large_fetches: bool = False,
@@ -42,7 +42,7 @@ class CommittedLog:
         silent jump (aiokafka's OffsetOutOfRangeError); ``large_fetches`` for readers
         that go through whole topics."""
         self.settings = settings
-        self.bootstrap_servers = settings.kafka.bootstrap_servers
+        self.bootstrap_servers = settings.bootstrap_servers
         fetch: dict[str, Any] = (
             {"max_partition_fetch_bytes": 4 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
             if large_fetches

@@ -263,7 +263,7 @@ class GroupCommit:
                 f"{self._transactional_id!r}"
             )
         if isinstance(exc, NOT_AUTHORIZED):
-            return not_allowed(self._settings, exc).message
+            return not_allowed(self._settings.kafka, exc).message
         if isinstance(exc, asyncio.CancelledError):
             return "the publisher stopped while it was in flight"
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,4 +1,4 @@
-"""Settings -> how a Kafka client connects: TLS, SASL, and what a refusal means.
+"""The kafka settings part -> how a Kafka client connects: TLS, SASL, what a refusal means.
 
 Every Kafka client of the ledger (publisher, worker and its outcome producer, continuity
 guard, projector, replay, dashboard, topic creation, the broker probe) takes its security
@@ -26,7 +26,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.errors import LedgerError
 
 NO_BROKER_HINT = "start one with 'ledger broker start'"
@@ -41,26 +41,26 @@ NOT_AUTHORIZED = (
 )
 
 
-def uses_tls(settings: Settings) -> bool:
+def uses_tls(settings: KafkaSettings) -> bool:
     """True when the connection to the brokers is encrypted."""
-    return settings.kafka.security_protocol in ("SSL", "SASL_SSL")
+    return settings.security_protocol in ("SSL", "SASL_SSL")
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext:
+def tls_context(settings: KafkaSettings) -> ssl.SSLContext:
     """The client TLS context: the configured CA (or the system's), an optional client
     certificate; host names are always checked."""
-    password = settings.kafka.ssl_key_password
+    password = settings.ssl_key_password
     try:
         context: ssl.SSLContext = create_ssl_context(
-            cafile=str(settings.kafka.ssl_cafile) if settings.kafka.ssl_cafile else None,
-            certfile=str(settings.kafka.ssl_certfile) if settings.kafka.ssl_certfile else None,
-            keyfile=str(settings.kafka.ssl_keyfile) if settings.kafka.ssl_keyfile else None,
+            cafile=str(settings.ssl_cafile) if settings.ssl_cafile else None,
+            certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
+            keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
             password=password.get_secret_value() if password is not None else None,
         )
     except (ssl.SSLError, OSError) as exc:
         which = (
             "LEDGER_KAFKA__SSL_CAFILE"
-            if settings.kafka.ssl_certfile is None
+            if settings.ssl_certfile is None
             else "LEDGER_KAFKA__SSL_CERTFILE"
         )
         raise LedgerError(
@@ -70,47 +70,47 @@ def tls_context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
-def client_options(settings: Settings) -> dict[str, Any]:
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
     """aiokafka keyword arguments (producer, consumer, admin, client) for the brokers."""
-    options: dict[str, Any] = {"security_protocol": settings.kafka.security_protocol}
+    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
     if uses_tls(settings):
         options["ssl_context"] = tls_context(settings)
-    if settings.kafka.security_protocol.startswith("SASL_"):
-        password = settings.kafka.sasl_password
-        options["sasl_mechanism"] = settings.kafka.sasl_mechanism
-        options["sasl_plain_username"] = settings.kafka.sasl_username
+    if settings.security_protocol.startswith("SASL_"):
+        password = settings.sasl_password
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
         options["sasl_plain_password"] = password.get_secret_value() if password else None
     return options
 
 
-def faust_credentials(settings: Settings) -> Any:
+def faust_credentials(settings: KafkaSettings) -> Any:
     """faust's ``broker_credentials`` for the same connection (None: PLAINTEXT)."""
     import faust  # the worker's dependency; the other clients need no faust
 
-    protocol = settings.kafka.security_protocol
+    protocol = settings.security_protocol
     if protocol == "PLAINTEXT":
         return None
     context = tls_context(settings) if uses_tls(settings) else None
     if protocol == "SSL":
         return faust.SSLCredentials(context)
-    password = settings.kafka.sasl_password
+    password = settings.sasl_password
     credentials = faust.SASLCredentials(
-        username=settings.kafka.sasl_username,
+        username=settings.sasl_username,
         password=password.get_secret_value() if password else None,
         ssl_context=context,
-        mechanism=settings.kafka.sasl_mechanism,
+        mechanism=settings.sasl_mechanism,
     )
     return credentials
 
 
-async def connect_error(settings: Settings) -> LedgerError:
+async def connect_error(settings: KafkaSettings) -> LedgerError:
     """Why a client could not reach the brokers, in one line with a hint.
 
     aiokafka reports every failure as "Unable to bootstrap"; one more connection to the
     first bootstrap server, bounded in time, tells a broker that is down from one that
     refused our TLS or credentials. Never contains a secret.
     """
-    where = settings.kafka.bootstrap_servers
+    where = settings.bootstrap_servers
     host, _, port = where.split(",")[0].strip().rpartition(":")
     try:
         conn = await asyncio.wait_for(
@@ -136,14 +136,13 @@ async def connect_error(settings: Settings) -> LedgerError:
     except (SaslAuthenticationFailed, AuthenticationFailedError):
         return LedgerError(
             f"the Kafka broker at {where} refused the credentials of SASL user "
-            f"'{settings.kafka.sasl_username}' ({settings.kafka.sasl_mechanism})",
+            f"'{settings.sasl_username}' ({settings.sasl_mechanism})",
             "check LEDGER_KAFKA__SASL_USERNAME, LEDGER_KAFKA__SASL_PASSWORD and "
             "LEDGER_KAFKA__SASL_MECHANISM",
         )
     except UnsupportedSaslMechanismError:
         return LedgerError(
-            f"the Kafka broker at {where} does not accept SASL mechanism "
-            f"{settings.kafka.sasl_mechanism}",
+            f"the Kafka broker at {where} does not accept SASL mechanism {settings.sasl_mechanism}",
             "set LEDGER_KAFKA__SASL_MECHANISM to one the listener enables",
         )
     except ConnectionRefusedError:
@@ -154,7 +153,7 @@ async def connect_error(settings: Settings) -> LedgerError:
     return _closed_on_us(settings)
 
 
-def ensure_reachable(settings: Settings) -> None:
+def ensure_reachable(settings: KafkaSettings) -> None:
     """Connect once (bounded): a ``LedgerError`` saying why if the brokers refuse us.
 
     For processes that would otherwise fail inside a framework's start-up (the faust
@@ -163,9 +162,9 @@ def ensure_reachable(settings: Settings) -> None:
     asyncio.run(_ensure_reachable(settings))
 
 
-async def _ensure_reachable(settings: Settings) -> None:
+async def _ensure_reachable(settings: KafkaSettings) -> None:
     client = AIOKafkaClient(
-        bootstrap_servers=settings.kafka.bootstrap_servers,
+        bootstrap_servers=settings.bootstrap_servers,
         request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
         **client_options(settings),
     )
@@ -181,24 +180,24 @@ async def _ensure_reachable(settings: Settings) -> None:
         await client.close()
 
 
-def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
+def not_allowed(settings: KafkaSettings, exc: Exception) -> LedgerError:
     """An ACL refusal (one of ``NOT_AUTHORIZED``) in one line, naming the principal."""
-    who = settings.kafka.sasl_username or "ANONYMOUS"
+    who = settings.sasl_username or "ANONYMOUS"
     return LedgerError(
         f"Kafka does not allow user '{who}' this: {exc}",
         "an administrator grants it with ACLs (README, Security: the ACLs per role)",
     )
 
 
-def _closed_on_us(settings: Settings) -> LedgerError:
-    where = settings.kafka.bootstrap_servers
-    if settings.kafka.security_protocol == "PLAINTEXT":
+def _closed_on_us(settings: KafkaSettings) -> LedgerError:
+    where = settings.bootstrap_servers
+    if settings.security_protocol == "PLAINTEXT":
         return LedgerError(
             f"no Kafka broker answers at {where} over PLAINTEXT",
             f"{NO_BROKER_HINT}; a broker that requires TLS or SASL needs "
             "LEDGER_KAFKA__SECURITY_PROTOCOL (and LEDGER_KAFKA__SASL_USERNAME/PASSWORD)",
         )
     return LedgerError(
-        f"the Kafka broker at {where} closed the connection ({settings.kafka.security_protocol})",
+        f"the Kafka broker at {where} closed the connection ({settings.security_protocol})",
         "check LEDGER_KAFKA__SECURITY_PROTOCOL against the listener, and the broker's log",
     )

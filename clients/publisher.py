@@ -165,16 +165,16 @@ class Publisher:
             transaction_timeout_ms=round(self._settings.publisher.transaction_timeout_s * 1000),
             linger_ms=0,
             max_request_size=MAX_RECORD_BYTES,
-            **client_options(self._settings),
+            **client_options(self._settings.kafka),
         )
         try:
             await producer.start()
         except KafkaConnectionError:
             await producer.stop()
-            raise await connect_error(self._settings) from None
+            raise await connect_error(self._settings.kafka) from None
         except NOT_AUTHORIZED as exc:
             await producer.stop()
-            raise not_allowed(self._settings, exc) from None
+            raise not_allowed(self._settings.kafka, exc) from None
         except BaseException:
             await producer.stop()  # or aiokafka warns of an unclosed producer at exit
             raise

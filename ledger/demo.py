@@ -119,7 +119,9 @@ def run_demo(settings: Settings, out: Console, options: DemoOptions | None = Non
         out.print(f"[bold]keys[/] a new outcome signing pair in {settings.data_dir / KEY_DIR}")
     broker = LocalBroker(settings)
     started = False
-    if metadata_ok(settings.kafka.bootstrap_servers, timeout=3.0, options=client_options(settings)):
+    if metadata_ok(
+        settings.kafka.bootstrap_servers, timeout=3.0, options=client_options(settings.kafka)
+    ):
         out.print(f"[bold]broker[/] {settings.kafka.bootstrap_servers} reused")
     else:
         with out.status("starting the local Kafka broker..."):

@@ -39,13 +39,13 @@ async def create_topics(
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=15000,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     try:
         await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise await connect_error(settings) from None
+        raise await connect_error(settings.kafka) from None
     try:
         existing = set(await admin.list_topics())
         results: list[TopicResult] = []

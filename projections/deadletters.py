@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.deadletter import DeadLetter
 from projections.records import LogRecord
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class RunsDeadLetters:
     """Sends the dead letters of one batch's undecodable ``ledger.runs`` records."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._producer: AIOKafkaProducer | None = None  # made on the first bad record
         self.sent = 0
@@ -53,7 +53,7 @@ class RunsDeadLetters:
         bad = [
             (r, r.reason or "undecodable")
             for r in records
-            if r.event is None and r.position.topic == self._settings.kafka.topic_runs
+            if r.event is None and r.position.topic == self._settings.topic_runs
         ]
         return await self._send_or_log(bad)
 
@@ -77,14 +77,14 @@ class RunsDeadLetters:
                 len(bad),
                 ", ".join(sorted({r.position.topic for r, _ in bad})),
                 type(exc).__name__,
-                self._settings.kafka.topic_deadletter,
+                self._settings.topic_deadletter,
             )
             return 0
 
     async def _send(self, records: Sequence[tuple[LogRecord, str]]) -> int:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self._settings.kafka.bootstrap_servers,
+                bootstrap_servers=self._settings.bootstrap_servers,
                 enable_idempotence=True,
                 # A dead letter carries the whole original record (up to the codec's 1 MiB).
                 max_request_size=4 * 1024 * 1024,
@@ -111,7 +111,7 @@ class RunsDeadLetters:
             )
             futures.append(
                 await producer.send(
-                    self._settings.kafka.topic_deadletter,
+                    self._settings.topic_deadletter,
                     key=record.key,
                     value=letter.model_dump_json().encode(),
                 )

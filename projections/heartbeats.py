@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from clients.committed_log import CommittedLog
-from config.settings import Settings
+from config.parts import KafkaSettings
 
 MAX_RECORDS = 100_000  # a compacted topic of heartbeats: one per worker, bounded anyway
 
@@ -42,12 +42,12 @@ class WorkerClock:
 
 
 async def worker_clocks(
-    settings: Settings, now: datetime, max_age_s: float = 60.0, timeout_s: float = 10.0
+    settings: KafkaSettings, now: datetime, max_age_s: float = 60.0, timeout_s: float = 10.0
 ) -> list[WorkerClock]:
     """Every worker that sent a heartbeat within ``max_age_s`` of ``now``, by id."""
     latest: dict[bytes, tuple[int, bytes]] = {}
     async with CommittedLog(settings) as log:
-        partitions = await log.partitions(settings.kafka.topic_heartbeats, missing_ok=True)
+        partitions = await log.partitions(settings.topic_heartbeats, missing_ok=True)
         if not partitions:
             return []
         ends = await log.ends(partitions)

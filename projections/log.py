@@ -34,7 +34,7 @@ class LogReader:
         self._verifier = verifier_for(settings)
         self._batch_size = batch_size
         # Never jump silently: an offset the log no longer has is an error (below).
-        self._log = CommittedLog(settings, reset="none", large_fetches=True)
+        self._log = CommittedLog(settings.kafka, reset="none", large_fetches=True)
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
 

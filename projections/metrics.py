@@ -105,7 +105,7 @@ class LogWatcher:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._log = CommittedLog(settings, request_timeout_ms=5000)
+        self._log = CommittedLog(settings.kafka, request_timeout_ms=5000)
 
     async def numbers(self) -> LogNumbers:
         """Sum of end offsets per topic; ``up=False`` (and no numbers) if Kafka does not answer."""

@@ -122,13 +122,14 @@ class Worker:
         self.app.before_commit = self.store.flush
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
-        self.heartbeat = Heartbeat(settings, self.worker_id, self.clock)
+        self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
         self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
         ctx = worker_context(
-            settings,
+            settings.worker,
+            settings.channels,
             worker_id=self.worker_id,
             producer=f"ledger-worker/{name}",
             channels=self.registry.channels,
@@ -398,7 +399,7 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
     app = LedgerApp(
         settings.worker.group,
         broker=f"kafka://{settings.kafka.bootstrap_servers}",
-        broker_credentials=faust_credentials(settings),
+        broker_credentials=faust_credentials(settings.kafka),
         # at-least-once, deliberately: faust's exactly_once crash-loops on every rebalance of
         # a multi-worker group against Kafka 4.1 (ConsistencyError on an unfetched LSO, then
         # ProducerFenced from reused producers), and after a SIGKILL it still replayed

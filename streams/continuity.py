@@ -74,7 +74,7 @@ class ContinuityGuard:
         # Bumped by every assignment: a check that awaited the broker across a rebalance
         # drops what it read, since the state it was reading for has been reset.
         self._epoch = 0
-        self._log = CommittedLog(settings)
+        self._log = CommittedLog(settings.kafka)
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
         self.given_up = 0
@@ -146,7 +146,7 @@ class ContinuityGuard:
     ) -> dict[TopicPartition, Any]:
         admin = AIOKafkaAdminClient(
             bootstrap_servers=self._settings.kafka.bootstrap_servers,
-            **client_options(self._settings),
+            **client_options(self._settings.kafka),
         )
         await admin.start()
         try:
@@ -367,7 +367,7 @@ class ContinuityGuard:
                 bootstrap_servers=self._settings.kafka.bootstrap_servers,
                 group_id=self.marks_group,
                 enable_auto_commit=False,
-                **client_options(self._settings),
+                **client_options(self._settings.kafka),
             )
             await marker.start()
             self._marker = marker

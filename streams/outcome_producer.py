@@ -38,7 +38,7 @@ class OutcomeProducer:
                     enable_idempotence=True,
                     acks="all",
                     linger_ms=self._settings.worker.linger_s * 1000,
-                    **client_options(self._settings),
+                    **client_options(self._settings.kafka),
                 )
                 await producer.start()
                 self._producer = producer

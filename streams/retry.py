@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from config.settings import Settings
+from config.parts import ChannelSettings
 from events.channels import channel_names
 from events.retry_policy import DEFAULT_POLICIES, RetryPolicy
 
 
 def rules_for(
-    settings: Settings, overrides: Mapping[str, RetryPolicy] | None = None
+    settings: ChannelSettings, overrides: Mapping[str, RetryPolicy] | None = None
 ) -> Callable[[str], RetryPolicy]:
     """The policy lookup a worker uses: channel name -> RetryPolicy.
 
@@ -25,7 +25,7 @@ def rules_for(
     policies = {
         **installed,
         **DEFAULT_POLICIES,
-        **settings.channels.retry_policies,
+        **settings.retry_policies,
         **(overrides or {}),
     }
 

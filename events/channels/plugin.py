@@ -8,7 +8,8 @@ worker starts) or is the factory itself, so a plugin whose module is cheap to im
 keep both halves in one object.
 
 The adapter factory is called with one ``streams.channels.base.AdapterBuild`` (the shared
-httpx client, ``Settings``, this plugin and its validated configuration) and returns a
+httpx client, the channels and worker settings parts and the data dir, this plugin and
+its validated configuration) and returns a
 ``streams.channels.base.Channel``.
 """
 

@@ -82,7 +82,7 @@ class LocalBroker:
             reachable=metadata_ok(
                 self.settings.kafka.bootstrap_servers,
                 timeout=3.0,
-                options=client_options(self.settings),
+                options=client_options(self.settings.kafka),
             ),
             bootstrap_servers=self.settings.kafka.bootstrap_servers,
             data_dir=self.layout.data,

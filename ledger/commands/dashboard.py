@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         given = {"dashboard.host": host, "dashboard.port": port}
         settings = changed(settings, {k: v for k, v in given.items() if v is not None})
         # Before touching the database: a refusal should be the only thing said.
-        check_binding(settings)
+        check_binding(settings.dashboard)
         target = dsn or default_dsn(settings)
         store = open_store(target)
         try:

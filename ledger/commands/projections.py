@@ -264,7 +264,7 @@ async def _until_signalled(
             f"{redacted(target)} (Ctrl-C stops)",
             highlight=False,
         )
-        async with RunsDeadLetters(settings) as dead_letters:
+        async with RunsDeadLetters(settings.kafka) as dead_letters:
             return await project(
                 settings,
                 store,
@@ -308,7 +308,7 @@ def _workers(settings: Settings) -> list[dict[str, Any]]:
     """The workers' last heartbeats: their clocks, and whether they act (empty when the
     broker does not answer: the projection's answers stand on their own)."""
     try:
-        clocks = asyncio.run(worker_clocks(settings, datetime.now(UTC)))
+        clocks = asyncio.run(worker_clocks(settings.kafka, datetime.now(UTC)))
     except TRANSIENT as exc:
         err.print(f"workers: not shown ({one_line(exc)})", highlight=False)
         return []

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         # Settings and secrets are checked (create_app) before the first connection; a
         # broker that refuses us (or none) is one line, not faust's traceback.
         built = create_app(settings, name=name)
-        ensure_reachable(settings)
+        ensure_reachable(settings.kafka)
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
         if settings.worker.metrics_port and built.metrics is not None:
             built.metrics.serve(settings.worker.metrics_host, settings.worker.metrics_port)

@@ -17,7 +17,7 @@ import re
 
 from aiohttp import web
 
-from config.settings import Settings
+from config.parts import DashboardSettings
 from events.addresses import is_loopback
 from events.errors import LedgerError
 
@@ -31,13 +31,13 @@ _TOKEN_HINT = "generate one: python -c 'import secrets; print(secrets.token_urls
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$")
 
 
-def check_binding(settings: Settings) -> None:
+def check_binding(settings: DashboardSettings) -> None:
     """Refuse (``LedgerError``) to listen beyond loopback without a bearer token, and any
     token that is short or a placeholder (the value is never repeated)."""
-    token = settings.dashboard.token.get_secret_value() if settings.dashboard.token else ""
-    if not is_loopback(settings.dashboard.host) and not token:
+    token = settings.token.get_secret_value() if settings.token else ""
+    if not is_loopback(settings.host) and not token:
         raise LedgerError(
-            f"refusing to serve the dashboard on {settings.dashboard.host} (not loopback) "
+            f"refusing to serve the dashboard on {settings.host} (not loopback) "
             "without a bearer token",
             "set LEDGER_DASHBOARD__TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD__HOST",
         )
@@ -60,16 +60,16 @@ def check_binding(settings: Settings) -> None:
         )
 
 
-def allowed_hosts(settings: Settings) -> frozenset[str]:
+def allowed_hosts(settings: DashboardSettings) -> frozenset[str]:
     """The host names (lowercase, IPv6 without brackets) a request may name in ``Host``."""
-    names = {_normal(settings.dashboard.host)}
-    if is_loopback(settings.dashboard.host):
+    names = {_normal(settings.host)}
+    if is_loopback(settings.host):
         names |= LOOPBACK_NAMES
-    names |= {_normal(name) for name in settings.dashboard.allowed_hosts}
+    names |= {_normal(name) for name in settings.allowed_hosts}
     return frozenset(names - WILDCARDS)
 
 
-def host_allowed(header: str | None, settings: Settings, allowed: frozenset[str]) -> bool:
+def host_allowed(header: str | None, settings: DashboardSettings, allowed: frozenset[str]) -> bool:
     """Whether a ``Host`` header (with or without port) names this dashboard."""
     match = _HOST.match(header or "")
     if match is None or int(match["port"] or 80) > 65535:
@@ -79,7 +79,7 @@ def host_allowed(header: str | None, settings: Settings, allowed: frozenset[str]
         return True
     # Bound to every interface: clients reach it by any address, and an address (unlike
     # a name) cannot be re-pointed by DNS.
-    return _normal(settings.dashboard.host) in WILDCARDS and _is_address(host)
+    return _normal(settings.host) in WILDCARDS and _is_address(host)
 
 
 def authorized(header: str | None, token: str) -> bool:

@@ -96,7 +96,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     # The Host first: a rebound name learns nothing, not even whether a token is needed.
     if not host_allowed(
-        request.headers.get("Host"), request.app[SETTINGS_KEY], request.app[HOSTS_KEY]
+        request.headers.get("Host"), request.app[SETTINGS_KEY].dashboard, request.app[HOSTS_KEY]
     ):
         raise misdirected()
     settings = request.app[SETTINGS_KEY]
@@ -255,7 +255,7 @@ async def _clocks(request: web.Request) -> list[WorkerClock]:
     now = request.app[CLOCK_KEY]()
     if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
         try:
-            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY], now, timeout_s=5.0)
+            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY].kafka, now, timeout_s=5.0)
         except TRANSIENT:
             cache.clocks = []
         cache.read_at = now
@@ -269,10 +269,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> web.Application:
     """The dashboard application over an opened, read-ready ``store``."""
-    check_binding(settings)
+    check_binding(settings.dashboard)
     app = web.Application(middlewares=[_guard])
     app[SETTINGS_KEY] = settings
-    app[HOSTS_KEY] = allowed_hosts(settings)
+    app[HOSTS_KEY] = allowed_hosts(settings.dashboard)
     app[STORE_KEY] = store
     app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
     app[CLOCKS_KEY] = _Clocks()

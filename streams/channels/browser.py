@@ -528,12 +528,12 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
                 "install Debian's chromium (scripts/chromium); no browser is downloaded",
             )
         unprivileged_user(config.run_as)  # root without the user to run Chromium as: stop
-    screenshots = config.screenshots_dir or build.settings.data_dir / "browser-screenshots"
+    screenshots = config.screenshots_dir or build.data_dir / "browser-screenshots"
     return BrowserChannel(
         build.client,
         config,
         deadline_s=build.deadline_s,
         screenshots=screenshots,
-        policy=address_policy(build.settings.channels),
+        policy=address_policy(build.channels),
         metrics=build.metrics,
     )

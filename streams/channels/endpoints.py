@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 from standardwebhooks import Webhook
 
-from config.settings import Settings, WebhookEndpoint
+from config.parts import ChannelSettings, WebhookEndpoint
 from events.errors import ConfigError
 from streams.channels.signature import signer, signing_key
 
@@ -140,20 +140,20 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
     )
 
 
-def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
+def _resolve_all(settings: ChannelSettings) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
     """The default (global secret) and every configured endpoint, checked: a bad key or
     secret, or a worker that could not sign some delivery, is a LedgerError naming it."""
     default_signers: tuple[Webhook, ...] = ()
     default_keys: tuple[bytes, ...] = ()
-    if settings.channels.webhook_secret is not None:
+    if settings.webhook_secret is not None:
         try:
-            default_signers = (signer(settings.channels.webhook_secret),)
-            default_keys = (signing_key(settings.channels.webhook_secret),)
+            default_signers = (signer(settings.webhook_secret),)
+            default_keys = (signing_key(settings.webhook_secret),)
         except ValueError as exc:
             raise ConfigError(f"LEDGER_CHANNELS__WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
         _resolve(key, number, endpoint)
-        for number, (key, endpoint) in enumerate(settings.channels.webhook_endpoints.items(), 1)
+        for number, (key, endpoint) in enumerate(settings.webhook_endpoints.items(), 1)
     ]
     seen: dict[UrlPrefix, None] = {}
     for endpoint in endpoints:
@@ -193,7 +193,7 @@ class WebhookEndpoints:
     """The configured endpoints, checked at start (``LedgerError`` names what is wrong),
     and the one that applies to a recipient."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ChannelSettings) -> None:
         self.default, self.endpoints = _resolve_all(settings)
         self._resolved: dict[str, ResolvedEndpoint] = {}  # insertion order: oldest first
 

@@ -12,7 +12,8 @@ from typing import Any
 import httpcore
 import httpx
 
-from config.settings import Settings, address_policy
+from config.parts import ChannelSettings
+from config.settings import address_policy
 from events.addresses import AddressPolicy
 from streams.channels.address_guard import GuardedBackend
 from streams.channels.aiohttp_transport import GuardedAiohttpTransport
@@ -20,28 +21,28 @@ from streams.channels.aiohttp_transport import GuardedAiohttpTransport
 USER_AGENT = "delivery-ledger/0.1"
 
 
-def create_http_client(settings: Settings) -> httpx.AsyncClient:
+def create_http_client(settings: ChannelSettings) -> httpx.AsyncClient:
     """Build the worker's shared AsyncClient: pool sized by ``send_concurrency``, our timeouts.
 
     Create it once per worker and close it (``await client.aclose()``) on shutdown.
     """
     timeout = httpx.Timeout(
-        settings.channels.http_timeout_s,
-        connect=settings.channels.http_connect_timeout_s,
+        settings.http_timeout_s,
+        connect=settings.http_connect_timeout_s,
         # Waiting for a free pooled connection writes nothing, so it is a safe failure;
         # bound it like any other wait.
-        pool=settings.channels.http_timeout_s,
+        pool=settings.http_timeout_s,
     )
     limits = httpx.Limits(
-        max_connections=settings.channels.send_concurrency,
-        max_keepalive_connections=settings.channels.send_concurrency,
+        max_connections=settings.send_concurrency,
+        max_keepalive_connections=settings.send_concurrency,
         # Shorter than common server idle timeouts (Node's is 5 s): reusing a connection the
         # server is closing turns a clean send into "reset after write", i.e. an UNKNOWN.
         keepalive_expiry=2.0,
     )
-    policy = address_policy(settings.channels)
+    policy = address_policy(settings)
     transport: httpx.AsyncBaseTransport
-    if settings.channels.http_pool == "aiohttp":
+    if settings.http_pool == "aiohttp":
         ssl_context = httpx.create_ssl_context(trust_env=False)
         transport = GuardedAiohttpTransport(limits, policy, ssl_context)
     else:

@@ -77,11 +77,13 @@ def build_channels(
                 "see `ledger channels` for the installed ones",
             )
     if client is None:
-        client = create_http_client(settings)
+        client = create_http_client(settings.channels)
     channels: dict[str, Channel] = {}
     for plugin in installed_plugins():
         config = channel_config(plugin, settings.channels)
-        build = AdapterBuild(plugin, client, settings, config, metrics)
+        build = AdapterBuild(
+            plugin, client, settings.channels, settings.worker, settings.data_dir, config, metrics
+        )
         adapter = adapter_factory(plugin)(build)
         if adapter.name != plugin.name:
             raise ChannelPluginError(
@@ -101,7 +103,7 @@ class ChannelRegistry:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._owns_client = client is None
-        self.client = client if client is not None else create_http_client(settings)
+        self.client = client if client is not None else create_http_client(settings.channels)
         self.channels: Mapping[str, Channel] = build_channels(settings, self.client, metrics)
 
     def get(self, name: str) -> Channel:

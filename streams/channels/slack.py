@@ -24,7 +24,7 @@ import httpx
 from pydantic import JsonValue
 
 from config.channels import slack_settings
-from config.settings import Settings
+from config.parts import ChannelSettings, WorkerSettings
 from events.channels import slack_recipient
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
@@ -160,19 +160,20 @@ class SlackChannel:
     def __init__(
         self,
         client: httpx.AsyncClient,
-        settings: Settings,
+        channels: ChannelSettings,
+        worker: WorkerSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.channels.deadline_for(self.name)
-        config = slack_settings(settings.channels)
+        self._deadline_s = channels.deadline_for(self.name)
+        config = slack_settings(channels)
         self._tokens = config.tokens
         self._api = config.api_url
         self._max_pages = config.lookup_max_pages
         # Slack's clock and ours may disagree: a lookup starts this much before the request.
-        self._skew_s = settings.worker.clock_skew_margin_s
+        self._skew_s = worker.clock_skew_margin_s
         # Our bot per workspace (the tokens are fixed for this adapter's life, so the
         # workspace names its token): learnt once by auth.test or from a post's answer.
         self._identities: dict[str, BotIdentity] = {}
@@ -425,4 +426,4 @@ def _describe(message: JsonValue) -> str:
 
 def adapter(build: AdapterBuild) -> SlackChannel:
     """The Slack channel's adapter factory (its plugin: events/channels/builtin.py)."""
-    return SlackChannel(build.client, build.settings)
+    return SlackChannel(build.client, build.channels, build.worker)

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from config.settings import Settings
+from config.parts import ChannelSettings
 from events.contract import (
     FENCING_TOKEN_HEADER,
     FENCING_TOKEN_SIGNATURE_HEADER,
@@ -56,13 +56,13 @@ class WebhookChannel:
     def __init__(
         self,
         client: httpx.AsyncClient,
-        settings: Settings,
+        settings: ChannelSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.channels.deadline_for(self.name)
+        self._deadline_s = settings.deadline_for(self.name)
         self._endpoints = WebhookEndpoints(settings)
 
     def endpoint_for(self, recipient: str) -> ResolvedEndpoint:
@@ -162,4 +162,4 @@ class WebhookChannel:
 
 def adapter(build: AdapterBuild) -> WebhookChannel:
     """The webhook channel's adapter factory (its plugin: events/channels/builtin.py)."""
-    return WebhookChannel(build.client, build.settings)
+    return WebhookChannel(build.client, build.channels)

@@ -132,7 +132,7 @@ def test_which_host_names_the_dashboard(
     settings: Settings, bound: str, extra: list[str], host: str, answered: bool
 ) -> None:
     given = changed(settings, {"dashboard.host": bound, "dashboard.allowed_hosts": extra})
-    assert host_allowed(host, given, allowed_hosts(given)) is answered
+    assert host_allowed(host, given.dashboard, allowed_hosts(given.dashboard)) is answered
 
 
 def dashboard(settings: Settings, token: str) -> subprocess.CompletedProcess[str]:

@@ -46,7 +46,7 @@ async def end_offset(settings: Settings, topic: str) -> int:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka.bootstrap_servers,
         isolation_level="read_committed",
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await consumer.start()
     try:

@@ -71,7 +71,7 @@ async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
     await grant(settings, role_acls(settings, "agent", "User:agent"))
     reader = as_user(settings, secure_broker, "reader")
     producer = AIOKafkaProducer(
-        bootstrap_servers=reader.kafka.bootstrap_servers, **client_options(reader)
+        bootstrap_servers=reader.kafka.bootstrap_servers, **client_options(reader.kafka)
     )
     await producer.start()
     try:

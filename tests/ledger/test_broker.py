@@ -195,7 +195,7 @@ def test_exposed_broker_keeps_its_unauthenticated_listeners_on_loopback(
             },
             data_dir=tmp_path,
         )
-        assert metadata_ok(client.kafka.bootstrap_servers, 10.0, client_options(client))
+        assert metadata_ok(client.kafka.bootstrap_servers, 10.0, client_options(client.kafka))
     finally:
         broker.stop()
 

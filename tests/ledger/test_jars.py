@@ -77,7 +77,7 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
     """
     into_codec, from_codec = unique(f"codec-{codec}-in"), unique(f"codec-{codec}-out")
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=broker.kafka.bootstrap_servers, **client_options(broker)
+        bootstrap_servers=broker.kafka.bootstrap_servers, **client_options(broker.kafka)
     )
     await admin.start()
     try:
@@ -95,7 +95,7 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
             bootstrap_servers=broker.kafka.bootstrap_servers,
             compression_type=client_codec,
             linger_ms=20,
-            **client_options(broker),
+            **client_options(broker.kafka),
         )
         await producer.start()
         try:
@@ -109,7 +109,7 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
             bootstrap_servers=broker.kafka.bootstrap_servers,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            **client_options(broker),
+            **client_options(broker.kafka),
         )
         await consumer.start()
         try:

@@ -121,8 +121,10 @@ async def test_no_spelling_of_loopback_reaches_the_internal_service(
     internal_service: tuple[socket.socket, int], host: str
 ) -> None:
     listener, port = internal_service
-    async with create_http_client(Settings(channels={"http_connect_timeout_s": 1.0})) as client:
-        result = await WebhookChannel(client, Settings()).send(
+    async with create_http_client(
+        Settings(channels={"http_connect_timeout_s": 1.0}).channels
+    ) as client:
+        result = await WebhookChannel(client, Settings().channels).send(
             outbound(f"http://{host}:{port}/admin")
         )
     assert result.outcome is SendOutcome.REJECTED, result
@@ -136,9 +138,9 @@ async def test_allowed_explicitly_the_same_receiver_gets_the_delivery(
 ) -> None:
     settings = receiver.settings(Settings())
     delivery = outbound(receiver.webhook_url("guarded"))
-    async with create_http_client(settings) as client:
-        refused = await WebhookChannel(client, settings).send(delivery)
-        looked_up = await WebhookChannel(client, settings).lookup(delivery)
+    async with create_http_client(settings.channels) as client:
+        refused = await WebhookChannel(client, settings.channels).send(delivery)
+        looked_up = await WebhookChannel(client, settings.channels).lookup(delivery)
         by_provider = await ProviderChannel(
             client, deadline_s=settings.channels.send_deadline_s
         ).send(outbound(receiver.provider_url, channel="provider"))
@@ -147,8 +149,8 @@ async def test_allowed_explicitly_the_same_receiver_gets_the_delivery(
     assert by_provider.error_class is ErrorClass.BLOCKED_ADDRESS
     assert receiver.requests() == []  # neither the send, the lookup nor the provider call
     allowed = changed(settings, {"channels.allowed_networks": ["127.0.0.1/32"]})
-    async with create_http_client(allowed) as client:
-        sent = await WebhookChannel(client, allowed).send(delivery)
+    async with create_http_client(allowed.channels) as client:
+        sent = await WebhookChannel(client, allowed.channels).send(delivery)
     assert sent.outcome is SendOutcome.CONFIRMED, sent
     assert receiver.accepted(delivery.idempotency_key) == 1
 
@@ -169,10 +171,10 @@ async def test_an_endpoints_own_allow_list_opens_its_origin_and_nothing_else(
     assert settings.channels.allowed_networks == []
     delivery = outbound(receiver.webhook_url("own"))
     internal = outbound(f"http://127.0.0.1:{port}/admin")
-    async with create_http_client(settings) as client:
-        sent = await WebhookChannel(client, settings).send(delivery)
-        looked_up = await WebhookChannel(client, settings).lookup(delivery)
-        refused = await WebhookChannel(client, settings).send(internal)
+    async with create_http_client(settings.channels) as client:
+        sent = await WebhookChannel(client, settings.channels).send(delivery)
+        looked_up = await WebhookChannel(client, settings.channels).lookup(delivery)
+        refused = await WebhookChannel(client, settings.channels).send(internal)
     assert sent.outcome is SendOutcome.CONFIRMED, sent
     assert looked_up.outcome == "found", looked_up
     assert receiver.accepted(delivery.idempotency_key) == 1

@@ -38,7 +38,7 @@ SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 @pytest.fixture
 async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterator[BrowserChannel]:
     config = BrowserSettings.model_validate({"targets": {TARGET: form_target(fake_form.app.url)}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         browser = BrowserChannel(
             http,
             config,
@@ -327,7 +327,7 @@ async def test_credentials_in_a_start_url_stay_out_of_the_evidence(
     target["start_url"] += f"?X-Amz-Signature={secret}&sig={secret}&lang=en"
     target["lookup"]["url"] += f"&access_token={secret}"
     config = BrowserSettings.model_validate({"targets": {TARGET: target}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = BrowserChannel(
             http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK
         )

@@ -62,8 +62,12 @@ async def channel_for(
     """The channel as a worker builds it (its adapter, the worker's settings)."""
     settings = changed(ONLY_THE_FORM, {"data_dir": data_dir})
     config = BrowserSettings.model_validate({"targets": {TARGET: target}, **browser})
-    async with create_http_client(settings) as http:
-        channel = adapter(AdapterBuild(builtin.browser, http, settings, config))
+    async with create_http_client(settings.channels) as http:
+        channel = adapter(
+            AdapterBuild(
+                builtin.browser, http, settings.channels, settings.worker, settings.data_dir, config
+            )
+        )
         try:
             yield channel
         finally:

@@ -46,7 +46,7 @@ ChannelFor = Callable[..., EmailApiChannel]
 @pytest.fixture
 async def channel_for() -> AsyncIterator[ChannelFor]:
     """An adapter for a fake, with EmailApiSettings fields."""
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
 
         def make(fake: BackgroundFakeEmailApi, **fields: JsonValue) -> EmailApiChannel:
             config = EmailApiSettings.model_validate(fake.channel_settings(**fields))
@@ -184,7 +184,7 @@ async def test_the_fake_dedupes_only_when_told(
 
 
 async def test_without_settings_nothing_is_sent() -> None:
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = EmailApiChannel(http, EmailApiSettings(), deadline_s=1.0)
         result = await channel.send(delivery())
     assert (result.outcome, result.error_class) == (
@@ -221,7 +221,13 @@ async def test_the_24h_key_rule_applies_only_where_declared_and_within_its_windo
         for declared in (False, True):
             settings = EmailApiSettings.model_validate({**config, "provider_dedupes": declared})
             channel = EmailApiChannel(http, settings, deadline_s=1.0)
-            ctx = worker_context(FAST, worker_id="w", producer="p", channels={"email_api": channel})
+            ctx = worker_context(
+                FAST.worker,
+                FAST.channels,
+                worker_id="w",
+                producer="p",
+                channels={"email_api": channel},
+            )
             rule = ctx.dedupe_rule("email_api", RECIPIENT)
             assert rule == (key_rule if declared else None)
     assert rule is not None

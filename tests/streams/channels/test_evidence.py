@@ -64,8 +64,8 @@ async def test_a_403_body_with_a_token_leaves_only_the_status_and_a_redacted_exc
             "webhook_secret": SecretStr("whsec_dGVzdC1ldmlkZW5jZS1zZWNyZXQtMjRi"),
         }
     )
-    async with create_http_client(settings) as client:
-        result = await WebhookChannel(client, settings).send(outbound(internal))
+    async with create_http_client(settings.channels) as client:
+        result = await WebhookChannel(client, settings.channels).send(outbound(internal))
     assert result.outcome is SendOutcome.REJECTED
     assert result.http_status == 403
     assert "-> 403" in result.evidence

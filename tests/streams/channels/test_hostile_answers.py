@@ -71,8 +71,8 @@ async def test_webhook_send_and_lookup(hostile: str) -> None:
         FAST,
         {"channels.webhook_endpoints": {f"{hostile}/hooks/": WebhookEndpoint(lookup_url=hostile)}},
     )
-    async with create_http_client(settings) as http:
-        channel = WebhookChannel(http, settings)
+    async with create_http_client(settings.channels) as http:
+        channel = WebhookChannel(http, settings.channels)
         sent = await channel.send(delivery(url, "webhook"))
         looked = await channel.lookup(delivery(url, "webhook"))
     # A 2xx from the receiver itself confirms; the unreadable body only lacks an id.
@@ -84,7 +84,7 @@ async def test_webhook_send_and_lookup(hostile: str) -> None:
 
 async def test_provider_send_and_lookup(hostile: str) -> None:
     url = f"{hostile}/provider/messages"
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = ProviderChannel(http, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery(url, "provider"))
         looked = await channel.lookup(delivery(url, "provider"))
@@ -99,8 +99,8 @@ async def test_slack_send_and_lookup(hostile: str) -> None:
     settings = with_channel(
         FAST, "slack", {"api_url": f"{hostile}/api/", "tokens": {"acme": "xoxb-test-token"}}
     )
-    async with create_http_client(settings) as http:
-        channel = SlackChannel(http, settings)
+    async with create_http_client(settings.channels) as http:
+        channel = SlackChannel(http, settings.channels, settings.worker)
         sent = await channel.send(delivery("acme/C0LEDGER01", "slack"))
         looked = await channel.lookup(delivery("acme/C0LEDGER01", "slack"))
     assert sent.outcome is SendOutcome.UNKNOWN, sent  # 200, but was it posted?
@@ -113,7 +113,7 @@ async def test_email_api_send_and_lookup(hostile: str) -> None:
     config = EmailApiSettings.model_validate(
         {"api_url": hostile, "api_key": "k" * 32, "from_address": "ledger@example.org"}
     )
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = EmailApiChannel(http, config, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery("ops@example.org", "email_api"))
         looked = await channel.lookup(delivery("ops@example.org", "email_api"))
@@ -126,7 +126,7 @@ async def test_email_api_send_and_lookup(hostile: str) -> None:
 
 async def test_browser_list_lookup(hostile: str, tmp_path: Path) -> None:
     config = BrowserSettings.model_validate({"targets": {TARGET: form_target(hostile)}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = BrowserChannel(
             http,
             config,

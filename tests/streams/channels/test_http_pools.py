@@ -51,9 +51,9 @@ async def test_a_refused_write_sends_no_byte_and_closes_the_connection(
     seen: list[bytes] = []
     base = raw_server(lambda conn: seen.append(read_request(conn)))
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
+    async with create_http_client(settings.channels) as client:
         guard = WriteGuard(check=lambda: "fenced")
-        result = await WebhookChannel(client, settings).send(outbound(f"{base}/h"), guard)
+        result = await WebhookChannel(client, settings.channels).send(outbound(f"{base}/h"), guard)
     assert (result.outcome, result.error_class) == (SendOutcome.NOT_SENT, ErrorClass.FENCED)
     assert not guard.written
     for _ in range(100):
@@ -77,8 +77,8 @@ async def test_a_pooled_connection_the_server_closed_is_not_written_to(
 
     base = raw_server(answer_then_close)
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
-        channel = WebhookChannel(client, settings)
+    async with create_http_client(settings.channels) as client:
+        channel = WebhookChannel(client, settings.channels)
         first = await channel.send(outbound(f"{base}/h"))
         # Blocking on purpose: the server's close arrives while the loop does not run, so
         # the pool still holds the connection as open and must notice before writing.
@@ -133,8 +133,8 @@ async def test_any_disallowed_address_blocks_the_name_and_only_the_first_is_used
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     settings = settings_for(pool)
     try:
-        async with create_http_client(settings) as client:
-            channel = WebhookChannel(client, settings)
+        async with create_http_client(settings.channels) as client:
+            channel = WebhookChannel(client, settings.channels)
             blocked = await channel.send(outbound(f"http://mixed.test:{listen_port}/h"))
             assert (blocked.outcome, blocked.error_class) == (
                 SendOutcome.REJECTED,
@@ -160,8 +160,8 @@ async def test_a_reset_after_the_request_is_unknown_and_a_refused_connect_is_not
     base = raw_server(reset)
     refused_port = free_port()  # nothing listens there
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
-        channel = WebhookChannel(client, settings)
+    async with create_http_client(settings.channels) as client:
+        channel = WebhookChannel(client, settings.channels)
         after = await channel.send(outbound(f"{base}/h"))
         before = await channel.send(outbound(f"http://127.0.0.1:{refused_port}/h"))
     assert (after.outcome, after.error_class) == (

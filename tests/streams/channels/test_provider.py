@@ -28,7 +28,7 @@ FAST = Settings(
 
 @pytest.fixture
 async def channel() -> AsyncIterator[ProviderChannel]:
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         yield ProviderChannel(http, deadline_s=FAST.channels.send_deadline_s)
 
 
