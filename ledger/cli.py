@@ -7,7 +7,7 @@ import logging
 import sys
 import warnings
 from importlib.metadata import version as package_version
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -189,6 +189,24 @@ def demo(
 register_all(app)
 
 
+_SHOW_WARNING = warnings.showwarning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # A renamed setting is one line for the operator, not a source location of ours.
+    if issubclass(category, DeprecatedSettingWarning):
+        print(f"warning: {message}", file=sys.stderr)
+        return
+    _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
 def main() -> None:
     """Console-script entry point: every failure is one line + a hint (``ledger.errors``)."""
     # aiokafka logs every refused connection while we probe for a broker; the CLI
@@ -198,4 +216,5 @@ def main() -> None:
     # An old flat LEDGER_* name still works; the operator sees, once, what to rename it to
     # (a DeprecationWarning is hidden by default outside __main__).
     warnings.simplefilter("default", DeprecatedSettingWarning)
+    warnings.showwarning = _show_warning
     sys.exit(run_app(app))

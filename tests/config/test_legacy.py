@@ -3,7 +3,10 @@ warning naming the new variable; where both are set, the new one wins and says s
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +106,20 @@ def test_the_compose_file_and_the_scripts_use_the_new_names() -> None:
     for path in files:
         used = set(re.findall(r"\bLEDGER_[A-Z0-9_]+", path.read_text(errors="replace")))
         assert not used & old, (path.name, sorted(used & old))
+
+
+def test_the_cli_says_it_once_in_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    env["LEDGER_LEASE_SECONDS"] = "40"
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "channels", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    said = [line for line in done.stderr.splitlines() if "LEDGER_LEASE_SECONDS" in line]
+    assert said == [
+        "warning: LEDGER_LEASE_SECONDS is deprecated: set LEDGER_WORKER__LEASE_S instead"
+    ]

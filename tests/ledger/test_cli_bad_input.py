@@ -133,8 +133,8 @@ CASES: dict[str, list[Case]] = {
         Case(
             (),
             2,
-            "LEDGER_CHANNELS__SETTINGS: workspace 'a b' must be",
-            {"LEDGER_CHANNELS__SETTINGS": '{"a b": "xoxb-1"}'},
+            "LEDGER_CHANNELS__SETTINGS[slack].tokens: Value error, workspace 'a b' must be",
+            {"LEDGER_CHANNELS__SETTINGS": '{"slack": {"tokens": {"a b": "xoxb-1"}}}'},
         ),
     ],
     "fake-mail": [
