@@ -135,7 +135,15 @@ async def test_no_status_within_the_deadline_after_writing_is_unknown(
 async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> None:
     # One pooled connection, held by a request that never gets its answer: the second
     # request waits for the pool past its deadline, having written nothing.
-    one = changed(DEADLINE, {"channels.send_concurrency": 1, "channels.http_timeout_s": 5.0})
+    # The pool's own timeouts are long (5 s): the 1 s deadline is what ends the wait.
+    one = changed(
+        DEADLINE,
+        {
+            "channels.send_concurrency": 1,
+            "channels.http_timeout_s": 5.0,
+            "channels.send_deadline_s": 5.0,
+        },
+    )
     seen: list[bytes] = []
 
     def hold(conn: socket.socket) -> None:
@@ -145,9 +153,7 @@ async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> Non
     base = raw_server(hold)
     async with create_http_client(one.channels) as pool_of_one:
         channel = WebhookChannel(pool_of_one, DEADLINE.channels)
-        patient = WebhookChannel(
-            pool_of_one, changed(one, {"channels.send_deadline_s": 5.0}).channels
-        )
+        patient = WebhookChannel(pool_of_one, one.channels)
         first = asyncio.ensure_future(patient.send(outbound(f"{base}/hook")))
         await until(lambda: bool(seen))
         second = await channel.send(outbound(f"{base}/hook"))
