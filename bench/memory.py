@@ -1,7 +1,7 @@
 """Worker resident memory with N open deliveries, and its timer ticks, without hours of load.
 
 Open deliveries are written straight into the worker's table changelog,
-``{worker_group}-delivery-state-changelog`` (compacted, ``settings.partitions``
+``{worker.group}-delivery-state-changelog`` (compacted, ``kafka.partitions``
 partitions), exactly as faust writes it: key = the JSON of the idempotency key (faust
 serializes a ``str`` table key with json, whatever the app's key serializer), value =
 ``streams.state_codec.dumps(state)`` (raw), partition = the partition of the key in

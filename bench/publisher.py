@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deliveries", type=int, default=1)
-    parser.add_argument("--linger-ms", type=float, default=None, help="publisher_linger_ms")
+    parser.add_argument("--linger-ms", type=float, default=None, help="publisher.linger_s, in ms")
     parser.add_argument(
         "--port", type=int, default=BROKER_PORT, help="broker port (reused if one runs there)"
     )

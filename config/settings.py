@@ -59,6 +59,7 @@ __all__ = [
     "WorkerSettings",
     "address_policy",
     "changed",
+    "revealed",
     "settings_environment",
     "with_channel",
 ]
@@ -142,6 +143,13 @@ class Settings(BaseSettings):
         return self
 
 
+_PARTS = frozenset(
+    name
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+)
+
+
 def changed(settings: Settings, changes: Mapping[str, object]) -> Settings:
     """``settings`` with ``changes`` (dotted names: ``{"worker.lease_s": 3}``), validated.
 
@@ -192,17 +200,33 @@ def _revealed(value: object) -> object:
     return value
 
 
+def revealed(settings: Settings) -> dict[str, Any]:
+    """Every value of ``settings`` as plain JSON-able data, secrets in the clear (for a
+    child process, never a log)."""
+    plain = _revealed(settings.model_dump(mode="python", round_trip=True))
+    assert isinstance(plain, dict)
+    return plain
+
+
 def settings_environment(settings: Settings) -> dict[str, str]:
     """The ``LEDGER_*`` variables under which another process reads exactly ``settings``
-    (secrets in the clear: for a child's environment, never a log): one JSON object per
-    part, one value per root field."""
+    (secrets in the clear: for a child's environment, never a log): one variable per
+    field (``LEDGER_WORKER__LEASE_S``), JSON where the value is a list or a map; a field
+    that is None is left out (every such field's default)."""
     env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="python", round_trip=True).items():
-        shown = _revealed(value)
-        if isinstance(shown, dict | list):
-            env[PREFIX + name.upper()] = json.dumps(shown)
+
+    def put(name: str, shown: object) -> None:
+        if shown is None:
+            return
+        text = shown if isinstance(shown, str) else json.dumps(shown)
+        env[PREFIX + name.upper()] = text
+
+    for name, value in revealed(settings).items():
+        if name in _PARTS:
+            for field, inner in value.items():
+                put(f"{name}{DELIMITER}{field}", inner)
         else:
-            env[PREFIX + name.upper()] = str(shown)
+            put(name, value)
     return env
 
 

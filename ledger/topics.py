@@ -34,7 +34,7 @@ class TopicResult:
 async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
-    """Create the ledger topics with ``settings.partitions`` and infinite retention."""
+    """Create the ledger topics with ``settings.kafka.partitions`` and infinite retention."""
     names = names or (*settings.kafka.topic_names(), settings.kafka.topic_heartbeats)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,

@@ -28,6 +28,7 @@ from tests.readme import readme_block
 
 TOKEN = "acme-t0ken-not-for-logs"
 
+
 def install_plugin(root: Path) -> None:
     """A package and its ``.dist-info`` on a path entry: what pip would leave behind."""
     package = root / "acme_channel"
