@@ -23,7 +23,7 @@ from typing import Any
 from faust.streams import current_event
 
 from events.delivery_state import DeliveryState
-from streams.state_codec import dumps, loads
+from events.state_codec import dumps, loads
 
 CACHED_STATES = 20_000  # bounded: a million open deliveries stay in RocksDB only
 
