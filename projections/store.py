@@ -18,7 +18,7 @@ from typing import Any, Literal
 from events.errors import LedgerError
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
-from events.refusal import one_line, refusal
+from events.refusal import Refuser, one_line, refusal
 from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
@@ -42,7 +42,6 @@ PROJECTOR_MID_BATCH = "projector.mid_batch"
 Offsets = dict[tuple[str, int], int]
 Dump = dict[str, list[tuple[Any, ...]]]
 Mode = Literal["project", "rebuild", "read"]
-PROJECTOR = "projector"
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +463,7 @@ class Store(ABC):
 
 
 def _refusal(where: Position, exc: BaseException) -> str:
-    return refusal(PROJECTOR, where.topic, where.partition, where.offset, exc)
+    return refusal(Refuser.PROJECTOR, where.topic, where.partition, where.offset, exc)
 
 
 def _index_name(create_sql: str) -> str:

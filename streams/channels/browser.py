@@ -52,7 +52,7 @@ from events.channels.browser_targets import (
 )
 from events.errors import ConfigError
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from events.private_files import private_dir, private_file
 from events.redaction import redacted_text
 from streams.channels.base import (
@@ -253,7 +253,9 @@ class BrowserChannel:
         Chromium (``streams/channels/browser_lookup.py``)."""
         target = self._config.targets.get(delivery.recipient)
         if target is None or target.lookup is None:
-            return LookupResult("unsupported", f"browser target {delivery.recipient!r}: no lookup")
+            return LookupResult(
+                LookupOutcome.UNSUPPORTED, f"browser target {delivery.recipient!r}: no lookup"
+            )
         found = await self._lookup(target.lookup, delivery.idempotency_key)
         return replace(found, evidence=redacted_text(found.evidence))
 
@@ -269,16 +271,19 @@ class BrowserChannel:
                     found = await search_lookup(
                         browser, search, key, step_timeout_s=step_s, proxy=listener.proxy()
                     )
-                    if found.outcome == "lookup_error" and listener.refusals:
+                    if found.outcome == LookupOutcome.LOOKUP_ERROR and listener.refusals:
                         refused = "; ".join(dict.fromkeys(listener.refusals))
                         return replace(found, evidence=f"{found.evidence} ({refused})"[:1000])
                     return found
             except TimeoutError:
                 return LookupResult(
-                    "lookup_error", f"search {search.url}: no answer within {self._deadline_s:g}s"
+                    LookupOutcome.LOOKUP_ERROR,
+                    f"search {search.url}: no answer within {self._deadline_s:g}s",
                 )
             except (NotSubmitted, OSError) as exc:  # Chromium or the guard did not start
-                return LookupResult("lookup_error", f"search {search.url}: {_one_line(exc)}")
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"search {search.url}: {_one_line(exc)}"
+                )
 
     async def aclose(self) -> None:
         """Close the browser and Playwright (the worker is stopping)."""

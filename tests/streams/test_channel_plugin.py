@@ -62,6 +62,7 @@ ADAPTER = '''
 import httpx
 
 from events.keys import canonical_json
+from events.outcomes import LookupOutcome
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.channels.outcomes import DeadlineExceeded, attempt_failure, non_success, request
 from streams.channels.write_guard import SendRefused
@@ -103,7 +104,7 @@ class AcmeChannel:
         )
 
     async def lookup(self, delivery):
-        return LookupResult("unsupported", "acme has no lookup")
+        return LookupResult(LookupOutcome.UNSUPPORTED, "acme has no lookup")
 
 
 def build(build):
