@@ -40,12 +40,17 @@ class StateTransaction:
     def __init__(self, table: Any) -> None:
         self._table = table
         self._held: dict[str, tuple[int, DeliveryState]] = {}  # key -> (partition, state)
-        self.status = TransactionStatus.PREPARED
+        self._status = TransactionStatus.PREPARED
+
+    @property
+    def status(self) -> TransactionStatus:
+        """Where the states are; only the steps below change it."""
+        return self._status
 
     def _require(self, status: TransactionStatus, step: str) -> None:
-        if self.status is not status:
+        if self._status is not status:
             raise TransactionStatusError(
-                f"cannot {step} a {self.status} state transaction (only a {status} one)"
+                f"cannot {step} a {self._status} state transaction (only a {status} one)"
             )
 
     def put(self, key: str, partition: int, state: DeliveryState) -> None:
@@ -77,12 +82,12 @@ class StateTransaction:
                 write_table_value(self._table, partition, key, value)
                 self._table.send_changelog(partition, key, value)
         except BaseException:
-            self.status = TransactionStatus.FAILED
+            self._status = TransactionStatus.FAILED
             raise
-        self.status = TransactionStatus.FLUSHED
+        self._status = TransactionStatus.FLUSHED
         return len(self._held)
 
     def commit(self) -> None:
         """The offsets covering these states are committed."""
         self._require(TransactionStatus.FLUSHED, "commit")
-        self.status = TransactionStatus.COMMITTED
+        self._status = TransactionStatus.COMMITTED

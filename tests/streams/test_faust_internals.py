@@ -1,0 +1,204 @@
+"""One test per faust-streaming behaviour streams/faust_internals.py relies on.
+
+Each names the behaviour; after a faust upgrade the one that fails says what changed,
+before any worker test does. The commit path runs a small faust app on the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from faust.types import TP
+
+from clients.aiokafka_internals import fetch_options
+from config.settings import Settings
+from streams.agent_log import quiet
+from streams.app import Worker, create_app
+from streams.faust_internals import (
+    HookedConsumer,
+    log_formatter,
+    new_worker_consumer,
+    table_partition_values,
+    write_table_value,
+)
+from streams.transport import DrainingBuffer, LedgerApp, ReadCommittedTransport
+
+YIELDS = 1_000
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Worker:
+    """A worker built, not started (no broker needed)."""
+    return create_app(Settings(data_dir=tmp_path, webhook_secret="whsec_" + "A" * 32), "faust")
+
+
+def test_a_value_written_outside_an_event_is_the_tables(worker: Worker) -> None:
+    """``_encode_key``, ``_db_for_partition`` and ``_key_index``: faust's table reads what
+    was put in its partition's database."""
+    write_table_value(worker.table, 2, "key-1", b"state-1")
+    assert worker.table.get("key-1") == b"state-1"
+    assert worker.table.data["key-1"] == b"state-1"
+
+
+def test_a_partitions_values_leave_out_the_persisted_offset(worker: Worker) -> None:
+    """``_dbs`` holds the partition's database; faust keeps its changelog offset there."""
+    write_table_value(worker.table, 1, "key-1", b"state-1")
+    worker.table.data.set_persisted_offset(TP(worker.table.changelog_topic.get_topic_name(), 1), 7)
+    assert list(table_partition_values(worker.table, 1)) == [b"state-1"]
+    assert list(table_partition_values(worker.table, 3)) == []  # never opened
+
+
+def test_the_app_is_built_on_the_hooked_transport(worker: Worker) -> None:
+    """``_new_transport``: faust builds its transport (and so its consumer and producer)
+    from the app's ``transport_class``; the producer sends through our buffer."""
+    app = worker.app
+    assert isinstance(app.transport, ReadCommittedTransport)
+    assert isinstance(app.consumer, HookedConsumer)
+    assert isinstance(app.producer.buffer, DrainingBuffer)
+
+
+async def test_the_agents_consumer_is_configured_before_it_starts(worker: Worker) -> None:
+    """``_new_consumer_thread`` and ``_create_worker_consumer``: the aiokafka consumer
+    faust builds for the agents passes through the app's ``configure_consumer``."""
+    assert fetch_options(new_worker_consumer(worker.app))[0] == "read_committed"
+
+
+def test_an_agents_log_line_starts_with_its_label(worker: Worker) -> None:
+    """``_format_log``: mode's formatter of a service's lines, used by the quiet agent log."""
+    agent = worker.app.agents["delivery-state-machine"]
+    line = log_formatter(agent)(logging.INFO, "hello %s", "there")
+    assert agent.shortlabel in line
+    assert line.endswith("hello %s")  # formatted, not yet interpolated
+    assert quiet(agent).log.logger is agent.logger
+
+
+async def test_the_buffer_counts_the_message_it_is_handing_over(
+    settings: Settings, topic_factory: Callable[[str, int], Awaitable[str]]
+) -> None:
+    """``ProducerBuffer._send_pending``: a message taken from the queue is handed over
+    there (the first send to a topic waits for its metadata in it)."""
+    app = create_app(settings, "hand-over").app
+    producer = app.producer
+    await producer.start()
+    try:
+        name = await topic_factory("hand-over", 1)  # no metadata yet
+        topic = app.topic(name, key_type=bytes, value_type=bytes, value_serializer="raw")
+        sent = topic.send_soon(key=b"k", value=b"v")
+        seen = 0
+        for _ in range(YIELDS):
+            seen = max(seen, producer.buffer.handing_over)
+            if sent.done():
+                break
+            await asyncio.sleep(0)
+        await producer.flush()
+        assert seen == 1
+        assert producer.buffer.handing_over == 0
+    finally:
+        await producer.stop()
+
+
+class TracingApp(LedgerApp):
+    """A LedgerApp whose commit hooks write what they see, and one changelog record of
+    its table per commit."""
+
+    steps: list[str]
+    table: Any
+    sent: list[Any]
+    committed_offsets: dict[TP, int]
+
+    def before_commit(self, offsets: Mapping[TP, int]) -> None:
+        self.steps.append("before_commit")
+        value = uuid.uuid4().hex.encode()
+        write_table_value(self.table, 0, "k", value)
+        self.sent.append(self.table.send_changelog(0, "k", value))
+        buffer = cast(DrainingBuffer, self.producer.buffer)
+        if buffer.size or buffer.handing_over:
+            self.steps.append("changelog in our buffer")
+        self.sent[-1].add_done_callback(lambda _: self.steps.append("changelog acked"))
+
+    def after_commit(self, offsets: Mapping[TP, int], committed: bool) -> None:
+        self.steps.append(f"after_commit {committed}")
+        if committed:
+            self.committed_offsets.update(offsets)
+
+
+@pytest.fixture
+async def tracing_app(
+    settings: Settings, topic_factory: Callable[[str, int], Awaitable[str]], tmp_path: Path
+) -> AsyncIterator[TracingApp]:
+    """A started TracingApp whose agent has consumed (and acked) one record."""
+    source = await topic_factory("traced", 1)
+    app = TracingApp(
+        f"traced-{uuid.uuid4().hex[:8]}",
+        broker=f"kafka://{settings.bootstrap_servers}",
+        store="rocksdb://",
+        datadir=str(tmp_path / "traced"),
+        processing_guarantee="at_least_once",
+        topic_partitions=1,
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        broker_commit_interval=0.2,
+        web_enabled=False,
+        autodiscover=False,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    app.steps, app.sent, app.committed_offsets = [], [], {}
+    app.table = app.Table("traced", default=None, partitions=1, key_type=str, value_type=bytes)
+    topic = app.topic(source, key_type=bytes, value_type=bytes, value_serializer="raw")
+    seen = asyncio.Event()
+
+    async def consume(stream: Any) -> AsyncIterator[None]:
+        async for _ in stream:
+            seen.set()
+            yield None
+
+    app.agent(topic, name="traced")(consume)
+    await app.start()
+    try:
+        await (await topic.send(key=b"k", value=b"v"))
+        await asyncio.wait_for(seen.wait(), 60)
+        for _ in range(300):
+            if app.committed_offsets:
+                break
+            await asyncio.sleep(0.1)
+        yield app
+    finally:
+        await app.stop()
+
+
+async def test_every_offset_commit_passes_through_commit_offsets(
+    tracing_app: TracingApp, settings: Settings
+) -> None:
+    """``Consumer._commit_offsets``: at-least-once, the agent's offsets are committed
+    through it, and when it returns True they are at the broker."""
+    offsets = tracing_app.committed_offsets
+    assert offsets, f"no commit passed through _commit_offsets: {tracing_app.steps}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        at_broker = await admin.list_consumer_group_offsets(tracing_app.conf.id)
+    finally:
+        await admin.close()
+    for tp, offset in offsets.items():
+        assert at_broker[TopicPartition(tp.topic, tp.partition)].offset >= offset
+
+
+async def test_changelog_writes_go_through_the_buffer_the_commit_drains(
+    tracing_app: TracingApp,
+) -> None:
+    """``table.send_changelog`` puts the record into the app producer's buffer, and
+    ``_commit_offsets`` flushes that producer (the record is acked) before it returns."""
+    trace = tracing_app.steps
+    first = trace.index("before_commit")
+    assert trace[first + 1] == "changelog in our buffer", trace
+    acked = trace.index("changelog acked", first)
+    assert acked < trace.index("after_commit True", first), trace
