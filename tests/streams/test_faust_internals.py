@@ -130,19 +130,15 @@ class TracingApp(LedgerApp):
             self.committed_offsets.update(offsets)
 
 
-@pytest.fixture
-async def tracing_app(
-    settings: Settings, topic_factory: Callable[[str, int], Awaitable[str]], tmp_path: Path
-) -> AsyncIterator[TracingApp]:
-    """A started TracingApp whose agent has consumed (and acked) one record."""
-    source = await topic_factory("traced", 1)
+def traced_app(settings: Settings, app_id: str, datadir: Path, partitions: int) -> TracingApp:
+    """A TracingApp (consumer group ``app_id``) with its table; no agent yet."""
     app = TracingApp(
-        f"traced-{uuid.uuid4().hex[:8]}",
+        app_id,
         broker=f"kafka://{settings.bootstrap_servers}",
         store="rocksdb://",
-        datadir=str(tmp_path / "traced"),
+        datadir=str(datadir),
         processing_guarantee="at_least_once",
-        topic_partitions=1,
+        topic_partitions=partitions,
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
         broker_commit_interval=0.2,
@@ -152,7 +148,19 @@ async def tracing_app(
         value_serializer="raw",
     )
     app.steps, app.sent, app.committed_offsets = [], [], {}
-    app.table = app.Table("traced", default=None, partitions=1, key_type=str, value_type=bytes)
+    app.table = app.Table(
+        "traced", default=None, partitions=partitions, key_type=str, value_type=bytes
+    )
+    return app
+
+
+@pytest.fixture
+async def tracing_app(
+    settings: Settings, topic_factory: Callable[[str, int], Awaitable[str]], tmp_path: Path
+) -> AsyncIterator[TracingApp]:
+    """A started TracingApp whose agent has consumed (and acked) one record."""
+    source = await topic_factory("traced", 1)
+    app = traced_app(settings, f"traced-{uuid.uuid4().hex[:8]}", tmp_path / "traced", 1)
     topic = app.topic(source, key_type=bytes, value_type=bytes, value_serializer="raw")
     seen = asyncio.Event()
 
@@ -202,3 +210,67 @@ async def test_changelog_writes_go_through_the_buffer_the_commit_drains(
     assert trace[first + 1] == "changelog in our buffer", trace
     acked = trace.index("changelog acked", first)
     assert acked < trace.index("after_commit True", first), trace
+
+
+async def test_on_revocation_the_signal_follows_the_agents_event_and_the_producer_flush(
+    settings: Settings, topic_factory: Callable[[str, int], Awaitable[str]], tmp_path: Path
+) -> None:
+    """``on_partitions_revoked`` is sent after the agents finished the event they were in
+    and the producer was flushed: what the worker's handler then writes is the last write
+    of those partitions, and every changelog record the event sent is with Kafka."""
+    source = await topic_factory("revoked", 2)
+    group = f"revoked-{uuid.uuid4().hex[:8]}"
+    first = traced_app(settings, group, tmp_path / "first", 2)
+    topic = first.topic(source, key_type=bytes, value_type=bytes, value_serializer="raw")
+    started = asyncio.Event()
+
+    async def slow(stream: Any) -> AsyncIterator[None]:
+        async for event in stream.events():
+            first.steps.append("event started")
+            started.set()
+            await asyncio.sleep(EVENT_S)  # the second app joins meanwhile
+            partition = event.message.partition
+            first.sent.append(first.table.send_changelog(partition, "k", b"late"))
+            first.steps.append("event done")
+            yield None
+
+    async def on_revoked(_app: Any, revoked: set[TP], **_: Any) -> None:
+        if not started.is_set():
+            return  # the join's own revocation (nothing assigned yet)
+        buffer = cast(DrainingBuffer, first.producer.buffer)
+        drained = not (buffer.size or buffer.handing_over)
+        acked = all(sent.done() for sent in first.sent)
+        first.steps.append(f"revoked drained={drained} acked={acked}")
+
+    first.agent(topic, name="slow")(slow)
+    connect: Any = first.on_partitions_revoked.connect  # faust types handlers loosely
+    connect(on_revoked)
+    second = traced_app(settings, group, tmp_path / "second", 2)
+    second.agent(second.topic(source, value_serializer="raw"), name="slow")(idle)
+    await first.start()
+    try:
+        await (await topic.send(key=b"k", value=b"v"))
+        await asyncio.wait_for(started.wait(), 60)
+        await second.start()
+        try:
+            for _ in range(600):
+                if any(step.startswith("revoked") for step in first.steps):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await second.stop()
+    finally:
+        await first.stop()
+    revoked = [s for s in first.steps if s.startswith("revoked")]
+    assert revoked, first.steps
+    assert first.steps.index("event done") < first.steps.index(revoked[0]), first.steps
+    assert revoked[0] == "revoked drained=True acked=True", first.steps
+
+
+EVENT_S = 4.0
+
+
+async def idle(stream: Any) -> AsyncIterator[None]:
+    """An agent that takes its records and does nothing."""
+    async for _ in stream:
+        yield None
