@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
+import importlib.machinery
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +40,8 @@ def _their_private_names() -> frozenset[str]:
     """Every private method, attribute and class attribute the libraries define."""
     names: set[str] = set()
     for library in LIBRARIES:
-        spec = importlib.util.find_spec(library)
+        # The path finder, not sys.modules: faust replaces its module with a lazy one.
+        spec = importlib.machinery.PathFinder.find_spec(library)
         assert spec is not None, library
         assert spec.origin is not None, library
         for path in Path(spec.origin).parent.rglob("*.py"):

@@ -15,7 +15,7 @@ from tests.fixtures.core import applied, requested
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Worker:
+async def worker(tmp_path: Path) -> Worker:
     """A worker built, not started: its table and its producer's buffer, no broker."""
     return create_app(Settings(data_dir=tmp_path, webhook_secret="whsec_" + "A" * 32), "tx")
 
@@ -28,7 +28,7 @@ def status(tx: StateTransaction) -> TransactionStatus:
 STATES = [applied(None, requested(n)) for n in range(3)]
 
 
-def test_a_flush_writes_each_key_once_to_the_table_and_its_changelog(worker: Worker) -> None:
+async def test_a_flush_writes_each_key_once_to_the_table_and_its_changelog(worker: Worker) -> None:
     tx = StateTransaction(worker.table)
     assert status(tx) is TransactionStatus.PREPARED
     tx.put("a", 0, STATES[0])
@@ -44,7 +44,7 @@ def test_a_flush_writes_each_key_once_to_the_table_and_its_changelog(worker: Wor
     assert status(tx) is TransactionStatus.COMMITTED
 
 
-def test_nothing_is_put_into_a_flushed_transaction(worker: Worker) -> None:
+async def test_nothing_is_put_into_a_flushed_transaction(worker: Worker) -> None:
     """A state put after the flush would be committed past without being written."""
     tx = StateTransaction(worker.table)
     tx.flush()
@@ -54,7 +54,7 @@ def test_nothing_is_put_into_a_flushed_transaction(worker: Worker) -> None:
         tx.flush()
 
 
-def test_only_a_flushed_transaction_is_committed(worker: Worker) -> None:
+async def test_only_a_flushed_transaction_is_committed(worker: Worker) -> None:
     tx = StateTransaction(worker.table)
     with pytest.raises(TransactionStatusError, match="cannot commit a prepared"):
         tx.commit()
@@ -74,7 +74,7 @@ class RefusingChangelog:
         raise RuntimeError("producer closed")
 
 
-def test_a_flush_that_raises_fails_the_transaction_for_good(worker: Worker) -> None:
+async def test_a_flush_that_raises_fails_the_transaction_for_good(worker: Worker) -> None:
     tx = StateTransaction(RefusingChangelog(worker.table))
     tx.put("a", 0, STATES[0])
     with pytest.raises(RuntimeError, match="producer closed"):

@@ -73,3 +73,4 @@ async def test_the_worker_consumer_gets_the_fetch_wait(
     worker = create_app(settings, "fetching")
     consumer = new_worker_consumer(worker.app)  # as faust builds it, in its own thread
     assert fetch_options(consumer) == ("read_committed", min_bytes, max_wait_ms)
+    await consumer.stop()  # never started; closed, so no warning at collection
