@@ -46,7 +46,6 @@ class TableStore:
         self._committing: list[StateTransaction] = []
         self.puts = 0
         self.writes = 0
-        self.commits = 0  # transactions whose offsets were committed
 
     def get(self, key: str) -> DeliveryState | None:
         """The state of ``key``."""
@@ -103,7 +102,6 @@ class TableStore:
             return
         for transaction in covered:
             transaction.commit()
-        self.commits += len(covered)
 
     def _remember(self, key: str, state: DeliveryState) -> None:
         self._states[key] = state  # states are frozen: sharing them is safe
