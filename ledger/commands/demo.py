@@ -20,7 +20,8 @@ def demo(
     runs: Annotated[int, typer.Option(min=1, help="Runs to publish (3 deliveries each).")] = 40,
 ) -> None:
     """The whole product with faults: broker, 2 workers, projector, dashboard, fake provider."""
-    from ledger.demo import DemoOptions, run_demo
+    from ledger.demo.options import DemoOptions
+    from ledger.demo.run import run_demo
 
     summary = run_demo(Settings(), out, DemoOptions(runs=runs, once=once))
     if not summary.ok:
