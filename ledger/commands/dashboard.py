@@ -13,7 +13,8 @@ from config.settings import Settings
 from ledger.commands.projections import Dsn
 from projections.backends import default_dsn, open_store
 from projections.dashboard import check_binding, serve
-from projections.store import Store, redacted
+from projections.database import redacted
+from projections.store import Store
 
 out = Console()
 

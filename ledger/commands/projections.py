@@ -24,6 +24,7 @@ from config.settings import Settings
 from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
 from projections.backends import default_dsn, open_store
+from projections.database import DatabaseUnreachable, redacted
 from projections.deadletters import RunsDeadLetters
 from projections.heartbeats import worker_clocks
 from projections.incident import run_view
@@ -37,7 +38,7 @@ from projections.projector import (
     rebuild,
 )
 from projections.queries import status_report
-from projections.store import DatabaseUnreachable, Store, redacted
+from projections.store import Store
 from projections.verify import verify
 
 out = Console()
