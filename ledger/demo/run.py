@@ -74,9 +74,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
     chaos = Chaos(stack, demo)
     async with LedgerObserver(settings, only=set()) as observer:
         assert observer.only is not None
-        publishing = asyncio.create_task(
-            publish_runs(settings, urls, tag, options, published, observer.only)
-        )
+        publishing = asyncio.create_task(publish_runs(demo, tag, options, published, observer.only))
         await settle(chaos, observer, out, options.runs, publishing, published)
         summary = summarize(
             observer, options.runs, published, urls, began, demo.dashboard, chaos.killed
@@ -84,7 +82,7 @@ async def _demo(settings: Settings, stack: Stack, out: Console, options: DemoOpt
         summary.worker_restarts = len(chaos.restarts)
         print_summary(out, summary)
         if not options.once:
-            await keep_running(settings, urls, tag, options, observer, out)
+            await keep_running(demo, tag, options, observer, out)
             summary = summarize(
                 observer, options.runs, published, urls, began, demo.dashboard, chaos.killed
             )

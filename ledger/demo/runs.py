@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from clients.publisher import DeliverySpec, Publisher
-from config.settings import Settings
+from ledger.demo.assembly import DemoStack
 from ledger.demo.options import (
     BROWSER_TARGET,
     DEMO_SLACK_CHANNEL,
@@ -34,11 +34,12 @@ def deliveries_for(runs: int, start: int = 0) -> int:
 
 def _specs(run_id: str, n: int, urls: dict[str, Any]) -> list[DeliverySpec]:
     """The deliveries of run number ``n``."""
+    done = f"run {run_id} finished"
+    email = {"subject": done, "text": "report ready"}
+    slack = f"{DEMO_SLACK_WORKSPACE}/{DEMO_SLACK_CHANNEL}"
     specs = [
         DeliverySpec(
-            channel="webhook",
-            recipient=f"{urls['base']}/hooks/ops",
-            payload={"text": f"run {run_id} finished"},
+            channel="webhook", recipient=f"{urls['base']}/hooks/ops", payload={"text": done}
         ),
         DeliverySpec(
             channel="webhook",
@@ -51,35 +52,19 @@ def _specs(run_id: str, n: int, urls: dict[str, Any]) -> list[DeliverySpec]:
             payload={"to": "oncall@example.test", "body": f"{run_id} done"},
         ),
         DeliverySpec(
-            channel="slack",
-            recipient=f"{DEMO_SLACK_WORKSPACE}/{DEMO_SLACK_CHANNEL}",
-            payload={"text": f":white_check_mark: run {run_id} finished"},
+            channel="slack", recipient=slack, payload={"text": f":white_check_mark: {done}"}
         ),
-        DeliverySpec(
-            channel="email_api",
-            recipient="oncall@example.test",
-            payload={"subject": f"run {run_id} finished", "text": "report ready"},
-        ),
-        DeliverySpec(
-            channel="smtp",
-            recipient="oncall@example.test",
-            payload={"subject": f"run {run_id} finished", "text": "report ready"},
-        ),
+        DeliverySpec(channel="email_api", recipient="oncall@example.test", payload=email),
+        DeliverySpec(channel="smtp", recipient="oncall@example.test", payload=email),
     ]
     if n % BROWSER_EVERY == 0:
-        specs.append(
-            DeliverySpec(
-                channel="browser",
-                recipient=BROWSER_TARGET,
-                payload={"title": f"run {run_id} finished", "body": "report ready"},
-            )
-        )
+        form = {"title": done, "body": "report ready"}
+        specs.append(DeliverySpec(channel="browser", recipient=BROWSER_TARGET, payload=form))
     return specs
 
 
 async def publish_runs(
-    settings: Settings,
-    urls: dict[str, Any],
+    demo: DemoStack,
     tag: str,
     options: DemoOptions,
     published: list[str],
@@ -89,11 +74,11 @@ async def publish_runs(
     """Publish ``options.runs`` runs from number ``start``; their keys go into
     ``published`` and ``follow`` (what the observer watches)."""
     async with Publisher(
-        settings, producer_name="demo-agent", transactional_id=f"demo-agent-{tag}"
+        demo.settings, producer_name="demo-agent", transactional_id=f"demo-agent-{tag}"
     ) as publisher:
         for n in range(start, start + options.runs):
             run_id = f"demo-{tag}-{n}"
-            specs = _specs(run_id, n, urls)
+            specs = _specs(run_id, n, demo.urls)
             await publisher.run_started(run_id, agent="demo-agent")
             requests = await publisher.run_succeeded(run_id, f"sha256:{uuid.uuid4().hex}", specs)
             keys = [r.idempotency_key for r in requests]
@@ -103,8 +88,7 @@ async def publish_runs(
 
 
 async def keep_running(
-    settings: Settings,
-    urls: dict[str, Any],
+    demo: DemoStack,
     tag: str,
     options: DemoOptions,
     observer: LedgerObserver,
@@ -117,7 +101,7 @@ async def keep_running(
     n = options.runs
     try:
         while True:
-            await publish_runs(settings, urls, tag, trickle, published, observer.only or set(), n)
+            await publish_runs(demo, tag, trickle, published, observer.only or set(), n)
             n += 1
             for _ in range(6):
                 await observer.poll(300)
