@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sqlite3
 import subprocess
 import sys
@@ -26,18 +25,9 @@ from events.delivery_state import Status
 from events.ports import free_port
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 from tests.fixtures.worker import LedgerView, WorkerFactory
+from tests.readme import ROOT, readme_block
 from tests.receiver.support import signed_lookup
 from tests.streams.matrix import publish, until
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def readme_example() -> str:
-    """The python block after ``<!-- receiver-example -->`` in README.md."""
-    text = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- receiver-example -->\n```python\n(.*?)```", text, re.S)
-    assert found, "README.md has no receiver example block"
-    return found.group(1)
 
 
 class ExampleReceiver:
@@ -47,7 +37,7 @@ class ExampleReceiver:
         self.port = free_port()
         self.db = tmp / "receiver.sqlite3"
         script = tmp / "example_receiver.py"
-        script.write_text(readme_example())
+        script.write_text(readme_block("receiver-example"))
         env = os.environ | {
             "PORT": str(self.port),
             "WEBHOOK_SECRETS": TEST_WEBHOOK_SECRET,

@@ -1,15 +1,15 @@
-"""A third-party channel plugin, installed from a temporary package, found through the
-``delivery_ledger.channels`` entry point and delivered through end to end: the SDK checks
-its recipients, a real ``ledger worker`` builds its adapter with its settings, sends to a
-real HTTP receiver on 127.0.0.1 that does not dedupe, and the delivery is CONFIRMED with
-exactly one request per key at the receiver."""
+"""A third-party channel plugin (the README's two blocks, as written), installed from a
+temporary package, found through the ``delivery_ledger.channels`` entry point and
+delivered through end to end: the SDK checks its recipients, a real ``ledger worker``
+builds its adapter with its settings, sends to a real HTTP receiver on 127.0.0.1 that does
+not dedupe, and the delivery is CONFIRMED with exactly one request per key at the
+receiver."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
-import textwrap
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,99 +24,16 @@ from events.channels import channel_names, forget_discovered
 from events.delivery_state import Status
 from events.ports import free_port
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+from tests.readme import readme_block
 
 TOKEN = "acme-t0ken-not-for-logs"
-
-PLUGIN = '''
-"""The acme channel: its light half (what the SDK, the CLI and event validation use)."""
-
-from pydantic import BaseModel, ConfigDict, SecretStr
-
-from events.channels import Capabilities, ChannelPlugin, FirstAnswer, Lookup
-
-
-class AcmeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-    token: SecretStr
-
-
-def check_recipient(recipient: str) -> None:
-    host, _, inbox = recipient.removeprefix("acme://").partition("/")
-    if not recipient.startswith("acme://") or not host or not inbox:
-        raise ValueError("acme recipient must be acme://HOST:PORT/INBOX")
-
-
-plugin = ChannelPlugin(
-    name="acme",
-    description="Acme inbox API",
-    capabilities=Capabilities(("header X-Acme-Key",), Lookup.NONE, FirstAnswer.CONFIRMED),
-    check_recipient=check_recipient,
-    adapter="acme_channel.adapter:build",
-    settings_model=AcmeSettings,
-)
-'''
-
-ADAPTER = '''
-"""The acme channel's adapter: built by the worker over its shared, guarded client."""
-
-import httpx
-
-from events.keys import canonical_json
-from streams.channels.base import LookupResult, SendOutcome, SendResult
-from streams.channels.outcomes import DeadlineExceeded, attempt_failure, non_success, request
-from streams.channels.write_guard import SendRefused
-
-
-class AcmeChannel:
-    name = "acme"
-
-    def __init__(self, client, token, deadline_s):
-        self._client, self._token, self._deadline_s = client, token, deadline_s
-
-    def receiver_dedupes(self, recipient):
-        return False
-
-    def settle_s(self, recipient):
-        return None
-
-    async def send(self, delivery, guard=None):
-        url = "http://" + delivery.recipient.removeprefix("acme://")
-        what = f"POST {url}"
-        headers = {
-            "content-type": "application/json",
-            "x-acme-key": delivery.idempotency_key,
-            "authorization": f"Bearer {self._token.get_secret_value()}",
-        }
-        try:
-            answer = await request(
-                self._client, "POST", url, deadline_s=self._deadline_s, guard=guard,
-                content=canonical_json(delivery.payload), headers=headers,
-            )
-        except (httpx.RequestError, httpx.InvalidURL, SendRefused, DeadlineExceeded) as exc:
-            return attempt_failure(exc, what)
-        if not 200 <= answer.status <= 299:
-            return non_success(answer, what, lambda: 0.0)
-        message_id = (answer.json_object() or {}).get("id")
-        return SendResult(
-            SendOutcome.CONFIRMED, f"{what} -> {answer.status}, id {message_id}",
-            http_status=answer.status, provider_message_id=message_id,
-        )
-
-    async def lookup(self, delivery):
-        return LookupResult("unsupported", "acme has no lookup")
-
-
-def build(build):
-    return AcmeChannel(build.client, build.config.token, build.settings.send_deadline_s)
-'''
-
 
 def install_plugin(root: Path) -> None:
     """A package and its ``.dist-info`` on a path entry: what pip would leave behind."""
     package = root / "acme_channel"
     package.mkdir()
-    (package / "__init__.py").write_text(textwrap.dedent(PLUGIN))
-    (package / "adapter.py").write_text(textwrap.dedent(ADAPTER))
+    (package / "__init__.py").write_text(readme_block("plugin-light-half"))
+    (package / "adapter.py").write_text(readme_block("plugin-adapter"))
     info = root / "acme_channel-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-channel\nVersion: 0.1\n")

@@ -1,0 +1,26 @@
+"""The README's Python blocks, each after a marker (``<!-- name -->``) a test looks it up by.
+
+Every Python block in README.md runs as a test: ``test_readme_blocks`` refuses a block
+without a marker, and a marker that no test asks for by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+_BLOCK = re.compile(r"(?:<!-- ([a-z-]+) -->\n)?```python\n(.*?)```", re.S)
+
+
+def python_blocks() -> list[tuple[str | None, str]]:
+    """Every Python block of the README, with the marker before it (None: no marker)."""
+    return [(m.group(1), m.group(2)) for m in _BLOCK.finditer(README.read_text())]
+
+
+def readme_block(name: str) -> str:
+    """The Python block after ``<!-- name -->``, as written."""
+    found = [code for marker, code in python_blocks() if marker == name]
+    assert len(found) == 1, f"README.md has {len(found)} python blocks marked {name!r}"
+    return found[0]
