@@ -117,7 +117,7 @@ class Worker:
             options=TABLE_ROCKSDB_OPTIONS,
         )
         self.store = TableStore(self.table)
-        self.app.before_commit = self.store.flush
+        self.app.write_back = self.store
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.clock_skew_limit_s, settings.clock_stale_s)
         self.heartbeat = Heartbeat(settings, self.worker_id, self.clock)
