@@ -18,6 +18,7 @@ from typing import Any, Literal, Self
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from clients.aiokafka_internals import refresh_metadata
 from clients.kafka_security import client_options, connect_error
 from config.parts import KafkaSettings
 from events.errors import LedgerError
@@ -87,7 +88,7 @@ class CommittedLog:
         numbers = consumer.partitions_for_topic(topic)
         if numbers is None:
             # Metadata is fetched for subscribed topics only: ask for this one.
-            await consumer._client.force_metadata_update()
+            await refresh_metadata(consumer)
             numbers = consumer.partitions_for_topic(topic)
         if numbers is None:
             if missing_ok:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerFenced
 
+from clients.aiokafka_internals import transaction_failed_fatally
 from clients.kafka_security import NOT_AUTHORIZED, not_allowed
 from config.settings import Settings
 from events.errors import LedgerError
@@ -215,7 +216,7 @@ class GroupCommit:
 
     def _fail(self, batch: list[_Pending], exc: BaseException, *, written: bool | None) -> None:
         cause = self._cause(exc)
-        fatal = self._producer._txn_manager.is_fatal_error()  # as aiokafka's own context checks
+        fatal = transaction_failed_fatally(self._producer)
         if fatal:
             self._dead = (cause, _hint(exc, fatal=True))
         hint = _hint(exc, fatal=fatal, written=written)

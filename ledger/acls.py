@@ -17,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.admin import CreateAclsRequest
 
+from clients.aiokafka_internals import send_admin_request
 from clients.kafka_security import client_options, connect_error
 from config.settings import Settings
 from events.errors import LedgerError
@@ -140,7 +141,7 @@ async def grant(settings: Settings, acls: list[Acl]) -> None:
             request = CreateAclsRequest(
                 acl.resource, acl.name, acl.pattern, acl.principal, "*", acl.operation, ALLOW
             )
-            response = await admin._client.send(admin._client.get_random_node(), request)
+            response = await send_admin_request(admin, request)
             code, message = response.creation_responses[0][:2]
             if code != 0:
                 raise LedgerError(

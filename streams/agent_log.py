@@ -11,6 +11,8 @@ from typing import Any
 
 from mode.utils.logging import CompositeLogger
 
+from streams.faust_internals import log_formatter
+
 
 class LevelCheckedLogger(CompositeLogger):
     """A ``CompositeLogger`` that formats nothing for a level its logger drops."""
@@ -23,5 +25,5 @@ class LevelCheckedLogger(CompositeLogger):
 
 def quiet(service: Any) -> Any:
     """Give a faust service (an agent) the level-checked logger; returns the service."""
-    service.log = LevelCheckedLogger(service.logger, formatter=service._format_log)
+    service.log = LevelCheckedLogger(service.logger, formatter=log_formatter(service))
     return service

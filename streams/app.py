@@ -50,7 +50,7 @@ from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
-from streams.sender import Sender
+from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
 from streams.transport import LedgerApp
@@ -119,7 +119,7 @@ class Worker:
             options=TABLE_ROCKSDB_OPTIONS,
         )
         self.store = TableStore(self.table)
-        self.app.before_commit = self.store.flush
+        self.app.write_back = self.store
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
         self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
@@ -303,7 +303,7 @@ class Worker:
         gone = self.owned - mine
         for partition in gone:
             self.processor.forget(partition)
-        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        await self.sender.stop_partitions(gone, REVOKED)
         self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
@@ -316,7 +316,7 @@ class Worker:
         self.owned.difference_update(gone)
         for partition in gone:
             self.processor.forget(partition)
-        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        await self.sender.stop_partitions(gone, REVOKED)
         # faust flushed its producer before this signal: what the table still holds goes
         # to the changelog now, before the partitions' next owner recovers them.
         written = self.store.flush()
@@ -379,9 +379,7 @@ class Worker:
         """Queued sends are taken back (recorded as not sent); written ones finish,
         bounded by the deadline; what does not finish is left to its lease."""
         self.owned.clear()
-        await self.sender.stop_partitions(
-            self.sender.partitions_in_use, "worker shutting down before the send began"
-        )
+        await self.sender.stop_partitions(self.sender.partitions_in_use, SHUTDOWN)
         await self.sender.drain(timeout_s=self.settings.channels.longest_send_deadline_s + 1)
         await self.outcomes.stop()
         await self.heartbeat.stop()

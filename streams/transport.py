@@ -14,18 +14,22 @@ offset past table states that never reached the changelog: the delivery is never
 again (PENDING for good) or its claim is forgotten. ``DrainingBuffer`` waits until every
 buffered message is in aiokafka's hands, bounded, and fails the commit otherwise. The
 table holds its writes back until a commit (streams/table_store.py); the consumer asks
-the app to write them (``before_commit``) before that flush.
+the app's ``write_back`` to write them before that flush (``before_commit``) and tells it
+when the offsets are committed (``after_commit``). faust's internals behind all of this
+are in streams/faust_internals.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.transport.producer import ProducerBuffer
-from faust.types import FutureMessage
+from faust.types import TP
+
+from clients.aiokafka_internals import set_fetch_options
+from streams.faust_internals import HandOverBuffer, HookedApp, HookedTransport
 
 # Longer than any broker hiccup the worker should ride out; a flush that cannot hand its
 # messages over in this long fails the offset commit (and the worker) instead of
@@ -35,50 +39,12 @@ FLUSH_TIMEOUT_S = 60.0
 FETCH_MIN_BYTES = 64 * 1024
 
 
-class _ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        # aiokafka hands these to its fetcher in start(), which has not run yet.
-        consumer._isolation_level = "read_committed"
-        wait_ms = getattr(self.app, "fetch_wait_ms", 0)
-        if wait_ms > 0:
-            # The broker answers a fetch when FETCH_MIN_BYTES are there or wait_ms passed:
-            # fewer, fuller fetches under load; at most wait_ms more per record when quiet.
-            consumer._fetch_min_bytes = FETCH_MIN_BYTES
-            consumer._fetch_max_wait_ms = int(wait_ms)
-        return consumer
-
-
-class _ReadCommittedConsumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> Any:
-        return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-    async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
-        # Every offset commit of the at-least-once path passes here, and faust flushes the
-        # producer next: states held back for this commit join the changelog writes first.
-        before_commit = getattr(self.app, "before_commit", None)
-        if before_commit is not None:
-            before_commit()
-        return bool(await super()._commit_offsets(offsets, start_new_transaction))
-
-
 class ChangelogFlushTimeout(RuntimeError):
     """The producer buffer could not hand its messages to aiokafka in time."""
 
 
-class DrainingBuffer(ProducerBuffer):
+class DrainingBuffer(HandOverBuffer):
     """faust's producer buffer, with a flush that returns only when it is empty."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.handing_over = 0  # taken from the queue, not yet in aiokafka's accumulator
-
-    async def _send_pending(self, fut: FutureMessage) -> None:
-        self.handing_over += 1
-        try:
-            await super()._send_pending(fut)
-        finally:
-            self.handing_over -= 1
 
     async def flush(self) -> None:
         """Wait until every buffered message is in aiokafka's hands (bounded)."""
@@ -109,22 +75,58 @@ class _DrainingProducer(faust_aiokafka.Producer):
         self.buffer.app = self.app
 
 
-class ReadCommittedTransport(faust_aiokafka.Transport):
-    """aiokafka transport with the read_committed consumer and the draining producer."""
+class ReadCommittedTransport(HookedTransport):
+    """aiokafka transport with the hooked (read_committed) consumer and the draining
+    producer."""
 
-    Consumer = _ReadCommittedConsumer
     Producer = _DrainingProducer
 
 
-class LedgerApp(faust.App):
-    """faust.App using ReadCommittedTransport; ``before_commit`` runs right before each
-    offset commit hands the changelog writes to Kafka (the write-back table's flush)."""
+class WriteBack(Protocol):
+    """What is told about each offset commit (streams/table_store.py)."""
 
+    def before_commit(self) -> int:
+        """Write what is held back, right before the producer is flushed and the offsets
+        committed; how many states were written."""
+        ...
+
+    def after_commit(self, committed: bool) -> None:
+        """The commit ended; ``committed`` is False if it committed nothing."""
+        ...
+
+
+class LedgerApp(HookedApp):
+    """faust.App using ReadCommittedTransport: its agents' consumer reads committed records
+    only, and its ``write_back`` (the delivery table) is flushed right before each offset
+    commit hands the changelog writes to Kafka."""
+
+    transport_class = ReadCommittedTransport
     fetch_wait_ms: float = 0.0  # LEDGER_WORKER__FETCH_WAIT_S in ms (0: answer at once)
+    write_back: WriteBack | None = None  # set by the worker
 
-    def before_commit(self) -> object:
-        """Replaced by the worker; nothing to write by default."""
-        return None
+    def configure_consumer(self, consumer: Any) -> None:
+        """read_committed, and the fetch wait when one is set."""
+        if self.fetch_wait_ms > 0:
+            # The broker answers a fetch when FETCH_MIN_BYTES are there or wait_ms passed:
+            # fewer, fuller fetches under load; at most wait_ms more per record when quiet.
+            set_fetch_options(
+                consumer,
+                isolation_level="read_committed",
+                fetch_min_bytes=FETCH_MIN_BYTES,
+                fetch_max_wait_ms=int(self.fetch_wait_ms),
+            )
+        else:
+            set_fetch_options(consumer, isolation_level="read_committed")
+
+    def before_commit(self, offsets: Mapping[TP, int]) -> None:
+        """States held back for this commit join the changelog writes faust flushes next."""
+        if self.write_back is not None:
+            self.write_back.before_commit()
+
+    def after_commit(self, offsets: Mapping[TP, int], committed: bool) -> None:
+        """The held-back states the commit covers are committed (or wait for the next)."""
+        if self.write_back is not None:
+            self.write_back.after_commit(committed)
 
     def on_init_dependencies(self) -> Any:
         """faust's services, less its Monitor among the sensors: it keeps per-event
@@ -133,6 +135,3 @@ class LedgerApp(faust.App):
         services = super().on_init_dependencies()
         self.sensors.remove(self.monitor)
         return services
-
-    def _new_transport(self) -> Any:
-        return ReadCommittedTransport(self.conf.broker_consumer, self, loop=self.loop)

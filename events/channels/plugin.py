@@ -108,7 +108,7 @@ class ChannelPlugin:
     adapter: str | AdapterFactory
     refuse: Callable[[str], str | None] = accept_any
     settings_model: type[BaseModel] | None = None
-    settings_note: str = ""  # where else its settings come from (webhook: LEDGER_WEBHOOK_*)
+    settings_note: str = ""  # where else its settings come from (webhook: its own)
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):

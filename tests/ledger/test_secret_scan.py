@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import SecretStr
 
 from clients import DeliverySpec, Publisher
+from clients.aiokafka_internals import refresh_metadata
 from config.settings import Settings, WebhookEndpoint, changed
 from events.delivery_state import Status
 from events.ports import free_port
@@ -94,8 +95,7 @@ async def scan_topics(settings: Settings, scan: Scan) -> None:
     try:
         # The broker's internal topics too (group offsets, transaction state).
         topics = await consumer.topics() | {"__consumer_offsets", "__transaction_state"}
-        consumer._client.set_topics(topics)
-        await consumer._client.force_metadata_update()
+        await refresh_metadata(consumer, topics)
         parts = [
             TopicPartition(topic, n)
             for topic in sorted(topics)

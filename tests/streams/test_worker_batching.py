@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from clients.aiokafka_internals import fetch_options
 from config.settings import Settings, changed
 from streams.app import create_app
+from streams.faust_internals import new_worker_consumer
 from streams.outcome_producer import OutcomeProducer
 from tests.fixtures.core import requested
 
@@ -68,7 +70,6 @@ async def test_the_worker_consumer_gets_the_fetch_wait(
         data_dir=tmp_path,
     )
     worker = create_app(settings, "fetching")
-    thread = worker.app.consumer._thread  # faust builds the consumer in its own thread
-    consumer = thread._create_worker_consumer(worker.app.transport)
-    assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == (min_bytes, max_wait_ms)
-    assert consumer._isolation_level == "read_committed"
+    consumer = new_worker_consumer(worker.app)  # as faust builds it, in its own thread
+    assert fetch_options(consumer) == ("read_committed", min_bytes, max_wait_ms)
+    await consumer.stop()  # never started; closed, so no warning at collection

@@ -1,0 +1,129 @@
+"""Every faust and mode private attribute and protected override the worker relies on.
+
+faust-streaming has no public way to write a table outside an event, to read one
+partition of a table, to run code right before an offset commit hands the producer's
+messages to Kafka, to count the message its producer buffer is handing over, to change
+the aiokafka consumer it builds, or to choose the app's transport class. Each of those is
+done here and nowhere else; tests/streams/test_faust_internals.py holds one test per
+faust behaviour this module relies on, so a faust upgrade that changes one fails there
+first, by name. tests/test_private_access.py keeps every other module off faust's private
+names. aiokafka's private names live in clients/aiokafka_internals.py.
+
+The classes here only add hooks; what the worker does in them is in streams/transport.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.transport.producer import ProducerBuffer
+from faust.types import TP, FutureMessage
+
+
+def write_table_value(table: Any, partition: int, key: Any, value: bytes) -> None:
+    """Put ``value`` (already serialized) under ``key`` in one partition of a rocksdb
+    table's store, as faust's own ``table[key] = value`` inside an event would; the
+    changelog is not written (``table.send_changelog`` does that)."""
+    data = table.data
+    raw_key = data._encode_key(key)
+    data._db_for_partition(partition).put(raw_key, value)
+    data._key_index[raw_key] = partition
+
+
+def table_partition_values(table: Any, partition: int) -> Iterator[bytes]:
+    """Every stored value of one partition of a rocksdb table, streamed; none if the
+    partition's database is not open (faust opens it on assignment or first write)."""
+    data = table.data
+    db = data._dbs.get(partition)
+    if db is None:
+        return
+    offset_key = data.offset_key  # faust's persisted changelog offset shares the database
+    for key, value in db.items():
+        if key != offset_key:
+            yield value
+
+
+def log_formatter(service: Any) -> Any:
+    """The function a mode service formats its log lines with (its label first)."""
+    return service._format_log
+
+
+class HookedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """faust's consumer thread; its app configures the aiokafka consumer before it starts."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        cast("HookedApp", self.app).configure_consumer(consumer)
+        return consumer
+
+
+def new_worker_consumer(app: Any) -> Any:
+    """A new aiokafka consumer as the app's consumer thread builds it for its agents (not
+    started); to check what ``configure_consumer`` did."""
+    return app.consumer._thread._create_worker_consumer(app.transport)
+
+
+class HookedConsumer(faust_aiokafka.Consumer):
+    """faust's aiokafka consumer, calling the app's ``before_commit`` and ``after_commit``
+    around each offset commit.
+
+    At-least-once, every offset commit passes through ``_commit_offsets``, which flushes
+    the producer and then commits: what ``before_commit`` hands to the producer is with
+    Kafka before the offsets are."""
+
+    def _new_consumer_thread(self) -> Any:
+        return HookedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        app = cast("HookedApp", self.app)
+        app.before_commit(offsets)
+        committed = bool(await super()._commit_offsets(offsets, start_new_transaction))
+        app.after_commit(offsets, committed)
+        return committed
+
+
+class HandOverBuffer(ProducerBuffer):
+    """faust's producer buffer, counting the messages taken from its queue and not yet in
+    aiokafka's accumulator (faust's ``size`` does not count them)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.handing_over = 0
+
+    async def _send_pending(self, fut: FutureMessage) -> None:
+        self.handing_over += 1
+        try:
+            await super()._send_pending(fut)
+        finally:
+            self.handing_over -= 1
+
+
+class HookedTransport(faust_aiokafka.Transport):
+    """faust's aiokafka transport with the hooked consumer."""
+
+    Consumer = HookedConsumer
+
+
+class HookedApp(faust.App):
+    """faust.App built on ``transport_class`` (a HookedTransport), with the hooks its
+    consumer calls. Subclasses override the hooks; they do nothing here."""
+
+    transport_class: type[HookedTransport] = HookedTransport
+
+    def configure_consumer(self, consumer: Any) -> None:
+        """Change the aiokafka consumer faust built for the agents, before it starts."""
+
+    def before_commit(self, offsets: Mapping[TP, int]) -> None:
+        """Right before an offset commit flushes the producer and commits ``offsets``."""
+
+    def after_commit(self, offsets: Mapping[TP, int], committed: bool) -> None:
+        """After that commit; ``committed`` is False when faust committed nothing (every
+        partition was revoked, or the broker refused)."""
+
+    def _new_transport(self) -> Any:
+        return self.transport_class(self.conf.broker_consumer, self, loop=self.loop)
