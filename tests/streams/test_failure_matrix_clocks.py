@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from events.delivery_state import Status
+from events.outcomes import LookupOutcome
 from ledger.stack import settings_env
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
@@ -70,7 +71,13 @@ async def test_two_workers_forty_seconds_apart_accept_nothing_twice(
     await asyncio.to_thread(behind.stop)
     states = await settled_once(ledger_view, receiver, live_projection, keys, [ahead])
     for key in keys:
-        assert states[key].attempt == 1, "found by B's lookup after the settle window"
+        # One POST (settled_once), A's, found by B's lookup after the settle window. (Not
+        # ``attempt == 1``: on a loaded machine A's lease rule may refuse its first send,
+        # nothing written, and A sends attempt 2; seen once with the suite at load 8.)
+        state = states[key]
+        assert state.claim_worker is not None
+        assert state.claim_worker.startswith("behind@")
+        assert state.reconciled is LookupOutcome.FOUND, "found by B's lookup after the window"
     assert "not acting" not in ahead.output()
 
 
