@@ -25,8 +25,7 @@ async def test_browser_login_page_submits_nothing_and_fails_after_its_attempts(
     stack = await browser_stack(stack_pool, "browser-login", read_topic)
     # Two quick attempts: a login page is "nothing submitted", so each is retried.
     quick = RetryPolicy(base_delay_s=0.5, max_attempts=2)
-    policies = {**stack.settings.retry_policies, "browser": quick}
-    stack.workers.settings = stack.settings.model_copy(update={"retry_policies": policies})
+    stack.configure(retry_policies={**stack.settings.retry_policies, "browser": quick})
     stack.driver.app.login_required(True)  # the form redirects to its login page
     [key] = await stack.publish("run-b6")
     stack.workers.start("w1")
@@ -46,13 +45,11 @@ async def test_browser_submit_slower_than_the_global_deadline_is_confirmed_under
     # The global deadline (1.5 s) would time the submit out after the write (UNKNOWN, then
     # a lookup); the browser's own deadline (LEDGER_SEND_DEADLINES) lets the page answer.
     stack = await browser_stack(stack_pool, "browser-deadline", read_topic)
-    stack.workers.settings = stack.settings.model_copy(
-        update={
-            "send_deadline_s": 1.5,
-            "http_timeout_s": 1.0,
-            "send_deadlines": {"browser": 3 * BROWSER_DEADLINE_S},
-            "lease_seconds": 3 * BROWSER_DEADLINE_S + 5,
-        }
+    stack.configure(
+        send_deadline_s=1.5,
+        http_timeout_s=1.0,
+        send_deadlines={"browser": 3 * BROWSER_DEADLINE_S},
+        lease_seconds=3 * BROWSER_DEADLINE_S + 5,
     )
     [key] = await stack.publish("run-b7")
     stack.driver.app.fault("slow", key=key, delay_s=3.0)  # accepted, answered 3 s later
