@@ -11,7 +11,9 @@ import psycopg
 
 from events.errors import LedgerError
 from events.outage import config_problem
-from projections.store import DatabaseUnreachable, Store, redacted, stage_name
+from projections.database import DatabaseUnreachable, redacted
+from projections.staging import stage_name
+from projections.store import Store
 
 # pg_advisory_xact_lock key: one projector writes a database at a time.
 _WRITER_LOCK = 0x1ED6E5

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from events.private_files import private_dir, private_file
-from projections.store import Store, stage_name
+from projections.staging import stage_name
+from projections.store import Store
 
 # A rebuild's page cache (KiB): the batch's lookups and upserts touch pages all over the
 # tables, and SQLite's default of 2 MB sends most of them back to the OS.

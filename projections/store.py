@@ -1,21 +1,15 @@
-"""The projection store: one SQL implementation, two backends (SQLite and PostgreSQL).
-
-Backends differ only in how they connect, lock, spell placeholders and name column
-types; loading rows, folding, upserting and the offsets live here, once. A batch of
-events and the offsets it consumed commit in ONE database transaction, so each event
-is applied exactly once whatever kills the process.
+"""The projection store: applying records. Loading the rows a batch touches, folding,
+upserting and the offsets live here, once, for both backends. A batch of events and the
+offsets it consumed commit in ONE database transaction, so each event is applied exactly
+once whatever kills the process.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Literal
 
-from events.errors import LedgerError
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
 from events.refusal import one_line, refusal
@@ -26,22 +20,17 @@ from projections.schema import (
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
-    INDEXES,
-    PROJECTION_META,
     PROJECTION_OFFSETS,
-    SCHEMA_VERSION,
     SKIPPED_RECORDS,
-    TABLES,
     Table,
 )
+from projections.staging import Staging
 
 # Fault-injection point (settings.faults): SIGKILL after a batch's rows are written but
 # before its transaction commits.
 PROJECTOR_MID_BATCH = "projector.mid_batch"
 
 Offsets = dict[tuple[str, int], int]
-Dump = dict[str, list[tuple[Any, ...]]]
-Mode = Literal["project", "rebuild", "read"]
 PROJECTOR = "projector"
 
 log = logging.getLogger(__name__)
@@ -67,245 +56,9 @@ class BatchUnwritable(Exception):
     rolled back: write its records one at a time to find the record."""
 
 
-class DatabaseUnreachable(LedgerError):
-    """The database did not answer (down, restarting, out of connections): worth another
-    try later, unlike a configuration error (a plain ``LedgerError``)."""
-
-
-class Store(ABC):
-    """A projection database. Use ``open_store(dsn)``; close it when done."""
-
-    placeholder: str = "?"
-    # The database's own failures (connection, disk, locks): never about one record.
-    system_errors: tuple[type[BaseException], ...] = (OSError, MemoryError)
-    column_types: dict[str, str] = {}
-    # Whether a rebuild writes each batch in a thread while the next is read and decoded:
-    # worth it when the statements run in another process (a database server), not when
-    # they run in ours under the GIL (projections/projector.py: rebuild).
-    rebuild_writes_in_thread: bool = True
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-
-    # What each backend provides ---------------------------------------------------
-
-    @abstractmethod
-    def _run(self, sql: str, params: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run one statement; its column names and rows (both empty for non-queries)."""
-
-    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._run(sql, params)[1]
-
-    @abstractmethod
-    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Run one statement for many parameter rows."""
-
-    @abstractmethod
-    def begin(self) -> None:
-        """Start a write transaction, holding the projection's writer lock."""
-
-    @abstractmethod
-    def begin_read(self) -> None:
-        """Start a read-only transaction that sees one consistent snapshot."""
-
-    @abstractmethod
-    def commit(self) -> None:
-        """Commit the open transaction."""
-
-    @abstractmethod
-    def rollback(self) -> None:
-        """Abandon the open transaction."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the connection."""
-
-    @abstractmethod
-    def reconnect(self) -> None:
-        """Replace the connection after the database's own failure (``system_errors``):
-        raises ``DatabaseUnreachable`` (or a system error) while it still does not answer,
-        ``LedgerError`` for a configuration error."""
-
-    @abstractmethod
-    def table_names(self) -> set[str]:
-        """Tables that exist in the database (or schema)."""
-
-    @abstractmethod
-    def index_names(self) -> set[str]:
-        """Indexes that exist in the database (or schema)."""
-
-    # Schema and version -------------------------------------------------------------
-
-    def prepare(self, mode: Mode, *, replace: bool = False) -> None:
-        """Make the schema ready for ``mode``, or raise ``LedgerError`` saying why not.
-
-        ``project`` creates an empty schema or checks the stored version; ``rebuild``
-        needs an empty database (or ``replace`` to drop the ledger tables first);
-        ``read`` needs an existing projection of the current version.
-        """
-        ours = {t.name for t in TABLES} & self.table_names()
-        if mode == "rebuild" and ours:
-            if not replace:
-                raise LedgerError(
-                    f"{redacted(self.dsn)} already holds ledger tables",
-                    "rebuild into an empty database, or pass --replace to drop them first",
-                )
-            self._drop(ours)
-            ours = set()
-        if not ours:
-            if mode == "read":
-                raise LedgerError(
-                    f"no projection at {redacted(self.dsn)}",
-                    "build one with 'ledger project' or 'ledger rebuild --into DSN'",
-                )
-            self._create()
-            return
-        if PROJECTION_META.name not in ours:
-            raise LedgerError(
-                f"{redacted(self.dsn)} has ledger tables but no projection_meta",
-                "rebuild into an empty database with 'ledger rebuild --into DSN'",
-            )
-        self.check_version()
-        if mode == "project":
-            self.ensure_indexes()
-
-    def check_version(self) -> None:
-        """Raise a one-line ``LedgerError`` unless the stored schema is ours."""
-        found = self.rows("SELECT value FROM projection_meta WHERE name = ?", ("schema_version",))
-        stored = found[0]["value"] if found else "none"
-        if stored != str(SCHEMA_VERSION):
-            raise LedgerError(
-                f"projection schema at {redacted(self.dsn)} is version {stored}, this ledger "
-                f"needs version {SCHEMA_VERSION}: rebuild it from the log",
-                "ledger rebuild --into DSN (add --replace to overwrite this database)",
-            )
-
-    def _create(self) -> None:
-        self.begin()
-        try:
-            for table in TABLES:
-                self._execute(self._create_sql(table))
-            for index in INDEXES:
-                self._execute(index)
-            self._execute(
-                f"INSERT INTO projection_meta (name, value) VALUES ({self.placeholder}, "  # noqa: S608
-                f"{self.placeholder})",
-                ("schema_version", str(SCHEMA_VERSION)),
-            )
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
-
-    def _create_sql(self, table: Table) -> str:
-        return table.create_sql(self.column_types)
-
-    def ensure_indexes(self) -> None:
-        """Create any secondary index that is missing (a rebuild that stopped before its
-        end leaves them out: see ``start_bulk_load``)."""
-        if {_index_name(index) for index in INDEXES} - self.index_names():
-            self._create_indexes()
-
-    def _create_indexes(self) -> None:
-        self.begin()
-        try:
-            for index in INDEXES:
-                self._execute(index.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
-
-    # Bulk loading (a rebuild into a fresh database) -------------------------------------
-
-    def start_bulk_load(self) -> None:
-        """Make the coming batches cheaper to write into this freshly prepared database.
-
-        The secondary indexes are dropped (``finish_bulk_load`` builds them once, in one
-        pass over the rows, instead of updating them row by row), and the backend may
-        relax per-commit durability: a rebuild that dies is run again from offset 0.
-        Every batch still commits with its offsets, so what is written stays exactly-once.
-        """
-        self.begin()
-        try:
-            for index in INDEXES:
-                self._execute(f"DROP INDEX IF EXISTS {_index_name(index)}")
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
-        self._relax_durability(True)
-
-    def finish_bulk_load(self) -> None:
-        """Build the secondary indexes in one durable commit, then let the backend make
-        every commit before it durable too."""
-        self._relax_durability(False)
-        self._create_indexes()
-        self._bulk_load_done()
-
-    @abstractmethod
-    def _relax_durability(self, relaxed: bool) -> None:
-        """Trade per-commit durability for speed while ``relaxed``;
-        after ``relaxed=False``, the next commit is durable along with all before it."""
-
-    @abstractmethod
-    def _bulk_load_done(self) -> None:
-        """Tidy up after the durable commit that ends a bulk load."""
-
-    def _drop(self, names: Iterable[str]) -> None:
-        self.begin()
-        for name in sorted(names):
-            self._execute(f"DROP TABLE {name}")
-        self.commit()
-
-    # Staging (a parallel rebuild) -------------------------------------------------------
-
-    @abstractmethod
-    def open_stage(self, name: str) -> str:
-        """Create an empty staging area called ``name`` beside this projection, and return
-        a DSN for it: a parallel rebuild's worker builds its share of the tables there
-        (projections/parallel_rebuild.py). An old stage of that name is dropped first."""
-
-    @abstractmethod
-    def drop_stage(self, name: str) -> None:
-        """Remove the staging area ``name``, if it exists."""
-
-    def merge_stages(self, names: Sequence[str]) -> None:
-        """Copy every row of the ledger tables of the stages ``names`` (all but
-        ``projection_meta``, which ``prepare`` wrote here) into this projection, offsets
-        included, in ONE transaction: either all of the rebuild is here or none of it."""
-        self._attach_stages(names)
-        try:
-            self.begin()
-            try:
-                for name in names:
-                    for table in TABLES:
-                        if table is PROJECTION_META:
-                            continue
-                        cols = ", ".join(table.column_names)
-                        source = self._stage_table(name, table.name)
-                        self._execute(
-                            f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {source}"  # noqa: S608
-                        )
-            except BaseException:
-                self.rollback()
-                raise
-            self.commit()
-        finally:
-            self._detach_stages(names)
-
-    def _attach_stages(self, names: Sequence[str]) -> None:
-        """Make the stages' tables visible to this connection (SQLite attaches files)."""
-        return
-
-    def _detach_stages(self, names: Sequence[str]) -> None:
-        """Undo ``_attach_stages``."""
-        return
-
-    def _stage_table(self, name: str, table: str) -> str:
-        """How this connection names ``table`` of stage ``name`` in SQL: an attached
-        SQLite database and a PostgreSQL schema are both qualified by the stage's name."""
-        return f"{stage_name(name)}.{table}"
+class Store(Staging):
+    """A projection database: its schema and reads (``Database``), its stages
+    (``Staging``) and applying records. Use ``open_store(dsn)``; close it when done."""
 
     # Applying a batch ---------------------------------------------------------------
 
@@ -436,54 +189,6 @@ class Store(ABC):
         values = itemgetter(*names) if len(names) > 1 else lambda row: (row[names[0]],)
         self._executemany(sql, list(map(values, rows)))
 
-    # Reading ------------------------------------------------------------------------
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        """Run a read-only query written with ``?`` placeholders; rows as dicts."""
-        if self.placeholder != "?":
-            sql = sql.replace("?", self.placeholder)
-        names, found = self._run(sql, params)
-        return [dict(zip(names, row, strict=True)) for row in found]
-
-    def dump(self) -> Dump:
-        """Every table's rows, in primary-key order: equal dumps mean equal projections."""
-        result: Dump = {}
-        # One snapshot: the offsets dumped are exactly those of the rows dumped.
-        self.begin_read()
-        try:
-            for table in TABLES:
-                names = table.column_names
-                rows = self._execute(f"SELECT {', '.join(names)} FROM {table.name}")  # noqa: S608
-                key_at = [names.index(k) for k in table.key]
-                result[table.name] = sorted(
-                    (tuple(row) for row in rows), key=lambda r: tuple(r[i] for i in key_at)
-                )
-        finally:
-            self.rollback()
-        return result
-
 
 def _refusal(where: Position, exc: BaseException) -> str:
     return refusal(PROJECTOR, where.topic, where.partition, where.offset, exc)
-
-
-def _index_name(create_sql: str) -> str:
-    """``deliveries_run`` from ``CREATE INDEX deliveries_run ON ...``."""
-    return create_sql.split()[2]
-
-
-def redacted(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    scheme, sep, rest = dsn.partition("://")
-    if not sep or "@" not in rest:
-        return dsn
-    auth, _, host = rest.rpartition("@")
-    user = auth.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in auth else dsn
-
-
-def stage_name(name: str) -> str:
-    """A stage name usable as an unquoted SQL identifier (and a file suffix)."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", name):
-        raise ValueError(f"bad stage name {name!r}")
-    return name

@@ -10,9 +10,10 @@ from typing import Any
 
 from config.settings import Settings
 from projections.backends import open_store
+from projections.database import Dump
 from projections.projector import ProgressCallback, rebuild
 from projections.schema import DELIVERIES, PROJECTION_OFFSETS, TABLES
-from projections.store import Dump, Offsets
+from projections.store import Offsets
 from projections.worker_refold import RuleDifference, WorkerFold, compare_rules, refold
 
 

@@ -26,4 +26,5 @@ pytest_plugins = [
     "tests.fixtures.worker",
     "tests.fixtures.projection",
     "tests.fixtures.core",
+    "tests.fixtures.durations",
 ]

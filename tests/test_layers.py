@@ -116,3 +116,24 @@ def test_the_import_graph_has_no_circles() -> None:
 
 def test_the_check_sees_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_commands_never_import_the_cli() -> None:
+    """ledger/cli.py adds the apps of ledger/commands: nothing there imports it back."""
+    edges = _graph()
+    up = sorted(
+        f"{module} -> {target}"
+        for module, targets in edges.items()
+        if module.startswith("ledger.commands")
+        for target in targets
+        if target == "ledger.cli"
+    )
+    assert up == []
+
+
+def test_the_cli_adds_every_command_module() -> None:
+    """Each module of ledger/commands is imported by ledger/cli.py, which adds its app."""
+    edges = _graph()
+    commands = {m for m in edges if m.startswith("ledger.commands.")}
+    assert commands
+    assert commands - edges["ledger.cli"] == set()

@@ -46,51 +46,51 @@ def describe(plugin: ChannelPlugin, settings: Settings) -> dict[str, Any]:
     }
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``channels`` command."""
+app = typer.Typer()
 
-    @app.command("channels")
-    def channels(
-        as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
-    ) -> None:
-        """List the installed delivery channels (entry-point group delivery_ledger.channels)
-        with their capabilities: how the key travels, the lookup, what the first answer
-        proves, the dedupe rule that may make a retry after UNKNOWN safe, the settings."""
-        settings = Settings()
-        rows = [describe(plugin, settings) for plugin in installed_plugins()]
-        if as_json:
-            for row in rows:
-                typer.echo(json.dumps(row))
-            return
-        table = Table()
-        for column in (
-            "channel",
-            "key travels as",
-            "lookup",
-            "first answer",
-            "retry after UNKNOWN w/o lookup",
-            "settings",
-        ):
-            table.add_column(column, overflow="fold")
+
+@app.command("channels")
+def channels(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """List the installed delivery channels (entry-point group delivery_ledger.channels)
+    with their capabilities: how the key travels, the lookup, what the first answer
+    proves, the dedupe rule that may make a retry after UNKNOWN safe, the settings."""
+    settings = Settings()
+    rows = [describe(plugin, settings) for plugin in installed_plugins()]
+    if as_json:
         for row in rows:
-            rule = row["dedupe_rule"]
-            fields = ", ".join(
-                f["name"] + (" (secret)" if f["secret"] else "") for f in row["settings"]
-            )
-            table.add_row(
-                row["name"],
-                "\n".join(row["key_carriers"]),
-                _LOOKUP[row["lookup"]],
-                row["first_answer"].upper(),
-                "never" if rule is None else f"dedupe rule {rule['name']}, where declared",
-                " ".join(
-                    part
-                    for part in (
-                        f"LEDGER_CHANNEL_SETTINGS[{row['name']}]: {fields}" if fields else "",
-                        row["settings_note"],
-                    )
-                    if part
+            typer.echo(json.dumps(row))
+        return
+    table = Table()
+    for column in (
+        "channel",
+        "key travels as",
+        "lookup",
+        "first answer",
+        "retry after UNKNOWN w/o lookup",
+        "settings",
+    ):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        rule = row["dedupe_rule"]
+        fields = ", ".join(
+            f["name"] + (" (secret)" if f["secret"] else "") for f in row["settings"]
+        )
+        table.add_row(
+            row["name"],
+            "\n".join(row["key_carriers"]),
+            _LOOKUP[row["lookup"]],
+            row["first_answer"].upper(),
+            "never" if rule is None else f"dedupe rule {rule['name']}, where declared",
+            " ".join(
+                part
+                for part in (
+                    f"LEDGER_CHANNEL_SETTINGS[{row['name']}]: {fields}" if fields else "",
+                    row["settings_note"],
                 )
-                or "-",
+                if part
             )
-        Console().print(table)
+            or "-",
+        )
+    Console().print(table)

@@ -13,46 +13,47 @@ from config.settings import Settings
 from ledger.commands.projections import Dsn
 from projections.backends import default_dsn, open_store
 from projections.dashboard import check_binding, serve
-from projections.store import Store, redacted
+from projections.database import redacted
+from projections.store import Store
 
 out = Console()
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``dashboard`` to ``app``."""
+app = typer.Typer()
 
-    @app.command("dashboard")
-    def dashboard_command(
-        dsn: Dsn = None,
-        host: Annotated[
-            str | None,
-            typer.Option("--host", help="Listen address (default: LEDGER_DASHBOARD_HOST)."),
-        ] = None,
-        port: Annotated[
-            int | None,
-            typer.Option(
-                "--port",
-                min=0,
-                max=65535,
-                help="Port (default LEDGER_DASHBOARD_PORT, 8765; 0: any free).",
-            ),
-        ] = None,
-    ) -> None:
-        """Serve the dashboard, its JSON API and /metrics until Ctrl-C (reads projections only)."""
-        settings = Settings()
-        changes = {"dashboard_host": host, "dashboard_port": port}
-        given = {k: v for k, v in changes.items() if v is not None}
-        settings = settings.model_copy(update=given)
-        # Before touching the database: a refusal should be the only thing said.
-        check_binding(settings)
-        target = dsn or default_dsn(settings)
-        store = open_store(target)
-        try:
-            store.prepare("read")
-            asyncio.run(_serve(settings, store, redacted(target)))
-        finally:
-            store.close()
-        out.print("dashboard stopped")
+
+@app.command("dashboard")
+def dashboard_command(
+    dsn: Dsn = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Listen address (default: LEDGER_DASHBOARD_HOST)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help="Port (default LEDGER_DASHBOARD_PORT, 8765; 0: any free).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the dashboard, its JSON API and /metrics until Ctrl-C (reads projections only)."""
+    settings = Settings()
+    changes = {"dashboard_host": host, "dashboard_port": port}
+    given = {k: v for k, v in changes.items() if v is not None}
+    settings = settings.model_copy(update=given)
+    # Before touching the database: a refusal should be the only thing said.
+    check_binding(settings)
+    target = dsn or default_dsn(settings)
+    store = open_store(target)
+    try:
+        store.prepare("read")
+        asyncio.run(_serve(settings, store, redacted(target)))
+    finally:
+        store.close()
+    out.print("dashboard stopped")
 
 
 async def _serve(settings: Settings, store: Store, shown_dsn: str) -> None:

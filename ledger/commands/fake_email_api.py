@@ -35,47 +35,47 @@ async def serve(config: FakeEmailApiConfig, as_json: bool) -> None:
     print("fake email API stopped", flush=True)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ledger fake-email-api``."""
+app = typer.Typer()
 
-    @app.command("fake-email-api")
-    def fake_email_api(
-        port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8783,
-        deliver_after: Annotated[
-            float, typer.Option(min=0, max=86400, help="Seconds until a message is delivered.")
-        ] = 1.0,
-        dedupe: Annotated[
-            bool, typer.Option(help="Honour Idempotency-Key (off: a repeat is a second email).")
-        ] = False,
-        lookup_by_key: Annotated[
-            bool, typer.Option(help="Offer GET /emails?idempotency_key=K.")
-        ] = True,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the URL as JSON.")] = False,
-    ) -> None:
-        """Run a fake HTTP email API on 127.0.0.1 (POST /emails, GET /emails/{id}, by key).
 
-        Its API key is the workers' own: LEDGER_CHANNEL_SETTINGS[email_api].api_key.
-        """
-        config = channel_config(channel_plugin("email_api"), Settings())  # ConfigError: exit
-        keys = []
-        if isinstance(config, EmailApiSettings) and config.api_key is not None:
-            keys.append(config.api_key.get_secret_value())
-        else:
-            typer.echo(
-                "warning: LEDGER_CHANNEL_SETTINGS has no email_api api_key: every call is "
-                "answered 401 (set it to what the workers use)",
-                err=True,
-            )
-        fake_config = FakeEmailApiConfig(
-            port=port,
-            api_keys=keys,
-            deliver_after_s=deliver_after,
-            dedupe=dedupe,
-            lookup_by_key=lookup_by_key,
+@app.command("fake-email-api")
+def fake_email_api(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8783,
+    deliver_after: Annotated[
+        float, typer.Option(min=0, max=86400, help="Seconds until a message is delivered.")
+    ] = 1.0,
+    dedupe: Annotated[
+        bool, typer.Option(help="Honour Idempotency-Key (off: a repeat is a second email).")
+    ] = False,
+    lookup_by_key: Annotated[
+        bool, typer.Option(help="Offer GET /emails?idempotency_key=K.")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the URL as JSON.")] = False,
+) -> None:
+    """Run a fake HTTP email API on 127.0.0.1 (POST /emails, GET /emails/{id}, by key).
+
+    Its API key is the workers' own: LEDGER_CHANNEL_SETTINGS[email_api].api_key.
+    """
+    config = channel_config(channel_plugin("email_api"), Settings())  # ConfigError: exit
+    keys = []
+    if isinstance(config, EmailApiSettings) and config.api_key is not None:
+        keys.append(config.api_key.get_secret_value())
+    else:
+        typer.echo(
+            "warning: LEDGER_CHANNEL_SETTINGS has no email_api api_key: every call is "
+            "answered 401 (set it to what the workers use)",
+            err=True,
         )
-        try:
-            asyncio.run(serve(fake_config, as_json))
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-            ) from None
+    fake_config = FakeEmailApiConfig(
+        port=port,
+        api_keys=keys,
+        deliver_after_s=deliver_after,
+        dedupe=dedupe,
+        lookup_by_key=lookup_by_key,
+    )
+    try:
+        asyncio.run(serve(fake_config, as_json))
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
+        ) from None

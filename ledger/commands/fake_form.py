@@ -38,60 +38,60 @@ async def serve(config: FakeFormConfig, as_json: bool) -> None:
     print("fake form stopped", flush=True)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ledger fake-form``."""
+app = typer.Typer()
 
-    @app.command("fake-form")
-    def fake_form(
-        port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8783,
-        seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
-        slow_pct: Annotated[
-            float,
-            typer.Option(min=0, max=100, help="% of submissions answered only after --delay."),
-        ] = 0,
-        crash_pct: Annotated[
-            float,
-            typer.Option(
-                min=0, max=100, help="% of submissions accepted, then the connection dropped."
-            ),
-        ] = 0,
-        error_pct: Annotated[
-            float, typer.Option(min=0, max=100, help="% of submissions accepted, then a 500 page.")
-        ] = 0,
-        reject_pct: Annotated[
-            float,
-            typer.Option(min=0, max=100, help="% of submissions rejected (422), not accepted."),
-        ] = 0,
-        delay: Annotated[
-            float, typer.Option(min=0, max=300, help="Seconds a slow answer waits.")
-        ] = 10.0,
-        login_required: Annotated[
-            bool,
-            typer.Option(
-                "--login-required",
-                help="Redirect the form to a login page (POST /switches turns it off).",
-            ),
-        ] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
-    ) -> None:
-        """Run the browser channel's target app on 127.0.0.1: a form, a confirmation page
-        with an id, GET /accepted?key=K and GET /search?q=K; no dedupe, so a double submit
-        shows."""
-        if slow_pct + crash_pct + error_pct + reject_pct > 100:
-            raise typer.BadParameter("the fault percentages add up to more than 100")
-        config = FakeFormConfig(
-            port=port,
-            seed=seed,
-            slow_share=slow_pct / 100,
-            crash_share=crash_pct / 100,
-            error_share=error_pct / 100,
-            reject_share=reject_pct / 100,
-            delay_s=delay,
-            login_required=login_required,
-        )
-        try:
-            asyncio.run(serve(config, as_json))
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-            ) from None
+
+@app.command("fake-form")
+def fake_form(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8783,
+    seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
+    slow_pct: Annotated[
+        float,
+        typer.Option(min=0, max=100, help="% of submissions answered only after --delay."),
+    ] = 0,
+    crash_pct: Annotated[
+        float,
+        typer.Option(
+            min=0, max=100, help="% of submissions accepted, then the connection dropped."
+        ),
+    ] = 0,
+    error_pct: Annotated[
+        float, typer.Option(min=0, max=100, help="% of submissions accepted, then a 500 page.")
+    ] = 0,
+    reject_pct: Annotated[
+        float,
+        typer.Option(min=0, max=100, help="% of submissions rejected (422), not accepted."),
+    ] = 0,
+    delay: Annotated[
+        float, typer.Option(min=0, max=300, help="Seconds a slow answer waits.")
+    ] = 10.0,
+    login_required: Annotated[
+        bool,
+        typer.Option(
+            "--login-required",
+            help="Redirect the form to a login page (POST /switches turns it off).",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the URLs as JSON.")] = False,
+) -> None:
+    """Run the browser channel's target app on 127.0.0.1: a form, a confirmation page
+    with an id, GET /accepted?key=K and GET /search?q=K; no dedupe, so a double submit
+    shows."""
+    if slow_pct + crash_pct + error_pct + reject_pct > 100:
+        raise typer.BadParameter("the fault percentages add up to more than 100")
+    config = FakeFormConfig(
+        port=port,
+        seed=seed,
+        slow_share=slow_pct / 100,
+        crash_share=crash_pct / 100,
+        error_share=error_pct / 100,
+        reject_share=reject_pct / 100,
+        delay_s=delay,
+        login_required=login_required,
+    )
+    try:
+        asyncio.run(serve(config, as_json))
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
+        ) from None

@@ -101,38 +101,38 @@ def _announce(entry: dict[str, Any], maildir: Path, archive: Path, as_json: bool
     print(f"  LEDGER_CHANNEL_SETTINGS smtp entry (add from_address): {json.dumps(entry)}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ledger fake-mail``."""
+app = typer.Typer()
 
-    @app.command("fake-mail")
-    def fake_mail(
-        port: Annotated[
-            int, typer.Option(min=0, max=65535, help="SMTP port (0: any free below 32768).")
-        ] = 8825,
-        imap_port: Annotated[
-            int, typer.Option(min=0, max=65535, help="IMAP port (0: any free below 32768).")
-        ] = 8143,
-        seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
-        drop_pct: Annotated[
-            float,
-            typer.Option(min=0, max=100, help="% of messages stored, then the connection dropped."),
-        ] = 0,
-        tempfail_pct: Annotated[
-            float, typer.Option(min=0, max=100, help="% of RCPT commands answered 421.")
-        ] = 0,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print the addresses and settings as JSON.")
-        ] = False,
-    ) -> None:
-        """Run an SMTP relay (aiosmtpd) and its IMAP archive (dovecot) on 127.0.0.1.
 
-        Every accepted message goes into a Maildir and a copy into the archive that dovecot
-        serves; no dedupe. The printed settings are LEDGER_CHANNEL_SETTINGS[smtp]'s.
-        """
-        try:
-            asyncio.run(serve(port, imap_port, seed, drop_pct / 100, tempfail_pct / 100, as_json))
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot listen: {exc.strerror or exc}",
-                "pick other ports with --port and --imap-port (0: any)",
-            ) from None
+@app.command("fake-mail")
+def fake_mail(
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="SMTP port (0: any free below 32768).")
+    ] = 8825,
+    imap_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="IMAP port (0: any free below 32768).")
+    ] = 8143,
+    seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
+    drop_pct: Annotated[
+        float,
+        typer.Option(min=0, max=100, help="% of messages stored, then the connection dropped."),
+    ] = 0,
+    tempfail_pct: Annotated[
+        float, typer.Option(min=0, max=100, help="% of RCPT commands answered 421.")
+    ] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the addresses and settings as JSON.")
+    ] = False,
+) -> None:
+    """Run an SMTP relay (aiosmtpd) and its IMAP archive (dovecot) on 127.0.0.1.
+
+    Every accepted message goes into a Maildir and a copy into the archive that dovecot
+    serves; no dedupe. The printed settings are LEDGER_CHANNEL_SETTINGS[smtp]'s.
+    """
+    try:
+        asyncio.run(serve(port, imap_port, seed, drop_pct / 100, tempfail_pct / 100, as_json))
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot listen: {exc.strerror or exc}",
+            "pick other ports with --port and --imap-port (0: any)",
+        ) from None

@@ -33,54 +33,54 @@ async def serve(config: FakeSlackConfig, as_json: bool) -> None:
     print("fake Slack stopped", flush=True)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ledger fake-slack``."""
+app = typer.Typer()
 
-    @app.command("fake-slack")
-    def fake_slack(
-        port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8782,
-        channel: Annotated[
-            list[str] | None,
-            typer.Option(help="A conversation ID that exists in every workspace (repeatable)."),
-        ] = None,
-        seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
-        timeout_pct: Annotated[
-            float, typer.Option(min=0, max=100, help="% of posts answered only after --delay.")
-        ] = 0,
-        error_pct: Annotated[
-            float, typer.Option(min=0, max=100, help="% of posts answered 500 after posting.")
-        ] = 0,
-        ratelimit_pct: Annotated[
-            float, typer.Option(min=0, max=100, help="% of posts answered 429 ratelimited.")
-        ] = 0,
-        delay: Annotated[float, typer.Option(min=0, help="Seconds a late answer waits.")] = 10.0,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the URL as JSON.")] = False,
-    ) -> None:
-        """Run a fake Slack Web API on 127.0.0.1 (chat.postMessage, conversations.history).
 
-        Its workspaces and bot tokens are the workers' own: LEDGER_SLACK_TOKENS.
-        """
-        channels = check_channel_ids(channel or ["C0LEDGER01"])  # ValueError: exit 2
-        tokens = {ws: t.get_secret_value() for ws, t in Settings().slack_tokens.items()}
-        config = FakeSlackConfig(
-            port=port,
-            tokens=tokens,
-            channels=channels,
-            seed=seed,
-            timeout_share=timeout_pct / 100,
-            error_share=error_pct / 100,
-            ratelimit_share=ratelimit_pct / 100,
-            delay_s=delay,
+@app.command("fake-slack")
+def fake_slack(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8782,
+    channel: Annotated[
+        list[str] | None,
+        typer.Option(help="A conversation ID that exists in every workspace (repeatable)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random fault mix.")] = 0,
+    timeout_pct: Annotated[
+        float, typer.Option(min=0, max=100, help="% of posts answered only after --delay.")
+    ] = 0,
+    error_pct: Annotated[
+        float, typer.Option(min=0, max=100, help="% of posts answered 500 after posting.")
+    ] = 0,
+    ratelimit_pct: Annotated[
+        float, typer.Option(min=0, max=100, help="% of posts answered 429 ratelimited.")
+    ] = 0,
+    delay: Annotated[float, typer.Option(min=0, help="Seconds a late answer waits.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the URL as JSON.")] = False,
+) -> None:
+    """Run a fake Slack Web API on 127.0.0.1 (chat.postMessage, conversations.history).
+
+    Its workspaces and bot tokens are the workers' own: LEDGER_SLACK_TOKENS.
+    """
+    channels = check_channel_ids(channel or ["C0LEDGER01"])  # ValueError: exit 2
+    tokens = {ws: t.get_secret_value() for ws, t in Settings().slack_tokens.items()}
+    config = FakeSlackConfig(
+        port=port,
+        tokens=tokens,
+        channels=channels,
+        seed=seed,
+        timeout_share=timeout_pct / 100,
+        error_share=error_pct / 100,
+        ratelimit_share=ratelimit_pct / 100,
+        delay_s=delay,
+    )
+    if not tokens:
+        typer.echo(
+            "warning: LEDGER_SLACK_TOKENS is not set: every call is answered invalid_auth "
+            "(set it to the workspaces and tokens the workers use)",
+            err=True,
         )
-        if not tokens:
-            typer.echo(
-                "warning: LEDGER_SLACK_TOKENS is not set: every call is answered invalid_auth "
-                "(set it to the workspaces and tokens the workers use)",
-                err=True,
-            )
-        try:
-            asyncio.run(serve(config, as_json))
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-            ) from None
+    try:
+        asyncio.run(serve(config, as_json))
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
+        ) from None

@@ -11,31 +11,31 @@ from clients.outcome_keys import StoredKeys
 from clients.outcome_signing import new_pair
 from config.settings import Settings
 
+app = typer.Typer()
 
-def register(app: typer.Typer) -> None:
-    """Add the ``init`` and ``outcome-keys`` commands."""
 
-    @app.command("init")
-    def init() -> None:
-        """Set up a new installation's data directory: an outcome signing pair in
-        DATA_DIR/keys (directory 0700, files 0600), kept if already there."""
-        settings = Settings()
-        stored = StoredKeys.of(settings.data_dir)
-        created = stored.create()
-        what = "wrote a new outcome signing pair" if created else "kept the outcome signing pair"
-        typer.echo(f"{what} in {stored.directory} (workers sign, readers verify)")
+@app.command("init")
+def init() -> None:
+    """Set up a new installation's data directory: an outcome signing pair in
+    DATA_DIR/keys (directory 0700, files 0600), kept if already there."""
+    settings = Settings()
+    stored = StoredKeys.of(settings.data_dir)
+    created = stored.create()
+    what = "wrote a new outcome signing pair" if created else "kept the outcome signing pair"
+    typer.echo(f"{what} in {stored.directory} (workers sign, readers verify)")
 
-    @app.command("outcome-keys")
-    def outcome_keys(
-        shape: Annotated[
-            Literal["env", "json"], typer.Option("--format", help="env (default) or json.")
-        ] = "env",
-    ) -> None:
-        """Print a new signing key (workers only: keep it secret) and its verify key (every
-        reader), as LEDGER_ variables; see README, Security."""
-        signing, verify = new_pair()
-        if shape == "json":
-            typer.echo(json.dumps({"signing_key": signing, "verify_key": verify}))
-            return
-        typer.echo(f"LEDGER_OUTCOME_SIGNING_KEY={signing}")
-        typer.echo(f"LEDGER_OUTCOME_VERIFY_KEYS='[\"{verify}\"]'")
+
+@app.command("outcome-keys")
+def outcome_keys(
+    shape: Annotated[
+        Literal["env", "json"], typer.Option("--format", help="env (default) or json.")
+    ] = "env",
+) -> None:
+    """Print a new signing key (workers only: keep it secret) and its verify key (every
+    reader), as LEDGER_ variables; see README, Security."""
+    signing, verify = new_pair()
+    if shape == "json":
+        typer.echo(json.dumps({"signing_key": signing, "verify_key": verify}))
+        return
+    typer.echo(f"LEDGER_OUTCOME_SIGNING_KEY={signing}")
+    typer.echo(f"LEDGER_OUTCOME_VERIFY_KEYS='[\"{verify}\"]'")

@@ -24,6 +24,7 @@ from config.settings import Settings
 from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
 from projections.backends import default_dsn, open_store
+from projections.database import DatabaseUnreachable, redacted
 from projections.deadletters import RunsDeadLetters
 from projections.heartbeats import worker_clocks
 from projections.incident import run_view
@@ -37,7 +38,7 @@ from projections.projector import (
     rebuild,
 )
 from projections.queries import status_report
-from projections.store import DatabaseUnreachable, Store, redacted
+from projections.store import Store
 from projections.verify import verify
 
 out = Console()
@@ -89,154 +90,158 @@ def _progress_bar(label: str) -> Iterator[ProgressCallback]:
         yield advance
 
 
-def register(app: typer.Typer) -> None:
-    """Add the projection commands to ``app``."""
+app = typer.Typer()
 
-    @app.command("project")
-    def project_command(dsn: Dsn = None, batch_size: BatchSize = DEFAULT_BATCH_SIZE) -> None:
-        """Fold the log into the ledger tables until Ctrl-C; resumes where it stopped."""
-        settings = Settings()
-        target = dsn or default_dsn(settings)
-        stats = asyncio.run(_until_signalled(settings, target, batch_size))
-        if stats is None:
-            out.print("stopped before the database answered", highlight=False)
-            return
-        out.print(
-            f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
-            f"in {stats.batches} batches",
-            highlight=False,
-        )
 
-    @app.command("rebuild")
-    def rebuild_command(
-        into: Annotated[str, typer.Option("--into", help="An EMPTY projection database DSN.")],
-        replace: Annotated[
-            bool, typer.Option("--replace", help="Drop existing ledger tables there first.")
-        ] = False,
-        batch_size: BatchSize = DEFAULT_BATCH_SIZE,
-        workers: Annotated[
-            int | None,
-            typer.Option(
-                "--workers",
-                min=1,
-                help="Processes sharing the partitions (default: one per CPU); 1 rebuilds "
-                "in this process alone.",
-                show_default=False,
-            ),
-        ] = None,
-    ) -> None:
-        """Replay both topics from offset 0 into an empty database."""
-        settings = Settings()
-        began = time.perf_counter()
-        with _progress_bar("rebuilding") as progress:
-            stats = asyncio.run(
-                rebuild(
-                    settings,
-                    into,
-                    replace=replace,
-                    batch_size=batch_size,
-                    progress=progress,
-                    workers=default_workers() if workers is None else workers,
-                )
+@app.command("project")
+def project_command(dsn: Dsn = None, batch_size: BatchSize = DEFAULT_BATCH_SIZE) -> None:
+    """Fold the log into the ledger tables until Ctrl-C; resumes where it stopped."""
+    settings = Settings()
+    target = dsn or default_dsn(settings)
+    stats = asyncio.run(_until_signalled(settings, target, batch_size))
+    if stats is None:
+        out.print("stopped before the database answered", highlight=False)
+        return
+    out.print(
+        f"stopped cleanly: {stats.applied} events applied, {stats.skipped} skipped, "
+        f"in {stats.batches} batches",
+        highlight=False,
+    )
+
+
+@app.command("rebuild")
+def rebuild_command(
+    into: Annotated[str, typer.Option("--into", help="An EMPTY projection database DSN.")],
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Drop existing ledger tables there first.")
+    ] = False,
+    batch_size: BatchSize = DEFAULT_BATCH_SIZE,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes sharing the partitions (default: one per CPU); 1 rebuilds "
+            "in this process alone.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Replay both topics from offset 0 into an empty database."""
+    settings = Settings()
+    began = time.perf_counter()
+    with _progress_bar("rebuilding") as progress:
+        stats = asyncio.run(
+            rebuild(
+                settings,
+                into,
+                replace=replace,
+                batch_size=batch_size,
+                progress=progress,
+                workers=default_workers() if workers is None else workers,
             )
-        seconds = time.perf_counter() - began
-        rate = stats.records / seconds if seconds > 0 else 0.0
+        )
+    seconds = time.perf_counter() - began
+    rate = stats.records / seconds if seconds > 0 else 0.0
+    out.print(
+        f"rebuilt {redacted(into)}: {stats.applied} events applied, {stats.skipped} "
+        f"skipped, in {seconds:.1f}s ({rate:,.0f} records/s)",
+        highlight=False,
+    )
+
+
+@app.command("verify")
+def verify_command(
+    dsn: Dsn = None,
+    against: Annotated[
+        str | None,
+        typer.Option("--against", help="A rebuilt projection (default: rebuild one now)."),
+    ] = None,
+) -> None:
+    """Compare a projection rebuilt from the log with the live one, row by row, and
+    every delivery with the worker's rules applied to the same log."""
+    settings = Settings()
+    live = dsn or default_dsn(settings)
+    with _progress_bar("rebuilding for comparison") as progress:
+        report = asyncio.run(verify(settings, live, against, progress=progress))
+    lines = [d.line() for d in report.differences]
+    for line in lines + [d.line() for d in report.rule_differences]:
+        out.print(line, highlight=False, soft_wrap=True)
+    if report.differences:
+        out.print(f"{len(report.differences)} differences between live and rebuilt")
+    if report.rule_differences:
         out.print(
-            f"rebuilt {redacted(into)}: {stats.applied} events applied, {stats.skipped} "
-            f"skipped, in {seconds:.1f}s ({rate:,.0f} records/s)",
+            f"{len(report.rule_differences)} deliveries differ from the worker's rules",
             highlight=False,
         )
+    if not report.ok:
+        raise typer.Exit(1)
+    out.print(
+        f"identical: rebuilt equals live ({report.rows} rows), and every delivery "
+        "agrees with the worker's rules",
+        highlight=False,
+        soft_wrap=True,
+    )
 
-    @app.command("verify")
-    def verify_command(
-        dsn: Dsn = None,
-        against: Annotated[
-            str | None,
-            typer.Option("--against", help="A rebuilt projection (default: rebuild one now)."),
-        ] = None,
-    ) -> None:
-        """Compare a projection rebuilt from the log with the live one, row by row, and
-        every delivery with the worker's rules applied to the same log."""
-        settings = Settings()
-        live = dsn or default_dsn(settings)
-        with _progress_bar("rebuilding for comparison") as progress:
-            report = asyncio.run(verify(settings, live, against, progress=progress))
-        lines = [d.line() for d in report.differences]
-        for line in lines + [d.line() for d in report.rule_differences]:
+
+@app.command("status")
+def status_command(
+    dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """Pending now and the oldest pending age; overdue (pending or sent), unknown,
+    unexplained, conflicting deliveries; attempts."""
+    settings = Settings()
+    with _reading(dsn or default_dsn(settings)) as store:
+        # The only clock read: the CLI decides what "now" is; the library never does.
+        report = status_report(store, datetime.now(UTC))
+    shown = report.to_json()
+    shown["workers"] = _workers(settings)
+    shown["clock_skew"] = [w["worker_id"] for w in shown["workers"] if w["clock_skew"]]
+    if as_json:
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+        return
+    _print_status(shown)
+
+
+@app.command("run")
+def run_command(
+    run_id: Annotated[str, typer.Argument(help="The agent run id.")],
+    dsn: Dsn = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    timeline: Annotated[
+        bool, typer.Option("--timeline", help="The answers, then one line per step.")
+    ] = False,
+) -> None:
+    """One run's incident view: execution, each delivery's attempts, as a timeline."""
+    settings = Settings()
+    with _reading(dsn or default_dsn(settings)) as store:
+        view = run_view(store, run_id)
+    if as_json:
+        sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
+        return
+    if timeline:
+        from ledger.render import timeline_lines
+
+        for line in timeline_lines(view):
             out.print(line, highlight=False, soft_wrap=True)
-        if report.differences:
-            out.print(f"{len(report.differences)} differences between live and rebuilt")
-        if report.rule_differences:
-            out.print(
-                f"{len(report.rule_differences)} deliveries differ from the worker's rules",
-                highlight=False,
-            )
-        if not report.ok:
-            raise typer.Exit(1)
+        return
+    out.print(f"run {run_id}: execution {view.execution}", highlight=False)
+    for d in view.deliveries:
+        row = d.delivery
         out.print(
-            f"identical: rebuilt equals live ({report.rows} rows), and every delivery "
-            "agrees with the worker's rules",
+            f"  {row['channel']} {row['recipient']}: {row['status']}, "
+            f"{row['attempts']} attempt(s), left the system: {d.left_system}\n"
+            f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
+            f"    provider message id: {row['provider_message_id'] or 'none'}",
             highlight=False,
             soft_wrap=True,
         )
-
-    @app.command("status")
-    def status_command(
-        dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
-    ) -> None:
-        """Pending now and the oldest pending age; overdue (pending or sent), unknown,
-        unexplained, conflicting deliveries; attempts."""
-        settings = Settings()
-        with _reading(dsn or default_dsn(settings)) as store:
-            # The only clock read: the CLI decides what "now" is; the library never does.
-            report = status_report(store, datetime.now(UTC))
-        shown = report.to_json()
-        shown["workers"] = _workers(settings)
-        shown["clock_skew"] = [w["worker_id"] for w in shown["workers"] if w["clock_skew"]]
-        if as_json:
-            sys.stdout.write(json.dumps(shown, indent=2) + "\n")
-            return
-        _print_status(shown)
-
-    @app.command("run")
-    def run_command(
-        run_id: Annotated[str, typer.Argument(help="The agent run id.")],
-        dsn: Dsn = None,
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        timeline: Annotated[
-            bool, typer.Option("--timeline", help="The answers, then one line per step.")
-        ] = False,
-    ) -> None:
-        """One run's incident view: execution, each delivery's attempts, as a timeline."""
-        settings = Settings()
-        with _reading(dsn or default_dsn(settings)) as store:
-            view = run_view(store, run_id)
-        if as_json:
-            sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")
-            return
-        if timeline:
-            from ledger.render import timeline_lines
-
-            for line in timeline_lines(view):
-                out.print(line, highlight=False, soft_wrap=True)
-            return
-        out.print(f"run {run_id}: execution {view.execution}", highlight=False)
-        for d in view.deliveries:
-            row = d.delivery
-            out.print(
-                f"  {row['channel']} {row['recipient']}: {row['status']}, "
-                f"{row['attempts']} attempt(s), left the system: {d.left_system}\n"
-                f"    idempotency key (what the receiver sees): {row['idempotency_key']}\n"
-                f"    provider message id: {row['provider_message_id'] or 'none'}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        table = Table("time (UTC)", "subject", "what", title="timeline")
-        for column in table.columns:
-            column.overflow = "fold"  # keys and URLs are evidence: never elide them
-        for entry in view.timeline:
-            table.add_row(entry.at, entry.subject, entry.what)
-        out.print(table)
+    table = Table("time (UTC)", "subject", "what", title="timeline")
+    for column in table.columns:
+        column.overflow = "fold"  # keys and URLs are evidence: never elide them
+    for entry in view.timeline:
+        table.add_row(entry.at, entry.subject, entry.what)
+    out.print(table)
 
 
 async def _until_signalled(

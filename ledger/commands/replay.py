@@ -111,65 +111,65 @@ def _writer(fmt: Format, output: Path | None, stream: TextIO) -> RecordWriter:
     return TableWriter(console) if fmt is Format.table else LineWriter(console)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``replay`` to ``app``."""
+app = typer.Typer()
 
-    @app.command("replay")
-    def replay_command(
-        topic: Annotated[list[str] | None, typer.Option("--topic", "-t")] = None,
-        run_id: Annotated[str | None, typer.Option("--run-id")] = None,
-        key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
-        event_type: Annotated[
-            list[str] | None, typer.Option("--type", help="Event type, e.g. delivery.unknown.")
-        ] = None,
-        since: Annotated[
-            str | None, typer.Option("--since", help="Events at or after this time (ISO, UTC).")
-        ] = None,
-        until: Annotated[
-            str | None, typer.Option("--until", help="Events before this time (ISO, UTC).")
-        ] = None,
-        from_offset: Annotated[
-            int | None, typer.Option("--from-offset", min=0, help="Per partition, inclusive.")
-        ] = None,
-        to_offset: Annotated[
-            int | None, typer.Option("--to-offset", min=0, help="Per partition, exclusive.")
-        ] = None,
-        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", min=0)] = None,
-        fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.line,
-        as_json: Annotated[bool, typer.Option("--json", help="Same as --format jsonl.")] = False,
-        output: Annotated[
-            Path | None, typer.Option("--output", "-o", help="Write here (parquet needs it).")
-        ] = None,
-        progress: Annotated[
-            bool | None,
-            typer.Option(
-                "--progress/--no-progress",
-                help=f"Progress bar on stderr (default: for {LONG_REPLAY:,}+ records).",
-                show_default=False,
-            ),
-        ] = None,
-    ) -> None:
-        """Read topics (read_committed) and print or export the events that pass the filters."""
-        settings = Settings()
-        wanted = ReplayFilter(
-            run_id=run_id,
-            idempotency_key=key,
-            event_types=_types(event_type),
-            since=_when(since, "--since"),
-            until=_when(until, "--until"),
-            from_offset=from_offset,
-            to_offset=to_offset,
-            partitions=frozenset(partition or ()),
+
+@app.command("replay")
+def replay_command(
+    topic: Annotated[list[str] | None, typer.Option("--topic", "-t")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+    event_type: Annotated[
+        list[str] | None, typer.Option("--type", help="Event type, e.g. delivery.unknown.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Events at or after this time (ISO, UTC).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Events before this time (ISO, UTC).")
+    ] = None,
+    from_offset: Annotated[
+        int | None, typer.Option("--from-offset", min=0, help="Per partition, inclusive.")
+    ] = None,
+    to_offset: Annotated[
+        int | None, typer.Option("--to-offset", min=0, help="Per partition, exclusive.")
+    ] = None,
+    partition: Annotated[list[int] | None, typer.Option("--partition", "-p", min=0)] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.line,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format jsonl.")] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (parquet needs it).")
+    ] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            help=f"Progress bar on stderr (default: for {LONG_REPLAY:,}+ records).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Read topics (read_committed) and print or export the events that pass the filters."""
+    settings = Settings()
+    wanted = ReplayFilter(
+        run_id=run_id,
+        idempotency_key=key,
+        event_types=_types(event_type),
+        since=_when(since, "--since"),
+        until=_when(until, "--until"),
+        from_offset=from_offset,
+        to_offset=to_offset,
+        partitions=frozenset(partition or ()),
+    )
+    _check_ranges(wanted)
+    chosen = Format.jsonl if as_json else fmt
+    topics = topic or [settings.topic_runs, settings.topic_deliveries]
+    with _opened(output, chosen) as stream:
+        written = asyncio.run(
+            _export(settings, topics, wanted, _writer(chosen, output, stream), progress)
         )
-        _check_ranges(wanted)
-        chosen = Format.jsonl if as_json else fmt
-        topics = topic or [settings.topic_runs, settings.topic_deliveries]
-        with _opened(output, chosen) as stream:
-            written = asyncio.run(
-                _export(settings, topics, wanted, _writer(chosen, output, stream), progress)
-            )
-        if not written:
-            _say_nothing_matched(wanted, key, topics)
+    if not written:
+        _say_nothing_matched(wanted, key, topics)
 
 
 def _check_ranges(wanted: ReplayFilter) -> None:

@@ -9,61 +9,60 @@ from typing import Annotated, Any, cast
 
 import typer
 
+app = typer.Typer()
 
-def register(app: typer.Typer) -> None:
-    """Add the ``worker`` command."""
 
-    @app.command("worker")
-    def worker(
-        name: Annotated[
-            str, typer.Option(help="Worker name: its local state dir; unique per host.")
-        ] = "worker",
-        loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "WARNING",
-        data_dir: Annotated[
-            Path | None, typer.Option(help="Overrides LEDGER_DATA_DIR for this worker.")
-        ] = None,
-        metrics_port: Annotated[
-            int | None,
-            typer.Option(min=1, max=65535, help="Serve Prometheus metrics on 127.0.0.1:PORT."),
-        ] = None,
-    ) -> None:
-        """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
-        from clients.kafka_security import ensure_reachable
-        from config.settings import Settings
-        from ledger import event_loop
-        from streams.app import create_app
+@app.command("worker")
+def worker(
+    name: Annotated[
+        str, typer.Option(help="Worker name: its local state dir; unique per host.")
+    ] = "worker",
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "WARNING",
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Overrides LEDGER_DATA_DIR for this worker.")
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="Serve Prometheus metrics on 127.0.0.1:PORT."),
+    ] = None,
+) -> None:
+    """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
+    from clients.kafka_security import ensure_reachable
+    from config.settings import Settings
+    from ledger import event_loop
+    from streams.app import create_app
 
-        if loglevel.upper() not in logging.getLevelNamesMapping():
-            raise typer.BadParameter(
-                f"{loglevel!r} is not a log level (DEBUG, INFO, WARNING, ERROR)",
-                param_hint="'--loglevel'",
-            )
-        settings = Settings()
-        if data_dir is not None:
-            settings = settings.model_copy(update={"data_dir": data_dir})
-        if metrics_port is not None:
-            settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
-        # Before the app exists: faust and mode take their loop from the policy.
-        loop_name = event_loop.install(settings)
-        # Settings and secrets are checked (create_app) before the first connection; a
-        # broker that refuses us (or none) is one line, not faust's traceback.
-        built = create_app(settings, name=name)
-        ensure_reachable(settings)
-        logging.getLogger("aiokafka").setLevel(logging.WARNING)
-        if settings.worker_metrics_port and built.metrics is not None:
-            built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
-            print(
-                f"metrics on http://{settings.worker_metrics_host}:"
-                f"{settings.worker_metrics_port}/metrics",
-                flush=True,
-            )
+    if loglevel.upper() not in logging.getLevelNamesMapping():
+        raise typer.BadParameter(
+            f"{loglevel!r} is not a log level (DEBUG, INFO, WARNING, ERROR)",
+            param_hint="'--loglevel'",
+        )
+    settings = Settings()
+    if data_dir is not None:
+        settings = settings.model_copy(update={"data_dir": data_dir})
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+    # Before the app exists: faust and mode take their loop from the policy.
+    loop_name = event_loop.install(settings)
+    # Settings and secrets are checked (create_app) before the first connection; a
+    # broker that refuses us (or none) is one line, not faust's traceback.
+    built = create_app(settings, name=name)
+    ensure_reachable(settings)
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    if settings.worker_metrics_port and built.metrics is not None:
+        built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
         print(
-            f"ledger worker {built.worker_id}: group {settings.worker_group}, "
-            f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}, "
-            f"{loop_name} loop",
+            f"metrics on http://{settings.worker_metrics_host}:"
+            f"{settings.worker_metrics_port}/metrics",
             flush=True,
         )
-        _run(built.app, loglevel)
+    print(
+        f"ledger worker {built.worker_id}: group {settings.worker_group}, "
+        f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}, "
+        f"{loop_name} loop",
+        flush=True,
+    )
+    _run(built.app, loglevel)
 
 
 def _logging_config() -> dict[str, Any]:

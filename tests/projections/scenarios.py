@@ -35,7 +35,8 @@ from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.topics import record_key
 from projections.backends import open_store
-from projections.store import Dump, Offsets
+from projections.database import Dump
+from projections.store import Offsets
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 P = "test"

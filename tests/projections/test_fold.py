@@ -20,9 +20,9 @@ from events import (
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from projections.backends import open_store
+from projections.database import Dump
 from projections.fold import Batch, Position, apply
 from projections.records import LogRecord, decode_at
-from projections.store import Dump
 from tests.projections.scenarios import (
     P,
     at,
