@@ -4,7 +4,7 @@ Open deliveries are written straight into the worker's table changelog,
 ``{worker_group}-delivery-state-changelog`` (compacted, ``settings.partitions``
 partitions), exactly as faust writes it: key = the JSON of the idempotency key (faust
 serializes a ``str`` table key with json, whatever the app's key serializer), value =
-``streams.state_codec.dumps(state)`` (raw), partition = the partition of the key in
+``events.state_codec.dumps(state)`` (raw), partition = the partition of the key in
 ``ledger.deliveries`` (aiokafka's default partitioner over the raw key), which is the
 source partition faust sends a table change to. Every delivery is RETRY_SCHEDULED for
 30 days from now (attempt 1 failed with a 503): open, with a timer.
@@ -46,9 +46,9 @@ from config import Settings
 from events.delivery_state import DeliveryState, Status
 from events.keys import idempotency_key, payload_hash
 from events.outcomes import ErrorClass
+from events.state_codec import dumps
 from ledger.stack import Stack
 from ledger.topics import create_topics
-from streams.state_codec import dumps
 
 METRICS_PORT = 29694
 REBUILT = re.compile(r"rebuilt (\d+) timers")

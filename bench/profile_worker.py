@@ -58,7 +58,7 @@ AREAS = {
     "faust/mode (stream, table, consumer)": ("faust/", "mode/"),
     "pydantic validation/construction": ("pydantic/", "pydantic_core", "model_validate"),
     "events (decode, keys, encode)": ("events/",),
-    "streams/state_codec (dumps/loads)": ("state_codec.py",),
+    "events/state_codec (dumps/loads)": ("state_codec.py",),
     "events/delivery_state.py (fold)": ("events/delivery_state.py",),
     "streams/timers.py (DueIndex)": ("streams/timers.py",),
     "prometheus_client": ("prometheus_client/",),

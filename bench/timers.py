@@ -26,10 +26,10 @@ from rich.progress import Progress
 from bench.memory import open_states
 from config import Settings
 from events.base import Event
+from events.state_codec import loads
 from streams.context import worker_context
 from streams.processor import DeliveryProcessor, MemoryStore, Record
 from streams.sender import Sender
-from streams.state_codec import loads
 from streams.timers import DueIndex
 
 DUE = 100

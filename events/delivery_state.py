@@ -29,7 +29,7 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
-from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass
+from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass, LookupOutcome
 
 # How many applied event ids a state remembers for dedupe. A delivery sees a handful of
 # events per attempt; redelivered input is recent, so a bounded window suffices.
@@ -85,7 +85,7 @@ class DeliveryState:
     provider_message_id: str | None = None
     provider_status: str | None = None
     # The last lookup's outcome for the current attempt: the evidence a retry needs.
-    reconciled: str | None = None
+    reconciled: LookupOutcome | None = None
     lookups: int = 0
     # "Not found" answers for the current attempt: evidence only once NOT_FOUND_REQUIRED.
     not_found: int = 0
@@ -177,9 +177,11 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
         # evidence that nothing was accepted (or that the provider failed it).
         if e.attempts != s.attempt:
             return None
-        if s.status is Status.SENT and s.reconciled != "failed":
+        if s.status is Status.SENT and s.reconciled != LookupOutcome.FAILED:
             return None
-        if s.status is Status.UNKNOWN and not (nothing_accepted(s) or s.reconciled == "failed"):
+        if s.status is Status.UNKNOWN and not (
+            nothing_accepted(s) or s.reconciled == LookupOutcome.FAILED
+        ):
             return None
         return _evolve(
             s,
@@ -266,15 +268,23 @@ def nothing_accepted(s: DeliveryState) -> bool:
     """The recorded evidence that the current attempt was not accepted: "not found",
     repeated; or no lookup at all (a retry then also needs the endpoint's declared
     dedupe rule, which the decisions check and name in the event)."""
-    if s.reconciled == "not_found":
+    if s.reconciled == LookupOutcome.NOT_FOUND:
         return s.not_found >= NOT_FOUND_REQUIRED
-    return s.reconciled == "unsupported"
+    return s.reconciled == LookupOutcome.UNSUPPORTED
+
+
+def lookup_turn(s: DeliveryState) -> tuple[int, Status, int]:
+    """Which lookup ``s`` waits for: the attempt's token, the status, and how many lookups
+    the fold recorded since the status began (a lookup's answer, read back, moves it on;
+    the polls of a SENT that an UNKNOWN's lookup found count from 0 again). States with
+    the same turn ask the same question: asking it again would repeat a lookup."""
+    return (s.fencing_token, s.status, s.lookups)
 
 
 def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None:
     if s.status not in (Status.UNKNOWN, Status.SENT):
         return None
-    not_found = s.not_found + 1 if e.outcome == "not_found" else 0
+    not_found = s.not_found + 1 if e.outcome == LookupOutcome.NOT_FOUND else 0
     updated = _evolve(
         s,
         reconciled=e.outcome,
@@ -283,7 +293,7 @@ def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None
         last_reason=e.evidence,
         provider_status=e.provider_status or s.provider_status,
     )
-    if e.outcome == "found" and s.status is Status.UNKNOWN:
+    if e.outcome == LookupOutcome.FOUND and s.status is Status.UNKNOWN:
         # The provider has it but has not delivered yet: it left the system.
         return _evolve(
             updated,

@@ -7,7 +7,6 @@ the vocabulary, not to the channel adapters that produce them.
 from __future__ import annotations
 
 import enum
-from typing import Literal
 
 
 class ErrorClass(enum.StrEnum):
@@ -67,14 +66,23 @@ class ErrorClass(enum.StrEnum):
 # so a retry is safe. The one place this set is written.
 NOT_PROCESSED = frozenset({ErrorClass.HTTP_408, ErrorClass.HTTP_425, ErrorClass.HTTP_429})
 
-# What a lookup by idempotency key said:
-#   found       the receiver has it (``delivered`` in the result says whether it arrived)
-#   processing  received, still being processed: not yet known, look again later
-#   not_found   no request with this key was accepted (evidence only when repeated)
-#   failed      the provider has it and reports it failed/undelivered: it will not arrive
-#   unsupported the endpoint has no lookup
-#   lookup_error the lookup itself failed
-LookupOutcome = Literal["found", "processing", "not_found", "failed", "unsupported", "lookup_error"]
+
+class LookupOutcome(enum.StrEnum):
+    """What a lookup by idempotency key said (``DeliveryReconciled.outcome``)."""
+
+    # The receiver has it (``delivered`` in the result says whether it arrived).
+    FOUND = "found"
+    # Received, still being processed: not yet known, look again later.
+    PROCESSING = "processing"
+    # No request with this key was accepted (evidence only when repeated).
+    NOT_FOUND = "not_found"
+    # The provider has it and reports it failed/undelivered: it will not arrive.
+    FAILED = "failed"
+    # The endpoint has no lookup.
+    UNSUPPORTED = "unsupported"
+    # The lookup itself failed.
+    LOOKUP_ERROR = "lookup_error"
+
 
 # "Not found" is evidence only when repeated, spaced apart (ARCHITECTURE.md, protocol 6).
 NOT_FOUND_REQUIRED = 2

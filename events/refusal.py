@@ -12,7 +12,18 @@ committing past the record, so nothing is lost.
 
 from __future__ import annotations
 
+import enum
+
 MAX_DETAIL = 300
+
+
+class Refuser(enum.StrEnum):
+    """Who refused a record: the first word of its one-line reason."""
+
+    WORKER = "worker"
+    PROJECTOR = "projector"
+    READER = "reader"  # the projection's reader of the log (decoding)
+    REPLAY = "replay"
 
 
 class SystemFailure(Exception):
@@ -33,6 +44,16 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def refusal(who: str, topic: str, partition: int, offset: int, exc: BaseException) -> str:
-    """The one-line reason a record is refused: who refused it, where it is, and why."""
-    return f"{who} refused {topic}[{partition}]@{offset}: {one_line(exc)}"
+def refusal(
+    who: Refuser,
+    topic: str,
+    partition: int,
+    offset: int,
+    exc: BaseException,
+    *,
+    instance: str | None = None,
+) -> str:
+    """The one-line reason a record is refused: who refused it (``instance`` names which
+    one, a worker's id), where it is, and why."""
+    by = who.value if instance is None else f"{who.value} {instance}"
+    return f"{by} refused {topic}[{partition}]@{offset}: {one_line(exc)}"

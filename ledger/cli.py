@@ -1,11 +1,15 @@
 """The ``ledger`` command line: parse, call the library, print. Errors are one line + a hint.
 
 The root app only: every command lives in a module of ``ledger/commands`` as a
-module-level ``typer.Typer()`` app, added here; nothing there imports this module.
+module-level ``typer.Typer()`` app; nothing there imports this module. The root knows
+each command by name and imports its module when the command is used (``COMMANDS``):
+``ledger worker`` loads no dashboard and ``ledger status`` no Kafka admin client — each
+module's imports cost up to a second of CPU at every start of the CLI.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from importlib.metadata import version as package_version
@@ -13,54 +17,70 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from typer._click import Command, Context  # typer's own click (vendored since 0.20)
+from typer.core import TyperGroup
 
-from ledger.commands import (
-    acls,
-    broker,
-    channels,
-    dashboard,
-    demo,
-    fake_email_api,
-    fake_form,
-    fake_mail,
-    fake_slack,
-    keys,
-    projections,
-    publish,
-    replay,
-    simulator,
-    topics,
-    worker,
-)
 from ledger.errors import run_app
 
+# Each root command -> (its module in ledger/commands, whether the module's app is added
+# whole under that name, as a group). Listed in the order ``ledger --help`` shows them.
+COMMANDS: dict[str, tuple[str, bool]] = {
+    "publish": ("publish", False),
+    "demo": ("demo", False),
+    "channels": ("channels", False),
+    "dashboard": ("dashboard", False),
+    "fake-email-api": ("fake_email_api", False),
+    "fake-form": ("fake_form", False),
+    "fake-mail": ("fake_mail", False),
+    "fake-slack": ("fake_slack", False),
+    "init": ("keys", False),
+    "outcome-keys": ("keys", False),
+    "project": ("projections", False),
+    "rebuild": ("projections", False),
+    "verify": ("projections", False),
+    "status": ("projections", False),
+    "run": ("projections", False),
+    "replay": ("replay", False),
+    "fake-provider": ("simulator", False),
+    "worker": ("worker", False),
+    "broker": ("broker", True),
+    "topics": ("topics", True),
+    "acls": ("acls", True),
+}
+
+
+def module_commands(module: str, name: str | None = None) -> TyperGroup:
+    """The commands of one module's app as the root would add them: its commands at the
+    root (``name`` None), or the whole app as the group ``name``."""
+    holder = typer.Typer(add_completion=False)
+    holder.callback()(lambda: None)  # a group even around a single command
+    holder.add_typer(importlib.import_module(f"ledger.commands.{module}").app, name=name)
+    group = typer.main.get_command(holder)
+    assert isinstance(group, TyperGroup)
+    return group
+
+
+class LazyCommands(TyperGroup):
+    """The root group: a command's module is imported when the command is looked up."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*super().list_commands(ctx), *COMMANDS]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in COMMANDS:
+            return found
+        module, whole = COMMANDS[cmd_name]
+        return module_commands(module, cmd_name if whole else None).get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
+    cls=LazyCommands,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     help="delivery-ledger: did the user receive exactly one correct notification?",
 )
-# Added without a name, an app's commands join the root's, listed in this order; the
-# named groups follow them.
-for commands in (
-    publish.app,
-    demo.app,
-    channels.app,
-    dashboard.app,
-    fake_email_api.app,
-    fake_form.app,
-    fake_mail.app,
-    fake_slack.app,
-    keys.app,
-    projections.app,
-    replay.app,
-    simulator.app,
-    worker.app,
-):
-    app.add_typer(commands)
-app.add_typer(broker.app, name="broker")
-app.add_typer(topics.app, name="topics")
-app.add_typer(acls.app, name="acls")
 
 out = Console()
 

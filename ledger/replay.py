@@ -13,7 +13,7 @@ from config.settings import Settings
 from events.codec import EventDecodeError, decode
 from events.deadletter import DeadLetter
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
-from events.refusal import refusal
+from events.refusal import Refuser, refusal
 from ledger.errors import UsageError
 
 # Called as records are read (kept or not): (records read so far, records to read).
@@ -153,7 +153,7 @@ def _check_partitions(asked: frozenset[int], existing: list[TopicPartition]) -> 
 def refused(record: ReplayedRecord, exc: BaseException) -> ReplayedRecord:
     """``record`` shown as one the replay could not use, with the one-line reason (the
     record guard: a record that cannot be read or shown never ends a replay)."""
-    reason = refusal("replay", record.topic, record.partition, record.offset, exc)
+    reason = refusal(Refuser.REPLAY, record.topic, record.partition, record.offset, exc)
     return replace(record, event=None, error=reason, deadletter=None)
 
 

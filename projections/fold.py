@@ -33,13 +33,27 @@ from events.delivery_state import DeliveryState, Status
 from events.delivery_state import apply as fold_delivery
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.state_codec import StateCodec
 from projections.schema import timestamp
-from projections.worker_state import dump_state, load_state
 
 Row = dict[str, Any]
 AttemptKey = tuple[str, int]
 # Status.public is a property that compares and looks up on every call; once per event.
 _PUBLIC = {status: status.public for status in Status}
+# The worker's fold state of each delivery, in the row's ``state`` column: only what
+# differs from the defaults, and not what the row's own columns of the same name hold
+# (set once by the request). Not the payload: the ledger tables never held payloads, and
+# no transition reads it.
+_FROM_ROW = (
+    "idempotency_key",
+    "run_id",
+    "event_type",
+    "channel",
+    "recipient",
+    "payload_hash",
+    "slo_seconds",
+)
+_ROW_STATE = StateCodec(kept_elsewhere=("payload", *_FROM_ROW), compact=True)
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ class Batch:
         rows = []
         for key in sorted(self.dirty_deliveries):
             row = self.deliveries[key]
-            row["state"] = dump_state(self.states[key])
+            row["state"] = _ROW_STATE.dumps(self.states[key])
             rows.append(row)
         return rows
 
@@ -144,7 +158,8 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
 def _state(batch: Batch, key: str, row: Row) -> DeliveryState:
     state = batch.states.get(key)
     if state is None:
-        state = batch.states[key] = load_state(row["state"], row)
+        given = {"payload": None, **{name: row[name] for name in _FROM_ROW}}
+        state = batch.states[key] = _ROW_STATE.loads(row["state"], given)
     return state
 
 

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -24,7 +23,9 @@ from prometheus_client.registry import Collector
 
 from clients.committed_log import CommittedLog
 from config.settings import Settings
-from projections.dashboard.overview import COUNTERS, AggregateCache, Overview, overview
+from projections import queries
+from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.queries import AggregateCache
 from projections.store import Store
 
 log = logging.getLogger(__name__)
@@ -69,35 +70,16 @@ def projection_numbers(
     return ProjectionNumbers(page, *rest)
 
 
-def _log_side(store: Store) -> tuple[dict[str, int], list[tuple[str, str, int]], int, int, Any]:
-    runs = {
-        r["status"]: int(r["n"])
-        for r in store.rows("SELECT status, COUNT(*) AS n FROM agent_runs GROUP BY status")
-    }
-    sends = [
-        (r["channel"], r["outcome"], int(r["n"]))
-        for r in store.rows(
-            "SELECT channel, outcome, COUNT(*) AS n FROM delivery_attempts "
-            "WHERE outcome <> 'CLAIMED' GROUP BY channel, outcome ORDER BY channel, outcome"
-        )
-    ]
-    # A lease is open while the delivery's current attempt is claimed and has no outcome.
-    leases = store.rows(
-        "SELECT COUNT(*) AS n FROM deliveries d JOIN delivery_attempts a "
-        "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
-        "WHERE d.status = 'PENDING' AND a.outcome = 'CLAIMED'"
-    )[0]["n"]
-    retry = store.rows(
-        "SELECT COUNT(*) AS n FROM deliveries "
-        "WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL"
-    )[0]["n"]
-    consumed = {
-        r["topic"]: int(r["n"])
-        for r in store.rows(
-            "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
-        )
-    }
-    return runs, sends, int(leases), int(retry), consumed
+def _log_side(
+    store: Store,
+) -> tuple[dict[str, int], list[tuple[str, str, int]], int, int, dict[str, int]]:
+    return (
+        queries.runs_by_status(store),
+        queries.sends_by_outcome(store),
+        queries.open_leases(store),
+        queries.awaiting_retry(store),
+        queries.consumed_offsets(store),
+    )
 
 
 class LogWatcher:

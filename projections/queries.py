@@ -1,29 +1,154 @@
-"""The questions operators ask, answered from the ledger tables (for CLI and dashboard).
+"""The questions operators ask, answered from the ledger tables: written once, here, and
+asked by the CLI (``ledger status``), the dashboard and ``/metrics`` alike.
 
 Nothing here reads the clock: questions about time take ``now`` as a parameter.
-Every answer is a list of plain dicts (JSON-ready), in a stable order.
+Every answer is plain data (JSON-ready), in a stable order. A question that is both
+listed and counted is one ``Question``: its table and its counter read the same rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
+from events.delivery_state import Status
 from events.redaction import redacted_data
 from projections.fold import Row
 from projections.schema import timestamp
 from projections.store import Store
 
+T = TypeVar("T")
 
-def overdue_pending(store: Store, now: datetime) -> list[Row]:
-    """PENDING deliveries whose SLO deadline (requested_at + slo_seconds) is before ``now``."""
+# The delivery states operators see, in the order of a delivery's life.
+STATUSES: tuple[str, ...] = tuple(dict.fromkeys(status.public for status in Status))
+# Upper bounds (seconds) of the latency histogram; the last bucket is open ("+Inf").
+LATENCY_BUCKETS: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
+HOURS_SHOWN = 24
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question about rows: which columns show an answer, which rows are its answer
+    (``source``: FROM and WHERE, ``?`` placeholders), and in which order they are listed."""
+
+    columns: str
+    source: str
+    order: str
+
+    def rows(self, store: Store, params: Sequence[Any] = (), limit: int | None = None) -> list[Row]:
+        """The answer's rows, in order; at most ``limit`` of them when given."""
+        sql = f"SELECT {self.columns} {self.source} ORDER BY {self.order}"
+        if limit is None:
+            return store.rows(sql, params)
+        return store.rows(f"{sql} LIMIT ?", (*params, limit))
+
+    def count(self, store: Store, params: Sequence[Any] = ()) -> int:
+        """How many rows the answer has."""
+        return int(store.rows(f"SELECT COUNT(*) AS n {self.source}", params)[0]["n"])
+
+
+OVERDUE_PENDING = Question(
+    "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
+    "next_attempt_at, created_at, slo_deadline",
+    "FROM deliveries WHERE status = 'PENDING' AND slo_deadline < ?",
+    "slo_deadline, idempotency_key",
+)
+OVERDUE_SENT = Question(
+    "idempotency_key, run_id, channel, recipient, attempts, provider_message_id, "
+    "reconciliation, updated_at, slo_deadline",
+    "FROM deliveries WHERE status = 'SENT' AND slo_deadline < ?",
+    "slo_deadline, idempotency_key",
+)
+UNKNOWN = Question(
+    "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
+    "reconciliation, updated_at AS unknown_since",
+    "FROM deliveries WHERE status = 'UNKNOWN'",
+    "updated_at, idempotency_key",
+)
+CONFIRMED_WITHOUT_RESULT = Question(
+    "d.idempotency_key, d.run_id, d.channel, d.recipient, d.provider_message_id, "
+    "d.confirmed_at, r.status AS run_status",
+    "FROM deliveries d LEFT JOIN agent_runs r ON r.run_id = d.run_id "
+    "WHERE d.status = 'CONFIRMED' AND (r.run_id IS NULL OR r.status <> 'SUCCEEDED')",
+    "d.confirmed_at, d.idempotency_key",
+)
+DUPLICATE_CONFLICTS = Question(
+    "k.idempotency_key, k.run_id, d.channel, d.recipient, k.payload_hash, "
+    "k.original_payload_hash, k.occurred_at, k.event_id",
+    "FROM duplicate_keys k LEFT JOIN deliveries d ON d.idempotency_key = k.idempotency_key "
+    "WHERE k.outcome = 'conflict'",
+    "k.occurred_at, k.event_id",
+)
+
+
+def overdue_pending(store: Store, now: datetime, limit: int | None = None) -> list[Row]:
+    """PENDING deliveries whose SLO deadline (requested_at + slo_seconds) is before ``now``,
+    most overdue first."""
+    return OVERDUE_PENDING.rows(store, (timestamp(now),), limit)
+
+
+def overdue_sent(store: Store, now: datetime, limit: int | None = None) -> list[Row]:
+    """SENT deliveries past their SLO deadline: accepted, but not confirmed in time."""
+    return OVERDUE_SENT.rows(store, (timestamp(now),), limit)
+
+
+def unknown_awaiting_reconciliation(store: Store, limit: int | None = None) -> list[Row]:
+    """UNKNOWN deliveries, the oldest first: nobody knows whether they left; a provider
+    lookup must decide."""
+    return UNKNOWN.rows(store, (), limit)
+
+
+def confirmed_without_result(store: Store) -> list[Row]:
+    """CONFIRMED deliveries whose run has no recorded success (no ``RunSucceeded``)."""
+    return CONFIRMED_WITHOUT_RESULT.rows(store)
+
+
+def duplicate_conflicts(store: Store) -> list[Row]:
+    """The same idempotency key requested again with a different payload."""
+    return DUPLICATE_CONFLICTS.rows(store)
+
+
+def attempts_by_channel(store: Store) -> list[Row]:
+    """Attempts per channel and error class (``None``: no error), one row per pair.
+
+    Summed over outcomes: an error class can end attempts in several ways (http_5xx is a
+    RETRY until the policy is exhausted, then FAILED), and a reader of "attempts by
+    channel and error class" (the chart, the ``ledger_attempts`` series) takes one row per
+    pair as the whole count.
+    """
     return store.rows(
-        "SELECT idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
-        "next_attempt_at, created_at, slo_deadline FROM deliveries "
-        "WHERE status = 'PENDING' AND slo_deadline < ? ORDER BY slo_deadline, idempotency_key",
-        (timestamp(now),),
+        "SELECT channel, error_class, COUNT(*) AS attempts FROM delivery_attempts "
+        "GROUP BY channel, error_class ORDER BY channel, COALESCE(error_class, '')"
     )
+
+
+def failed_attempts(attempts: list[Row]) -> int:
+    """Attempts with an error, from ``attempts_by_channel``'s answer."""
+    return sum(int(r["attempts"]) for r in attempts if r["error_class"] is not None)
+
+
+def overdue_counts(store: Store, now: datetime) -> dict[str, int]:
+    """How many deliveries are past their SLO at ``now``, pending and sent."""
+    at = (timestamp(now),)
+    return {
+        "overdue_pending": OVERDUE_PENDING.count(store, at),
+        "overdue_sent": OVERDUE_SENT.count(store, at),
+    }
+
+
+def attention_counts(store: Store) -> dict[str, int]:
+    """How many rows each worrying question that does not depend on ``now`` finds."""
+    return {
+        "unknown": UNKNOWN.count(store),
+        "confirmed_without_result": CONFIRMED_WITHOUT_RESULT.count(store),
+        "duplicate_conflicts": DUPLICATE_CONFLICTS.count(store),
+        "failed_attempts": failed_attempts(attempts_by_channel(store)),
+    }
+
+
+# The backlog -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -101,53 +226,145 @@ def age_seconds(stored: str, now: datetime) -> float:
     return round(max(0.0, (now - then).total_seconds()), 3)
 
 
-def overdue_sent(store: Store, now: datetime) -> list[Row]:
-    """SENT deliveries past their SLO deadline: accepted, but not confirmed in time."""
-    return store.rows(
-        "SELECT idempotency_key, run_id, channel, recipient, attempts, provider_message_id, "
-        "reconciliation, updated_at, slo_deadline FROM deliveries "
-        "WHERE status = 'SENT' AND slo_deadline < ? ORDER BY slo_deadline, idempotency_key",
-        (timestamp(now),),
+# Totals and distributions -----------------------------------------------------------
+
+
+def deliveries_by_status(store: Store) -> dict[str, int]:
+    """How many deliveries are in each state (every state listed, zeros included)."""
+    found = {
+        r["status"]: r["n"]
+        for r in store.rows("SELECT status, COUNT(*) AS n FROM deliveries GROUP BY status")
+    }
+    return {status: int(found.get(status, 0)) for status in STATUSES}
+
+
+def _seconds_between(store: Store, start: str, end: str) -> str:
+    """SQL for ``end - start`` in seconds over our fixed-width UTC text times."""
+    if store.placeholder == "?":  # SQLite
+        return f"((julianday({end}) - julianday({start})) * 86400.0)"
+    return f"EXTRACT(EPOCH FROM (CAST({end} AS timestamp) - CAST({start} AS timestamp)))"
+
+
+def latency(store: Store) -> dict[str, Any]:
+    """Requested-to-confirmed seconds of CONFIRMED deliveries, per ``LATENCY_BUCKETS``
+    bucket (not cumulative), with their count and sum."""
+    seconds = _seconds_between(store, "created_at", "confirmed_at")
+    cases = " ".join(f"WHEN s <= {bound} THEN {i}" for i, bound in enumerate(LATENCY_BUCKETS))
+    # MATERIALIZED: parse each pair of times once, not once per CASE branch.
+    rows = store.rows(
+        f"WITH t AS MATERIALIZED (SELECT {seconds} AS s FROM deliveries "  # noqa: S608 - constants
+        f"WHERE status = 'CONFIRMED') SELECT CASE {cases} ELSE {len(LATENCY_BUCKETS)} END "
+        "AS bucket, COUNT(*) AS n, SUM(s) AS total FROM t GROUP BY 1"
+    )
+    counts = [0] * (len(LATENCY_BUCKETS) + 1)
+    total = 0.0
+    for row in rows:
+        counts[int(row["bucket"])] = int(row["n"])
+        total += float(row["total"] or 0.0)
+    return {
+        "bounds": list(LATENCY_BUCKETS),
+        "counts": counts,
+        "count": sum(counts),
+        "sum_seconds": round(total, 3),
+    }
+
+
+def by_hour(store: Store, now: datetime) -> list[Row]:
+    """Deliveries requested in each of the last 24 hours before ``now``, by current state."""
+    start = (now - timedelta(hours=HOURS_SHOWN - 1)).replace(minute=0, second=0, microsecond=0)
+    rows = store.rows(
+        "SELECT SUBSTR(created_at, 1, 13) AS hour, status, COUNT(*) AS n FROM deliveries "
+        "WHERE created_at >= ? GROUP BY SUBSTR(created_at, 1, 13), status",
+        (timestamp(start),),
+    )
+    table: dict[str, dict[str, int]] = {}
+    for i in range(HOURS_SHOWN):
+        hour = timestamp(start + timedelta(hours=i))[:13]
+        table[hour] = dict.fromkeys(STATUSES, 0)
+    for row in rows:
+        if row["hour"] in table:
+            table[row["hour"]][row["status"]] = int(row["n"])
+    return [{"hour": hour + ":00Z", **counts} for hour, counts in table.items()]
+
+
+def runs_by_status(store: Store) -> dict[str, int]:
+    """How many agent runs are in each execution state (states with none left out)."""
+    return {
+        r["status"]: int(r["n"])
+        for r in store.rows("SELECT status, COUNT(*) AS n FROM agent_runs GROUP BY status")
+    }
+
+
+def sends_by_outcome(store: Store) -> list[tuple[str, str, int]]:
+    """(channel, outcome, attempts) of the attempts that reached an outcome."""
+    return [
+        (r["channel"], r["outcome"], int(r["n"]))
+        for r in store.rows(
+            "SELECT channel, outcome, COUNT(*) AS n FROM delivery_attempts "
+            "WHERE outcome <> 'CLAIMED' GROUP BY channel, outcome ORDER BY channel, outcome"
+        )
+    ]
+
+
+def open_leases(store: Store) -> int:
+    """Deliveries whose current attempt is claimed and has no outcome yet."""
+    return int(
+        store.rows(
+            "SELECT COUNT(*) AS n FROM deliveries d JOIN delivery_attempts a "
+            "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
+            "WHERE d.status = 'PENDING' AND a.outcome = 'CLAIMED'"
+        )[0]["n"]
     )
 
 
-def unknown_awaiting_reconciliation(store: Store) -> list[Row]:
-    """UNKNOWN deliveries: nobody knows whether they left; a provider lookup must decide."""
-    return store.rows(
-        "SELECT idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
-        "reconciliation, updated_at AS unknown_since FROM deliveries "
-        "WHERE status = 'UNKNOWN' ORDER BY updated_at, idempotency_key"
+def awaiting_retry(store: Store) -> int:
+    """PENDING deliveries with a retry scheduled."""
+    return int(
+        store.rows(
+            "SELECT COUNT(*) AS n FROM deliveries "
+            "WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL"
+        )[0]["n"]
     )
 
 
-def confirmed_without_result(store: Store) -> list[Row]:
-    """CONFIRMED deliveries whose run has no recorded success (no ``RunSucceeded``)."""
-    return store.rows(
-        "SELECT d.idempotency_key, d.run_id, d.channel, d.recipient, d.provider_message_id, "
-        "d.confirmed_at, r.status AS run_status FROM deliveries d "
-        "LEFT JOIN agent_runs r ON r.run_id = d.run_id "
-        "WHERE d.status = 'CONFIRMED' AND (r.run_id IS NULL OR r.status <> 'SUCCEEDED') "
-        "ORDER BY d.confirmed_at, d.idempotency_key"
-    )
+def consumed_offsets(store: Store) -> dict[str, int]:
+    """Per topic, the sum over partitions of the next offset the projection will read."""
+    return {
+        r["topic"]: int(r["n"])
+        for r in store.rows(
+            "SELECT topic, SUM(next_offset) AS n FROM projection_offsets GROUP BY topic"
+        )
+    }
 
 
-def duplicate_conflicts(store: Store) -> list[Row]:
-    """The same idempotency key requested again with a different payload."""
-    return store.rows(
-        "SELECT k.idempotency_key, k.run_id, d.channel, d.recipient, k.payload_hash, "
-        "k.original_payload_hash, k.occurred_at, k.event_id FROM duplicate_keys k "
-        "LEFT JOIN deliveries d ON d.idempotency_key = k.idempotency_key "
-        "WHERE k.outcome = 'conflict' ORDER BY k.occurred_at, k.event_id"
-    )
+@dataclass
+class AggregateCache:
+    """The answers that do not depend on ``now``, kept until the projection changes.
+
+    Every committed batch advances ``projection_offsets``, so the sum of the stored
+    offsets identifies the projection's content exactly: while it is unchanged, the
+    full-table aggregates (latency, attempts, confirmed without result) are too.
+    """
+
+    fingerprint: tuple[Any, ...] | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, store: Store, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """The cached value for ``key`` in the current projection, computing it if needed."""
+        found = store.rows(
+            "SELECT COUNT(*) AS n, COALESCE(SUM(next_offset), 0) AS o FROM projection_offsets"
+        )[0]
+        fingerprint = (found["n"], found["o"])
+        if fingerprint != self.fingerprint:
+            self.fingerprint, self.values = fingerprint, {}
+        name = repr(key)
+        if name not in self.values:
+            self.values[name] = compute()
+        answer: T = self.values[name]
+        return answer
 
 
-def attempts_by_channel(store: Store) -> list[Row]:
-    """Attempt counts per channel, error class (None: no error) and outcome."""
-    return store.rows(
-        "SELECT channel, error_class, outcome, COUNT(*) AS attempts FROM delivery_attempts "
-        "GROUP BY channel, error_class, outcome "
-        "ORDER BY channel, COALESCE(error_class, ''), outcome"
-    )
+# Every question at once (``ledger status``) ------------------------------------------
 
 
 @dataclass(frozen=True)

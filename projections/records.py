@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from clients.outcome_signing import Headers, OutcomeVerifier
 from events.codec import EventDecodeError, decode
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
-from events.refusal import refusal
+from events.refusal import Refuser, refusal
 from events.topics import record_key
 from projections.fold import Position
 
@@ -44,7 +44,9 @@ def decode_at(
     try:
         return _decode_at(where, value, key, holds, verifier, headers)
     except Exception as exc:  # noqa: BLE001 - the record guard: any failure is this record's
-        return LogRecord(where, None, refusal("reader", topic, partition, offset, exc), key, value)
+        return LogRecord(
+            where, None, refusal(Refuser.READER, topic, partition, offset, exc), key, value
+        )
 
 
 def _decode_at(

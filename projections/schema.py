@@ -75,7 +75,7 @@ DELIVERIES = Table(
         ("failed_at", "TEXT"),
         ("created_at", "TEXT NOT NULL"),
         ("updated_at", "TEXT NOT NULL"),
-        # Version 3: the worker's fold state (projections/worker_state.py), which the
+        # Version 3: the worker's fold state (events/state_codec.py), which the
         # columns above are derived from: one set of transition rules for both.
         ("state", "TEXT NOT NULL"),
     ),

@@ -12,7 +12,7 @@ from operator import itemgetter
 
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
-from events.refusal import one_line, refusal
+from events.refusal import Refuser, one_line, refusal
 from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
@@ -31,7 +31,6 @@ from projections.staging import Staging
 PROJECTOR_MID_BATCH = "projector.mid_batch"
 
 Offsets = dict[tuple[str, int], int]
-PROJECTOR = "projector"
 
 log = logging.getLogger(__name__)
 
@@ -191,4 +190,4 @@ class Store(Staging):
 
 
 def _refusal(where: Position, exc: BaseException) -> str:
-    return refusal(PROJECTOR, where.topic, where.partition, where.offset, exc)
+    return refusal(Refuser.PROJECTOR, where.topic, where.partition, where.offset, exc)

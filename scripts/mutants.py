@@ -78,9 +78,10 @@ MUTANTS = [
     ),
     Mutant(
         "the worker's fold and the projection's agree",
-        "projections/worker_state.py",
-        '_DROPPED = frozenset({"payload", *_FROM_ROW})',
-        '_DROPPED = frozenset({"payload", "not_found", *_FROM_ROW})',
+        "projections/fold.py",
+        'kept_elsewhere=("payload", *_FROM_ROW)',
+        'kept_elsewhere=("payload", "not_found", *_FROM_ROW)',
+        (('given = {"payload": None, **', 'given = {"payload": None, "not_found": 0, **'),),
     ),
 ]
 

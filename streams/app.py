@@ -50,7 +50,7 @@ from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
-from streams.sender import Sender
+from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
 from streams.transport import LedgerApp
@@ -300,7 +300,7 @@ class Worker:
         gone = self.owned - mine
         for partition in gone:
             self.processor.forget(partition)
-        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        await self.sender.stop_partitions(gone, REVOKED)
         self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
@@ -313,7 +313,7 @@ class Worker:
         self.owned.difference_update(gone)
         for partition in gone:
             self.processor.forget(partition)
-        await self.sender.stop_partitions(gone, "partition revoked before the send began")
+        await self.sender.stop_partitions(gone, REVOKED)
         # faust flushed its producer before this signal: what the table still holds goes
         # to the changelog now, before the partitions' next owner recovers them.
         written = self.store.flush()
@@ -374,9 +374,7 @@ class Worker:
         """Queued sends are taken back (recorded as not sent); written ones finish,
         bounded by the deadline; what does not finish is left to its lease."""
         self.owned.clear()
-        await self.sender.stop_partitions(
-            self.sender.partitions_in_use, "worker shutting down before the send began"
-        )
+        await self.sender.stop_partitions(self.sender.partitions_in_use, SHUTDOWN)
         await self.sender.drain(timeout_s=self.settings.longest_send_deadline_s + 1)
         await self.outcomes.stop()
         await self.heartbeat.stop()

@@ -27,8 +27,8 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
-from events.delivery_state import DeliveryState, Status
-from events.outcomes import NOT_FOUND_REQUIRED, NOT_PROCESSED, ErrorClass
+from events.delivery_state import DeliveryState, Status, apply, nothing_accepted
+from events.outcomes import NOT_PROCESSED, ErrorClass, LookupOutcome
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 
 
@@ -170,18 +170,20 @@ def after_lookup(
     """Record the lookup, then act on its evidence."""
     common = _common(state, ctx, now)
     attempt = {"attempt": state.attempt, "fencing_token": state.fencing_token}
-    events: list[Event] = [
-        DeliveryReconciled(
-            **common,
-            **attempt,
-            outcome=result.outcome,
-            provider_message_id=result.provider_message_id,
-            provider_status=result.provider_status,
-            evidence=result.evidence,
-        )
-    ]
+    reconciled = DeliveryReconciled(
+        **common,
+        **attempt,
+        outcome=result.outcome,
+        provider_message_id=result.provider_message_id,
+        provider_status=result.provider_status,
+        evidence=result.evidence,
+    )
+    events: list[Event] = [reconciled]
+    # What the fold will make of this lookup: whether its answers are evidence yet is the
+    # fold's rule (``nothing_accepted``), asked here, never predicted.
+    recorded = apply(state, reconciled) or state
     rule = ctx.dedupe_rule(state.channel, state.recipient)
-    if result.outcome == "found" and result.delivered:
+    if result.outcome == LookupOutcome.FOUND and result.delivered:
         events.append(
             DeliveryConfirmed(
                 **common,
@@ -191,7 +193,7 @@ def after_lookup(
                 evidence=f"lookup by idempotency key: {result.evidence}",
             )
         )
-    elif result.outcome == "failed" and state.status in (Status.SENT, Status.UNKNOWN):
+    elif result.outcome == LookupOutcome.FAILED and state.status in (Status.SENT, Status.UNKNOWN):
         events.append(
             DeliveryFailed(
                 **common,
@@ -203,18 +205,18 @@ def after_lookup(
         )
     elif (
         state.status is Status.UNKNOWN
-        and result.outcome == "not_found"
-        and state.not_found + 1 >= NOT_FOUND_REQUIRED
+        and result.outcome == LookupOutcome.NOT_FOUND
+        and nothing_accepted(recorded)
     ):
         settle = ctx.settle_s(state.channel, state.recipient)
         safety = (
-            f"lookup by idempotency key found nothing {state.not_found + 1} times, the first "
+            f"lookup by idempotency key found nothing {recorded.not_found} times, the first "
             f"{settle:g}s after the attempt ended: {result.evidence}"
         )
         events.append(retry_or_fail(state, _cause(state), safety, now, ctx))
     elif (
         state.status is Status.UNKNOWN
-        and result.outcome == "unsupported"
+        and result.outcome == LookupOutcome.UNSUPPORTED
         and rule is not None
         and remembered(rule, state, now)
     ):
@@ -296,9 +298,9 @@ def _next_lookup(state: DeliveryState, base: datetime, ctx: Context) -> datetime
             # The receiver may still be processing what the client gave up on: settle first.
             since = state.check_at or base
             return since + timedelta(seconds=ctx.settle_s(state.channel, state.recipient))
-        case "not_found":
+        case LookupOutcome.NOT_FOUND:
             return base + timedelta(seconds=ctx.lookup_confirm_spacing_s)
-        case "processing" | "lookup_error":
+        case LookupOutcome.PROCESSING | LookupOutcome.LOOKUP_ERROR:
             return base + timedelta(seconds=_backoff(state.lookups, ctx))
     return None  # decided (found, failed), or no lookup exists (unsupported)
 

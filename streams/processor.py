@@ -21,7 +21,7 @@ from events.delivery import DeliveryClaimed, DeliveryEvent, DeliveryRequested
 from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from events.model import AnyDeliveryEvent
-from events.refusal import SystemFailure, one_line, refusal
+from events.refusal import Refuser, SystemFailure, one_line, refusal
 from streams.decisions import Context, TimerAction, claim, due_at, on_request, on_timer
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
@@ -183,7 +183,12 @@ class DeliveryProcessor:
 
     def _refusal(self, record: Record, exc: BaseException) -> str:
         return refusal(
-            f"worker {self.ctx.worker_id}", record.topic, record.partition, record.offset, exc
+            Refuser.WORKER,
+            record.topic,
+            record.partition,
+            record.offset,
+            exc,
+            instance=self.ctx.worker_id,
         )
 
     def _admit(self, record: Record) -> AnyDeliveryEvent:

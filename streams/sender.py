@@ -13,18 +13,20 @@ are appended outside the processor's record; the fold dedupes and fences.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from events.admission import refusal
 from events.base import Event
-from events.delivery_state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status, lookup_turn
 from events.faults import crash_if_enabled
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from events.refusal import one_line
 from streams.channels.base import (
     Channel,
@@ -45,6 +47,32 @@ STARTED_MEMORY = 200_000
 
 Append = Callable[[Sequence[Event]], Awaitable[None]]
 CurrentState = Callable[[str], DeliveryState | None]
+# What this process started: (key, "send", token) or (key, "lookup", the state's turn).
+Marker = tuple[str, str, int | tuple[int, Status, int]]
+
+
+class SendRefusal(enum.StrEnum):
+    """Why a send was not written (the ``reason`` of ``ledger_worker_refused_sends``)."""
+
+    LEASE = "lease"  # too little lease left for the channel's deadline and the skew margin
+    PARTITION = "partition"  # this process no longer owns the partition
+    TOKEN = "token"  # noqa: S105 - a label: the claim is no longer the current one
+    REVOKED = "revoked"  # the partition was revoked before the send began
+    SHUTDOWN = "shutdown"  # the worker stopped before the send began
+    CLOCK = "clock"  # this worker does not act: its clock is off the broker's
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A send this process will not write: the typed reason, and the words for evidence."""
+
+    label: SendRefusal
+    reason: str
+
+
+REVOKED = Refusal(SendRefusal.REVOKED, "partition revoked before the send began")
+SHUTDOWN = Refusal(SendRefusal.SHUTDOWN, "worker shutting down before the send began")
 
 
 @dataclass
@@ -54,9 +82,10 @@ class _Work:
     key: str
     token: int
     partition: int
-    kind: str  # "send" | "lookup"
+    kind: Literal["send", "lookup"]
     guard: WriteGuard = field(default_factory=WriteGuard)
-    stopped: str | None = None  # why this process took the work back before it was written
+    stopped: Refusal | None = None  # why this process took the work back before its write
+    refused: Refusal | None = None  # why the lease rule refused the write
     task: asyncio.Task[None] | None = None
 
 
@@ -105,7 +134,7 @@ class Sender:
         self._metrics = metrics
         # Bounded memory of what this process started: a claim re-read after a rebalance
         # back to this worker must not be sent twice.
-        self._started: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        self._started: OrderedDict[Marker, None] = OrderedDict()
         self._work: dict[asyncio.Task[None], _Work] = {}
         self._open_sends: set[tuple[str, int]] = set()
         self.failures = 0
@@ -125,11 +154,11 @@ class Sender:
 
     def submit_send(self, state: DeliveryState, partition: int) -> bool:
         """Start the attempt ``state`` claims, unless this process already started it."""
-        marker = (state.idempotency_key, state.fencing_token, "send")
+        marker = (state.idempotency_key, "send", state.fencing_token)
         if not self._mark(marker):
             return False
         work = _Work(state.idempotency_key, state.fencing_token, partition, "send")
-        work.guard = WriteGuard(check=lambda: self._refusal(state, work))
+        work.guard = WriteGuard(check=lambda: self._check(state, work))
         self._open_sends.add((work.key, work.token))
         self._spawn(self._send(state, work), work, marker)
         return True
@@ -142,20 +171,15 @@ class Sender:
         """
         if self.has_open_send(state.idempotency_key, state.fencing_token):
             return False
-        # One per lookup the state asks for: the polls of a SENT that an UNKNOWN's lookup
-        # found count from 0 again, so the status is part of what makes a lookup new.
-        marker = (
-            state.idempotency_key,
-            state.fencing_token,
-            f"lookup:{state.status.value}:{state.lookups}",
-        )
+        # One per lookup the state asks for: the fold says which (its lookup turn).
+        marker = (state.idempotency_key, "lookup", lookup_turn(state))
         if not self._mark(marker):
             return False
         work = _Work(state.idempotency_key, state.fencing_token, partition, "lookup")
         self._spawn(self._lookup(state), work, marker)
         return True
 
-    def _mark(self, marker: tuple[str, int, str]) -> bool:
+    def _mark(self, marker: Marker) -> bool:
         if marker in self._started:
             return False
         self._started[marker] = None
@@ -163,12 +187,17 @@ class Sender:
             self._started.popitem(last=False)
         return True
 
-    def _refusal(self, claimed: DeliveryState, work: _Work) -> str | None:
+    def _check(self, claimed: DeliveryState, work: _Work) -> str | None:
+        """The write guard's check: why not to write (remembered on ``work``), or None."""
+        work.refused = self._refusal(claimed, work)
+        return None if work.refused is None else work.refused.reason
+
+    def _refusal(self, claimed: DeliveryState, work: _Work) -> Refusal | None:
         """The lease rule, checked right before the first byte; None allows the write."""
         if work.stopped is not None:
             return work.stopped
         if (halted := self._halted()) is not None:
-            return f"this worker does not act: {halted}"
+            return Refusal(SendRefusal.CLOCK, f"this worker does not act: {halted}")
         current = self._current(claimed.idempotency_key)
         if (
             current is None
@@ -181,23 +210,29 @@ class Sender:
                 if current is None
                 else f"{current.status} under token {current.fencing_token}"
             )
-            return f"the claim under token {claimed.fencing_token} is no longer current ({now})"
+            return Refusal(
+                SendRefusal.TOKEN,
+                f"the claim under token {claimed.fencing_token} is no longer current ({now})",
+            )
         if not self._owns(work.partition):
-            return f"this worker no longer owns partition {work.partition}"
+            return Refusal(
+                SendRefusal.PARTITION, f"this worker no longer owns partition {work.partition}"
+            )
         if claimed.lease_expires_at is None:
-            return "the claim has no lease"
+            return Refusal(SendRefusal.OTHER, "the claim has no lease")
         left = (claimed.lease_expires_at - self._clock()).total_seconds()
         deadline = self.deadline_for(claimed.channel)
         needed = deadline + self._margin_s
         if left <= needed:
-            return (
+            return Refusal(
+                SendRefusal.LEASE,
                 f"the lease has {left:.1f}s left; a send needs more than {needed:g}s "
                 f"({claimed.channel} deadline {deadline:g}s + clock-skew margin "
-                f"{self._margin_s:g}s)"
+                f"{self._margin_s:g}s)",
             )
         return None
 
-    async def stop_partitions(self, partitions: Iterable[int], why: str) -> int:
+    async def stop_partitions(self, partitions: Iterable[int], why: Refusal) -> int:
         """Take back every send and lookup of ``partitions`` not yet written.
 
         Sends already written finish (their outcomes are recorded and fenced by token);
@@ -222,7 +257,7 @@ class Sender:
                 sorted(gone),
                 len(stopped),
                 in_flight,
-                why,
+                why.reason,
             )
         return len(stopped)
 
@@ -236,7 +271,7 @@ class Sender:
         """Partitions with work in this sender."""
         return {w.partition for w in self._work.values()}
 
-    def _spawn(self, coroutine: Awaitable[None], work: _Work, marker: tuple[str, int, str]) -> None:
+    def _spawn(self, coroutine: Awaitable[None], work: _Work, marker: Marker) -> None:
         task = asyncio.ensure_future(coroutine)
         work.task = task
         self._work[task] = work
@@ -283,15 +318,17 @@ class Sender:
             # We took it back before its first byte: say so, so nobody needs to look it up.
             result = SendResult(
                 SendOutcome.NOT_SENT,
-                f"not sent: {work.stopped}",
+                f"not sent: {work.stopped.reason}",
                 ErrorClass.FENCED,
             )
+            work.refused = work.stopped
         crash_if_enabled(AFTER_RESPONSE, self._faults)
         if result.error_class is not ErrorClass.FENCED:
             self._observe(time.perf_counter() - began)
         if self._metrics is not None:
             if result.error_class is ErrorClass.FENCED:
-                self._metrics.refused_sends.labels(_refusal_label(result.evidence)).inc()
+                refused = SendRefusal.OTHER if work.refused is None else work.refused.label
+                self._metrics.refused_sends.labels(refused).inc()
             self._metrics.send_seconds.labels(state.channel).observe(time.perf_counter() - began)
             self._metrics.sends.labels(state.channel, str(result.outcome)).inc()
         if result.error_class is ErrorClass.FENCED:
@@ -328,22 +365,8 @@ class Sender:
                 result = await self._channels[state.channel].lookup(self._outbound(state))
             except Exception as exc:  # noqa: BLE001 - the record guard of a lookup
                 result = LookupResult(
-                    "lookup_error", f"{state.channel} lookup raised: {one_line(exc)}"
+                    LookupOutcome.LOOKUP_ERROR, f"{state.channel} lookup raised: {one_line(exc)}"
                 )
             if self._metrics is not None:
                 self._metrics.lookups.labels(state.channel, result.outcome).inc()
             await self._append(after_lookup(state, result, self._clock(), self._ctx))
-
-
-def _refusal_label(evidence: str) -> str:
-    for needle, label in (
-        ("lease has", "lease"),
-        ("no longer owns", "partition"),
-        ("no longer current", "token"),
-        ("revoked", "revoked"),
-        ("shutting down", "shutdown"),
-        ("does not act", "clock"),
-    ):
-        if needle in evidence:
-            return label
-    return "other"

@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from events.delivery_state import DeliveryState
+from events.state_codec import dumps
 from streams.faust_internals import write_table_value
-from streams.state_codec import dumps
 
 
 class TransactionStatus(StrEnum):

@@ -25,8 +25,8 @@ from typing import Any
 from faust.streams import current_event
 
 from events.delivery_state import DeliveryState
+from events.state_codec import loads
 from streams.faust_internals import table_partition_values
-from streams.state_codec import loads
 from streams.state_transaction import StateTransaction
 
 CACHED_STATES = 20_000  # bounded: a million open deliveries stay in RocksDB only

@@ -334,7 +334,7 @@ def _print_status(report: dict[str, Any]) -> None:
         ("duplicate_conflicts", "duplicate-key conflicts",
          ["run_id", "channel", "recipient", "idempotency_key", "occurred_at"]),
         ("attempts_by_channel", "attempts by channel and error class",
-         ["channel", "error_class", "outcome", "attempts"]),
+         ["channel", "error_class", "attempts"]),
     ]  # fmt: skip
     out.print(f"as of {report['now']}", highlight=False)
     for worker in report["workers"]:

@@ -19,7 +19,6 @@ from ledger.simulator.server import Simulator
 from ledger.simulator.server_thread import ServerThread
 
 T = TypeVar("T")
-_CALL_TIMEOUT_S = 15.0
 
 
 class BackgroundSimulator:

@@ -23,17 +23,6 @@ class FaultKind(enum.StrEnum):
     PROVIDER_FAILED = "provider_failed"  # accept; the provider reports the message "failed"
 
 
-ACCEPTING = frozenset(
-    {
-        FaultKind.DROP,
-        FaultKind.RESET,
-        FaultKind.ERROR_AFTER_ACCEPT,
-        FaultKind.TRICKLE,
-        FaultKind.PROVIDER_FAILED,
-    }
-)
-
-
 class Fault(BaseModel):
     """A fault for the next ``count`` requests that match ``method``, ``key`` and ``path``."""
 

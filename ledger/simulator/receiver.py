@@ -7,7 +7,7 @@ import json
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from aiohttp import web
@@ -23,9 +23,10 @@ from events.contract import (
 from ledger.simulator.faults import Fault, FaultKind, FaultPlan
 from ledger.simulator.kit_hooks import KitHooks, lookup_result, send_result
 from ledger.simulator.records import AcceptedEvent, Recorder, RequestRecord
-from ledger.simulator.verify import LIBRARY_TOLERANCE_S, verify_lookup, verify_signature
+from receiver.verification import LIBRARY_TOLERANCE_S, SignatureVerifier
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+NO_SECRET = "the receiver has no webhook secret configured"  # noqa: S105 - a message
 
 
 class SimulatorConfig(BaseModel):
@@ -117,6 +118,18 @@ class Receiver:
         self.recorder = Recorder()
         self.faults = FaultPlan()
         self.kit = KitHooks(self.recorder) if config.hooks == "kit" else None
+        self._verifiers: dict[tuple[tuple[str, ...], float], SignatureVerifier] = {}
+
+    def verifier(self, secrets: Sequence[str]) -> SignatureVerifier | None:
+        """The receiver kit's verifier of ``secrets`` under the configured tolerance (None
+        without a secret): the simulator verifies exactly as a customer's kit does."""
+        if not secrets:
+            return None
+        key = (tuple(secrets), self.config.timestamp_tolerance_s)
+        verifier = self._verifiers.get(key)
+        if verifier is None:
+            verifier = self._verifiers[key] = SignatureVerifier(secrets, tolerance_s=key[1])
+        return verifier
 
     async def start(self) -> None:
         """Open what the receivers keep (the kit's store)."""
@@ -275,12 +288,11 @@ class Receiver:
             secret = self.config.hook_secrets.get(name, self.config.webhook_secret)
             if self.kit is not None:
                 return await self._kit_hook(request, record, fault, secret, raw)
-            problem = verify_signature(
-                secret,
-                request.headers,
-                raw,
-                now=time.time(),
-                tolerance_s=self.config.timestamp_tolerance_s,
+            verifier = self.verifier([] if secret is None else [secret])
+            problem = (
+                NO_SECRET
+                if verifier is None
+                else verifier.problem(request.headers, raw, now=time.time())
             )
             record.signature_ok = problem is None
             if problem is not None or key is None:
@@ -314,9 +326,7 @@ class Receiver:
         assert self.kit is not None
         if secret is None:
             record.signature_ok = False
-            return self._invalid(
-                record, self.recorder, "unauthorized", 401, "the simulator has no webhook secret"
-            )
+            return self._invalid(record, self.recorder, "unauthorized", 401, NO_SECRET)
         reply = await self.kit.receive(
             secret,
             self.config.timestamp_tolerance_s,
@@ -344,12 +354,11 @@ class Receiver:
             secrets = [*self.config.hook_secrets.values()]
             if self.config.webhook_secret is not None:
                 secrets.append(self.config.webhook_secret)
-            problem = verify_lookup(
-                secrets,
-                request.headers,
-                key,
-                now=time.time(),
-                tolerance_s=self.config.timestamp_tolerance_s,
+            verifier = self.verifier(secrets)
+            problem = (
+                NO_SECRET
+                if verifier is None
+                else verifier.lookup_problem(request.headers, key, now=time.time())
             )
             if problem is not None:
                 return self._invalid(record, self.recorder, "unauthorized", 401, problem)

@@ -3,10 +3,10 @@
     app = create_app(settings, store)          # aiohttp application
     await serve(settings, store, stop_event)   # or listen until stopped
 
-Modules: ``overview`` (the page's numbers), ``lookup`` (search, one run's page),
-``guard`` (Host check, bearer token, binding and token rules), ``server`` (routes);
-``static/`` holds the page, its script and stylesheet (no CDN: everything ships in the
-package).
+Modules: ``overview`` (the page: which answers of ``projections.queries`` it shows, and
+how), ``lookup`` (search, one run's page), ``guard`` (Host check, bearer token, binding
+and token rules), ``server`` (routes); ``static/`` holds the page, its script and
+stylesheet (no CDN: everything ships in the package).
 """
 
 from events.addresses import is_loopback

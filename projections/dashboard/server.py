@@ -37,10 +37,11 @@ from projections.dashboard.guard import (
     unauthorized,
 )
 from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
-from projections.dashboard.overview import AggregateCache, overview
+from projections.dashboard.overview import overview
 from projections.database import redacted
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
+from projections.queries import AggregateCache
 from projections.store import Store
 
 T = TypeVar("T")

@@ -39,7 +39,7 @@ from config.settings import address_policy
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings, TargetLookup
 from events.errors import ConfigError
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from events.redaction import redacted_text
 from streams.channels.base import (
     AdapterBuild,
@@ -163,7 +163,9 @@ class BrowserChannel:
         Chromium (``streams/channels/browser_lookup.py``)."""
         target = self._config.targets.get(delivery.recipient)
         if target is None or target.lookup is None:
-            return LookupResult("unsupported", f"browser target {delivery.recipient!r}: no lookup")
+            return LookupResult(
+                LookupOutcome.UNSUPPORTED, f"browser target {delivery.recipient!r}: no lookup"
+            )
         found = await self._lookup(target.lookup, delivery.idempotency_key)
         return replace(found, evidence=redacted_text(found.evidence))
 
@@ -178,16 +180,19 @@ class BrowserChannel:
                     found = await search_lookup(
                         browser, search, key, step_timeout_s=self._step_s, proxy=listener.proxy()
                     )
-                    if found.outcome == "lookup_error" and listener.refusals:
+                    if found.outcome == LookupOutcome.LOOKUP_ERROR and listener.refusals:
                         refused = "; ".join(dict.fromkeys(listener.refusals))
                         return replace(found, evidence=f"{found.evidence} ({refused})"[:1000])
                     return found
             except TimeoutError:
                 return LookupResult(
-                    "lookup_error", f"search {search.url}: no answer within {self._deadline_s:g}s"
+                    LookupOutcome.LOOKUP_ERROR,
+                    f"search {search.url}: no answer within {self._deadline_s:g}s",
                 )
             except (NotSubmitted, OSError) as exc:  # Chromium or the guard did not start
-                return LookupResult("lookup_error", f"search {search.url}: {first_line(exc)}")
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"search {search.url}: {first_line(exc)}"
+                )
 
     async def aclose(self) -> None:
         """Close the browser and Playwright (the worker is stopping)."""

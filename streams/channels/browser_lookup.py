@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from events.channels.browser_targets import SearchLookup, TargetLookup
+from events.outcomes import LookupOutcome
 from streams.channels.base import LookupResult
 from streams.channels.outcomes import DeadlineExceeded, request
 
@@ -32,7 +33,7 @@ CLOSE_TIMEOUT_S = 3.0
 def _found(what: str, ids: list[str]) -> LookupResult:
     twice = f" (accepted {len(ids)} times: {', '.join(ids)})" if len(ids) > 1 else ""
     return LookupResult(
-        "found",
+        LookupOutcome.FOUND,
         f"{what}, accepted as {ids[0]}{twice}",
         provider_message_id=ids[0][:500],
         provider_status="accepted",
@@ -50,20 +51,28 @@ async def list_lookup(
     try:
         answer = await request(client, "GET", url, deadline_s=deadline_s)
     except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
-        return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+        return LookupResult(
+            LookupOutcome.LOOKUP_ERROR, f"{what}: {type(exc).__name__}: {exc}"[:1000]
+        )
     body = answer.json_object()
     if answer.status != 200 or body is None:
-        return LookupResult("lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}")
+        return LookupResult(
+            LookupOutcome.LOOKUP_ERROR, f"{what} -> {answer.status}: {answer.excerpt()}"
+        )
     listed = body.get(spec.list_field)
     if not isinstance(listed, list):
-        return LookupResult("lookup_error", f"{what} -> 200 without a {spec.list_field} list")
+        return LookupResult(
+            LookupOutcome.LOOKUP_ERROR, f"{what} -> 200 without a {spec.list_field} list"
+        )
     ids = [
         str(item.get(spec.id_field))
         for item in listed
         if isinstance(item, dict) and item.get(spec.key_field) == key
     ]
     if not ids:
-        return LookupResult("not_found", f"{what} -> 200, the key is not among the accepted")
+        return LookupResult(
+            LookupOutcome.NOT_FOUND, f"{what} -> 200, the key is not among the accepted"
+        )
     return _found(f"{what} -> 200", ids)
 
 
@@ -100,14 +109,16 @@ async def search_lookup(
                     await page.click(spec.submit)
                 response = None
         if response is not None and not response.ok:
-            return LookupResult("lookup_error", f"{what} -> {response.status} ({page.url})")
+            return LookupResult(
+                LookupOutcome.LOOKUP_ERROR, f"{what} -> {response.status} ({page.url})"
+            )
         return await _read_results(page, spec, key, what, step_timeout_s)
     except TimeoutError:
         raise
     except Exception as exc:  # noqa: BLE001 - playwright's errors: no page, no answer
         text = (str(exc).strip().splitlines() or [""])[0]
         detail = f"search for the key: {type(exc).__name__}: {text}"
-        return LookupResult("lookup_error", detail[:1000])
+        return LookupResult(LookupOutcome.LOOKUP_ERROR, detail[:1000])
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(context.close(), CLOSE_TIMEOUT_S)
@@ -136,17 +147,19 @@ async def _read_results(
             if ids:
                 return _found(f"{what}: {spec.result}", ids)
         if await _not_found_shown(page, spec):
-            return LookupResult("not_found", f"{what}: the page shows {_mark(spec)} ({page.url})")
+            return LookupResult(
+                LookupOutcome.NOT_FOUND, f"{what}: the page shows {_mark(spec)} ({page.url})"
+            )
         if results and others:
             # Results for other keys only: no proof that this key was not accepted.
             return LookupResult(
-                "lookup_error",
+                LookupOutcome.LOOKUP_ERROR,
                 f"{what}: {len(others)} result(s), none with {spec.key_attribute}={key}, "
                 "and no not-found mark",
             )
         if loop.time() >= give_up:
             return LookupResult(
-                "lookup_error",
+                LookupOutcome.LOOKUP_ERROR,
                 f"{what}: neither a result {spec.result} with {spec.attribute} nor "
                 f"{_mark(spec)} within {step_timeout_s:g}s ({page.url})",
             )

@@ -24,7 +24,7 @@ from pydantic import JsonValue
 
 from events.channels.email_api import EmailApiSettings
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.base import (
     FENCING_TOKEN_HEADER,
     AdapterBuild,
@@ -181,7 +181,7 @@ class EmailApiChannel:
         """By the message id when an answer gave one, else by key where the API offers it."""
         config = self._config
         if config.api_url is None:
-            return LookupResult("lookup_error", NOT_CONFIGURED)
+            return LookupResult(LookupOutcome.LOOKUP_ERROR, NOT_CONFIGURED)
         params: dict[str, str] | None = None
         if delivery.provider_message_id is not None:
             url = f"{config.api_url}/emails/{quote(delivery.provider_message_id, safe='')}"
@@ -190,7 +190,7 @@ class EmailApiChannel:
             params = {"idempotency_key": delivery.idempotency_key}
         else:
             return LookupResult(
-                "unsupported",
+                LookupOutcome.UNSUPPORTED,
                 "no message id and no lookup by idempotency key "
                 "(LEDGER_CHANNEL_SETTINGS[email_api].lookup_by_key=false)",
             )

@@ -22,6 +22,7 @@ from email import policy
 from email.parser import BytesHeaderParser
 
 from events.channels.mail import SmtpSettings
+from events.outcomes import LookupOutcome
 from streams.channels.base import LookupResult
 from streams.channels.mail_origin import ORIGIN_HEADER, sealed_by_us
 
@@ -55,10 +56,13 @@ class ArchiveLookup:
             )
         except TimeoutError:
             return LookupResult(
-                "lookup_error", f"{self.where}: no answer within the {self._deadline_s:g}s deadline"
+                LookupOutcome.LOOKUP_ERROR,
+                f"{self.where}: no answer within the {self._deadline_s:g}s deadline",
             )
         except (imaplib.IMAP4.error, OSError) as exc:
-            return LookupResult("lookup_error", f"{self.where}: {type(exc).__name__}: {exc}"[:1000])
+            return LookupResult(
+                LookupOutcome.LOOKUP_ERROR, f"{self.where}: {type(exc).__name__}: {exc}"[:1000]
+            )
 
     def _connect(self) -> imaplib.IMAP4:
         cfg = self._config
@@ -82,16 +86,20 @@ class ArchiveLookup:
             imap.login(cfg.imap_username, cfg.imap_password.get_secret_value())
             status, _ = imap.select(f'"{cfg.imap_mailbox}"', readonly=True)
             if status != "OK":
-                return LookupResult("lookup_error", f"{self.where}: SELECT answered {status}")
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"{self.where}: SELECT answered {status}"
+                )
             _, validity = imap.response("UIDVALIDITY")
             uidvalidity = (validity[0] or b"?").decode() if validity and validity[0] else "?"
             status, data = imap.uid("SEARCH", "HEADER", "Message-ID", f'"{message_id}"')
             if status != "OK":
-                return LookupResult("lookup_error", f"{self.where}: SEARCH answered {status}")
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"{self.where}: SEARCH answered {status}"
+                )
             uids = [u.decode() for u in (data[0] or b"").split()] if data else []
             if len(uids) > MAX_COPIES:
                 return LookupResult(
-                    "lookup_error",
+                    LookupOutcome.LOOKUP_ERROR,
                     f"{self.where}: {len(uids)} messages with Message-ID {message_id}, more "
                     f"than the {MAX_COPIES} one lookup checks",
                 )
@@ -109,12 +117,12 @@ class ArchiveLookup:
         )
         if not ours:
             return LookupResult(
-                "not_found",
+                LookupOutcome.NOT_FOUND,
                 f"{self.where}: no message of ours with Message-ID {message_id}{not_ours}"[:1000],
             )
         first = ours[0]
         return LookupResult(
-            "found",
+            LookupOutcome.FOUND,
             f"{self.where}: Message-ID {message_id} at UID {first} (UIDVALIDITY {uidvalidity}), "
             f"{ORIGIN_HEADER} verified"
             + (f", {len(ours)} copies: UIDs {' '.join(ours[:10])}" if len(ours) > 1 else "")

@@ -22,7 +22,7 @@ import httpx
 from pydantic import JsonValue
 
 from events.contract import LookupStatus
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.address_guard import BlockedAddress
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 from streams.channels.excerpt import excerpt
@@ -262,19 +262,25 @@ async def lookup_request(
             client, "GET", url, deadline_s=deadline_s, headers=headers, params=params
         )
     except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
-        return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+        return LookupResult(
+            LookupOutcome.LOOKUP_ERROR, f"{what}: {type(exc).__name__}: {exc}"[:1000]
+        )
     if answer.status == 404:
-        return LookupResult("not_found", f"{what} -> 404")
+        return LookupResult(LookupOutcome.NOT_FOUND, f"{what} -> 404")
     body = answer.json_object()
     status = string_field(body, "status")
     if answer.status == 202 or (answer.status == 200 and status == PROCESSING):
-        return LookupResult("processing", f"{what} -> {answer.status}: received, still processing")
+        return LookupResult(
+            LookupOutcome.PROCESSING, f"{what} -> {answer.status}: received, still processing"
+        )
     if answer.status != 200:
         shown_body = answer.excerpt()
-        return LookupResult("lookup_error", f"{what} -> {answer.status}: {shown_body}"[:1000])
+        return LookupResult(
+            LookupOutcome.LOOKUP_ERROR, f"{what} -> {answer.status}: {shown_body}"[:1000]
+        )
     if body is None:
         return LookupResult(
-            "lookup_error", f"{what} -> 200 without a JSON object: {answer.excerpt()}"
+            LookupOutcome.LOOKUP_ERROR, f"{what} -> 200 without a JSON object: {answer.excerpt()}"
         )
     message_id = string_field(body, "id")
     evidence = f"{what} -> 200, id {message_id}, status {status}"
@@ -282,9 +288,9 @@ async def lookup_request(
     if reason is not None:
         evidence = f"{evidence}, reason {excerpt(reason.encode(), 200)}"[:1000]
     if failed(status):
-        return LookupResult("failed", evidence, message_id, status)
+        return LookupResult(LookupOutcome.FAILED, evidence, message_id, status)
     return LookupResult(
-        "found",
+        LookupOutcome.FOUND,
         evidence,
         provider_message_id=message_id,
         provider_status=status,

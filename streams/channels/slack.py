@@ -26,7 +26,7 @@ from pydantic import JsonValue
 from config.settings import Settings
 from events.channels import slack_recipient
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,
@@ -249,16 +249,18 @@ class SlackChannel:
         try:
             answer = await request(self._client, "POST", url, deadline_s=deadline_s, headers=auth)
         except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
-            return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+            return LookupResult(
+                LookupOutcome.LOOKUP_ERROR, f"{what}: {type(exc).__name__}: {exc}"[:1000]
+            )
         body = answer.json_object()
         if answer.status != 200 or body is None or body.get("ok") is not True:
             return LookupResult(
-                "lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
+                LookupOutcome.LOOKUP_ERROR, f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
             )
         bot_id = string_field(body, "bot_id")
         if bot_id is None:
             return LookupResult(
-                "lookup_error",
+                LookupOutcome.LOOKUP_ERROR,
                 f"{what}: the token has no bot_id (not a bot token?), so our messages cannot "
                 "be told from other apps' (LEDGER_SLACK_TOKENS takes bot tokens, xoxb-)",
             )
@@ -324,11 +326,11 @@ class SlackChannel:
         try:
             workspace, channel = slack_recipient(delivery.recipient)
         except ValueError as exc:
-            return LookupResult("lookup_error", str(exc))
+            return LookupResult(LookupOutcome.LOOKUP_ERROR, str(exc))
         auth = self._auth(workspace)
         if auth is None:
             return LookupResult(
-                "lookup_error",
+                LookupOutcome.LOOKUP_ERROR,
                 f"no bot token for Slack workspace {workspace!r} (LEDGER_SLACK_TOKENS)",
             )
         params = {
@@ -350,7 +352,7 @@ class SlackChannel:
             left = ends - loop.time()
             if left <= 0:
                 return LookupResult(
-                    "lookup_error",
+                    LookupOutcome.LOOKUP_ERROR,
                     f"{what}: the {self._deadline_s:g}s deadline struck at page {page}",
                 )
             try:
@@ -358,15 +360,18 @@ class SlackChannel:
                     self._client, "GET", url, deadline_s=left, headers=auth, params=params
                 )
             except (httpx.RequestError, httpx.InvalidURL, DeadlineExceeded) as exc:
-                return LookupResult("lookup_error", f"{what}: {type(exc).__name__}: {exc}"[:1000])
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"{what}: {type(exc).__name__}: {exc}"[:1000]
+                )
             body = answer.json_object()
             if answer.status != 200 or body is None or body.get("ok") is not True:
                 return LookupResult(
-                    "lookup_error", f"{what} -> {answer.status}: {answer.excerpt()}"[:1000]
+                    LookupOutcome.LOOKUP_ERROR,
+                    f"{what} -> {answer.status}: {answer.excerpt()}"[:1000],
                 )
             messages = body.get("messages")
             if not isinstance(messages, list):
-                return LookupResult("lookup_error", f"{what} -> 200 without messages")
+                return LookupResult(LookupOutcome.LOOKUP_ERROR, f"{what} -> 200 without messages")
             keyed = [m for m in messages if carries_key(m, delivery.idempotency_key)]
             found = [m for m in keyed if posted_by(m, us)]
             foreign += [_describe(m) for m in keyed if not posted_by(m, us)]
@@ -379,7 +384,7 @@ class SlackChannel:
                     f"(page {page}, {len(found)} on that page)"
                 )
                 return LookupResult(
-                    "found",
+                    LookupOutcome.FOUND,
                     evidence,
                     provider_message_id=f"{channel}/{ts}" if ts else None,
                     provider_status="posted",
@@ -396,15 +401,17 @@ class SlackChannel:
                     else ""
                 )
                 return LookupResult(
-                    "not_found",
+                    LookupOutcome.NOT_FOUND,
                     f"{what}: no message of our bot {us.bot_id} with this key since {since} "
                     f"({page} page(s)){others}"[:1000],
                 )
             if cursor is None:  # more history, but no way to read it: not evidence
-                return LookupResult("lookup_error", f"{what}: has_more without a next_cursor")
+                return LookupResult(
+                    LookupOutcome.LOOKUP_ERROR, f"{what}: has_more without a next_cursor"
+                )
             params["cursor"] = cursor
         return LookupResult(
-            "lookup_error",
+            LookupOutcome.LOOKUP_ERROR,
             f"{what}: more than {self._max_pages} pages of history since the request; "
             "the key may be further back (LEDGER_SLACK_LOOKUP_MAX_PAGES)",
         )

@@ -35,7 +35,7 @@ from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 
 from events.channels.mail import SmtpSettings, email_problem
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,
@@ -329,11 +329,14 @@ class SmtpChannel:
         """IMAP SEARCH by Message-ID in the archive mailbox; "unsupported" without one."""
         if self._lookup is None:
             return LookupResult(
-                "unsupported", "the smtp channel has no archive mailbox (imap_host unset)"
+                LookupOutcome.UNSUPPORTED,
+                "the smtp channel has no archive mailbox (imap_host unset)",
             )
         domain = self._config.id_domain
         if domain is None:
-            return LookupResult("lookup_error", "no Message-ID domain (from_address unset)")
+            return LookupResult(
+                LookupOutcome.LOOKUP_ERROR, "no Message-ID domain (from_address unset)"
+            )
         return await self._lookup.find(message_id(delivery.idempotency_key, domain))
 
 

@@ -26,7 +26,7 @@ from events.contract import (
     lookup_headers,
 )
 from events.keys import canonical_json
-from events.outcomes import ErrorClass
+from events.outcomes import ErrorClass, LookupOutcome
 from streams.channels.base import (
     AdapterBuild,
     LookupResult,
@@ -145,7 +145,7 @@ class WebhookChannel:
         lookup_url = endpoint.lookup_url
         if not lookup_url:
             return LookupResult(
-                "unsupported",
+                LookupOutcome.UNSUPPORTED,
                 "endpoint has no lookup URL",
             )
         url = f"{lookup_url.rstrip('/')}/{quote(delivery.idempotency_key, safe='')}"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from typer._click import Context
+from typer.core import TyperGroup
 
 from clients.outcome_signing import new_pair
 from config.settings import Settings
@@ -212,15 +214,17 @@ def command_paths() -> list[str]:
     """Every leaf command of the typer app, as ``"group command"`` paths."""
     found: list[str] = []
 
-    def walk(command: object, prefix: tuple[str, ...]) -> None:
-        children = getattr(command, "commands", None)
-        if children is None:
+    def walk(command: object, context: Context, prefix: tuple[str, ...]) -> None:
+        if not isinstance(command, TyperGroup):
             found.append(" ".join(prefix))
             return
-        for name, child in children.items():
-            walk(child, (*prefix, name))
+        for name in command.list_commands(context):
+            child = command.get_command(context, name)
+            assert child is not None, f"{name} is listed and not found"
+            walk(child, Context(child, parent=context, info_name=name), (*prefix, name))
 
-    walk(typer.main.get_command(app), ())
+    root = typer.main.get_command(app)
+    walk(root, Context(root, info_name="ledger"), ())
     return sorted(found)
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 from config.settings import Settings
+from events import DeliveryClaimed, DeliveryFailed, DeliveryRetryScheduled
 from events.errors import LedgerError
+from events.outcomes import ErrorClass
 from projections.backends import open_store
+from projections.dashboard.overview import overview
 from projections.incident import run_view
 from projections.projector import rebuild
 from projections.queries import PENDING_BY_CHANNEL, Backlog, ChannelBacklog, status_report
 from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
-from tests.projections.scenarios import at, found_later, incident_log, publish, requested
+from tests.projections.scenarios import P, at, found_later, incident_log, publish, requested
 
 
 async def built(settings: Settings, dsn_factory: DsnFactory) -> Store:
@@ -49,15 +52,13 @@ async def test_status_answers_every_dashboard_question(
         a1 = requested("run-a", 1, 1)
         assert [r["idempotency_key"] for r in after.duplicate_conflicts] == [a1.idempotency_key]
         assert after.attempts_by_channel == [
-            {"channel": "provider", "error_class": None, "outcome": "CONFIRMED", "attempts": 1},
-            {"channel": "provider", "error_class": "http_4xx", "outcome": "FAILED", "attempts": 1},
-            {"channel": "provider", "error_class": "http_5xx", "outcome": "RETRY", "attempts": 1},
-            {"channel": "provider", "error_class": "timeout_after_write", "outcome": "RETRY",
-             "attempts": 1},
-            {"channel": "webhook", "error_class": None, "outcome": "CONFIRMED", "attempts": 2},
-            {"channel": "webhook", "error_class": "reset_after_write", "outcome": "UNKNOWN",
-             "attempts": 1},
-        ]  # fmt: skip
+            {"channel": "provider", "error_class": None, "attempts": 1},
+            {"channel": "provider", "error_class": "http_4xx", "attempts": 1},
+            {"channel": "provider", "error_class": "http_5xx", "attempts": 1},
+            {"channel": "provider", "error_class": "timeout_after_write", "attempts": 1},
+            {"channel": "webhook", "error_class": None, "attempts": 2},
+            {"channel": "webhook", "error_class": "reset_after_write", "attempts": 1},
+        ]
         assert after.needs_attention
     finally:
         store.close()
@@ -189,3 +190,45 @@ async def test_the_backlog_query_is_covered_by_an_index(
     finally:
         store.close()
     assert "USING COVERING INDEX deliveries_pending (status=?)" in plan, plan
+
+
+async def test_attempts_by_channel_is_one_row_per_channel_and_error_class(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    """One class, two outcomes: http_5xx retried once, then FAILED when the policy ran out.
+    "Attempts by channel and error class" counts both in one row (the dashboard's chart and
+    ``ledger_attempts`` take one row per pair as the whole count); a row per outcome
+    would show 1 where 2 attempts failed with http_5xx."""
+    e2 = requested("run-e", 2, 10)  # provider
+    common = {"idempotency_key": e2.idempotency_key, "run_id": "run-e", "producer": P}
+
+    def claim(attempt: int, t: float) -> DeliveryClaimed:
+        return DeliveryClaimed(
+            **common, attempt=attempt, worker_id="w1", fencing_token=attempt,
+            lease_expires_at=at(t + 30), occurred_at=at(t),
+        )  # fmt: skip
+
+    retry = DeliveryRetryScheduled(
+        **common, attempt=1, next_attempt=2, retry_at=at(15), error_class=ErrorClass.HTTP_5XX,
+        safety="receiver dedupes on webhook-id", occurred_at=at(12),
+    )  # fmt: skip
+    failed = DeliveryFailed(
+        **common, attempts=2, error_class=ErrorClass.HTTP_5XX,
+        reason="retries exhausted after attempt 2: 503", occurred_at=at(16),
+    )  # fmt: skip
+    await publish(settings, [e2, claim(1, 11), retry, claim(2, 15), failed])
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        report = status_report(store, at(20))
+        page = overview(store, at(20))
+    finally:
+        store.close()
+    assert report.attempts_by_channel == [
+        {"channel": "provider", "error_class": "http_5xx", "attempts": 2}
+    ]
+    assert page.attempts_by_channel == report.attempts_by_channel
+    counters = {c.name: c.value for c in page.counters}
+    assert counters["failed_attempts"] == 2

@@ -65,7 +65,17 @@ async def test_an_oversized_post_is_refused_413_before_it_is_read_whole(
 ) -> None:
     handler = CountingHandler()
     async with serve(kit(handler, SqliteStore(tmp_path / "r.db"))) as url:
-        first, sent = await post_until_answered(url, chunked=chunked)
+        for _ in range(3):
+            try:
+                first, sent = await post_until_answered(url, chunked=chunked)
+                break
+            except ConnectionResetError:
+                # The server answered and closed while we still wrote: its RST can reach
+                # us before our loop read the answer (seen once on a loaded machine). The
+                # attempt shows nothing either way; another one is made.
+                continue
+        else:
+            pytest.fail("three attempts in a row were reset before their answer was read")
     # The body never ended (128 MiB declared, or a chunked body with no last chunk): an
     # answer at all means the server did not wait to buffer it whole.
     assert first.startswith(b"HTTP/1.1 413"), first[:200]

@@ -36,7 +36,7 @@ def claimed() -> DeliveryState:
     return after
 
 
-def unknown(reconciled: str | None = None, not_found: int = 0) -> DeliveryState:
+def unknown(reconciled: LookupOutcome | None = None, not_found: int = 0) -> DeliveryState:
     return replace(
         claimed(),
         status=Status.UNKNOWN,
@@ -99,32 +99,37 @@ def _lookup(
 
 
 def test_one_not_found_is_not_evidence_two_are() -> None:
-    assert _lookup(unknown(), "not_found") == [DeliveryReconciled]
-    assert _lookup(unknown("not_found", 1), "not_found") == classes(
+    assert _lookup(unknown(), LookupOutcome.NOT_FOUND) == [DeliveryReconciled]
+    assert _lookup(unknown(LookupOutcome.NOT_FOUND, 1), LookupOutcome.NOT_FOUND) == classes(
         DeliveryReconciled,
         DeliveryRetryScheduled,
     )
 
 
 def test_found_processing_failed_and_unsupported() -> None:
-    assert _lookup(unknown(), "found", delivered=True) == [DeliveryReconciled, DeliveryConfirmed]
-    assert _lookup(unknown(), "processing") == [DeliveryReconciled]
-    assert _lookup(unknown(), "lookup_error") == [DeliveryReconciled]
-    assert _lookup(unknown(), "failed", provider_status="failed") == [
+    assert _lookup(unknown(), LookupOutcome.FOUND, delivered=True) == [
+        DeliveryReconciled,
+        DeliveryConfirmed,
+    ]
+    assert _lookup(unknown(), LookupOutcome.PROCESSING) == [DeliveryReconciled]
+    assert _lookup(unknown(), LookupOutcome.LOOKUP_ERROR) == [DeliveryReconciled]
+    assert _lookup(unknown(), LookupOutcome.FAILED, provider_status="failed") == [
         DeliveryReconciled,
         DeliveryFailed,
     ]
     # No lookup and no declared dedupe: an operator decides, nothing is retried.
-    assert _lookup(unknown(), "unsupported") == [DeliveryReconciled]
+    assert _lookup(unknown(), LookupOutcome.UNSUPPORTED) == [DeliveryReconciled]
     declared = core_context(dedupes=True)
-    result = LookupResult("unsupported", "no lookup URL")
+    result = LookupResult(LookupOutcome.UNSUPPORTED, "no lookup URL")
     events = after_lookup(unknown(), result, T0, declared)
     assert [type(e) for e in events] == classes(DeliveryReconciled, DeliveryRetryScheduled)
     assert isinstance(events[1], DeliveryRetryScheduled)
     assert "receiver_dedupes=true" in events[1].safety
     assert events[1].dedupe_rule == "webhook-id"
     # A retry made safe by anything else names no dedupe rule.
-    two = after_lookup(unknown("not_found", 1), LookupResult("not_found", "404"), T0, CTX)
+    two = after_lookup(
+        unknown(LookupOutcome.NOT_FOUND, 1), LookupResult(LookupOutcome.NOT_FOUND, "404"), T0, CTX
+    )
     assert isinstance(two[1], DeliveryRetryScheduled)
     assert two[1].dedupe_rule is None
 
@@ -133,7 +138,7 @@ def test_a_dedupe_rule_is_relied_on_only_within_its_window() -> None:
     rule = DedupeRule("idempotency-key-24h", "the provider keeps keys 24 h", window_s=24 * 3600)
     ctx = replace(CTX, dedupe_rule=lambda _channel, _recipient: rule)
     state = unknown()
-    result = LookupResult("unsupported", "no lookup")
+    result = LookupResult(LookupOutcome.UNSUPPORTED, "no lookup")
     inside = state.requested_at + timedelta(hours=23)
     events = after_lookup(state, result, inside, ctx)
     assert [type(e) for e in events] == classes(DeliveryReconciled, DeliveryRetryScheduled)
@@ -146,11 +151,11 @@ def test_a_dedupe_rule_is_relied_on_only_within_its_window() -> None:
 
 def test_the_first_lookup_waits_the_settle_window_then_the_spacing() -> None:
     assert due_at(unknown(), CTX) == T0 + timedelta(seconds=15)
-    assert due_at(unknown("not_found", 1), CTX) == T0 + timedelta(
+    assert due_at(unknown(LookupOutcome.NOT_FOUND, 1), CTX) == T0 + timedelta(
         seconds=CTX.lookup_confirm_spacing_s
     )
-    assert due_at(unknown("unsupported"), CTX) is None  # an operator's
-    exhausted = replace(unknown("processing"), lookups=CTX.max_lookups)
+    assert due_at(unknown(LookupOutcome.UNSUPPORTED), CTX) is None  # an operator's
+    exhausted = replace(unknown(LookupOutcome.PROCESSING), lookups=CTX.max_lookups)
     assert due_at(exhausted, CTX) is None
 
 

@@ -50,7 +50,12 @@ SEND_EFFECTS = [
 ]
 # Lookup answers that say nothing about acceptance, and "failed" (what a provider says of
 # a message it gave up on: answered only while the receiver has nothing).
-NOISE: list[LookupOutcome | None] = [*[None] * 6, "processing", "lookup_error", "failed"]
+NOISE: list[LookupOutcome | None] = [
+    *[None] * 6,
+    LookupOutcome.PROCESSING,
+    LookupOutcome.LOOKUP_ERROR,
+    LookupOutcome.FAILED,
+]
 
 
 class DeliveryMachine(RuleBasedStateMachine):
@@ -130,13 +135,13 @@ class DeliveryMachine(RuleBasedStateMachine):
         """A lookup answers the truth as the receiver knows it now (a slow request that is
         still being processed is not found by a receiver that records only at the end)."""
         if noise == "failed" and not self.accepted and not self.processing_until:
-            result = LookupResult("failed", "status failed", provider_status="failed")
+            result = LookupResult(LookupOutcome.FAILED, "status failed", provider_status="failed")
         elif noise is not None and noise != "failed":
             result = LookupResult(noise, noise)
         elif self.accepted:
-            result = LookupResult("found", "200 done", "id-1", "done", delivered=True)
+            result = LookupResult(LookupOutcome.FOUND, "200 done", "id-1", "done", delivered=True)
         else:
-            result = LookupResult("not_found", "404")
+            result = LookupResult(LookupOutcome.NOT_FOUND, "404")
         event(f"lookup: {result.outcome} in {self.state.status}")
         if result.outcome == "not_found" and self.processing_until:
             self.not_found_while_processing += 1

@@ -12,8 +12,9 @@ from events.delivery import DeliveryFailed, DeliveryNotSent, new_delivery_reques
 from events.delivery_state import DeliveryState, Status, apply
 from events.outcomes import ErrorClass
 from streams.decisions import claim
+from streams.metrics import WorkerMetrics
 from streams.processor import MemoryStore
-from streams.sender import Sender
+from streams.sender import REVOKED, Sender, SendRefusal
 from tests.fixtures.core import (
     Appended,
     Clock,
@@ -36,6 +37,7 @@ def sender_for(
     concurrency: int = 4,
     max_payload_bytes: int = 256 * 1024,
     deadlines: dict[str, float] | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> Sender:
     owned = {0} if owned is None else owned
     return Sender(
@@ -50,6 +52,7 @@ def sender_for(
         skew_margin_s=2.0,
         max_payload_bytes=max_payload_bytes,
         deadlines=deadlines,
+        metrics=metrics,
     )
 
 
@@ -130,6 +133,36 @@ async def test_a_claim_that_moved_on_or_a_lost_partition_is_not_sent(
     assert any("no longer owns partition 0" in r for r in reasons)
 
 
+async def test_each_refusal_is_counted_under_its_own_reason(
+    fake_channel: FakeChannel, memory_store: MemoryStore, clock: Clock, appended: Appended
+) -> None:
+    """The metric's label is the refusal's type, whatever its evidence says."""
+    metrics = WorkerMetrics()
+    owned = {0}
+    sender = sender_for(fake_channel, memory_store, clock, appended, owned=owned, metrics=metrics)
+    moved = claimed(memory_store, clock, 1)
+    memory_store.put(moved.idempotency_key, replace(moved, fencing_token=2, claim_worker="w2"))
+    sender.submit_send(moved, 0)
+    await sender.drain(5)
+    short = claimed(memory_store, clock, 2)
+    clock.advance(CTX.lease_s - 11.9)
+    sender.submit_send(short, 0)
+    await sender.drain(5)
+    lost = claimed(memory_store, clock, 3)
+    owned.clear()
+    sender.submit_send(lost, 0)
+    await sender.drain(5)
+    assert fake_channel.received == []
+
+    def counted(reason: SendRefusal) -> float | None:
+        return metrics.registry.get_sample_value(
+            "ledger_worker_refused_sends_total", {"reason": reason}
+        )
+
+    assert [counted(r) for r in SendRefusal] == [1, 1, 1, None, None, None, None]
+    assert [r.value for r in SendRefusal][:3] == ["lease", "partition", "token"]
+
+
 async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     memory_store: MemoryStore, clock: Clock, appended: Appended
 ) -> None:
@@ -141,7 +174,7 @@ async def test_revocation_cancels_queued_sends_and_lets_written_ones_finish(
     sender.submit_send(second, 0)
     await eventually(lambda: channel.received)  # the first reaches its write...
     assert channel.received == [(first.idempotency_key, 1)]  # ...the second waits for the slot
-    stopping = asyncio.ensure_future(sender.stop_partitions({0}, "partition revoked"))
+    stopping = asyncio.ensure_future(sender.stop_partitions({0}, REVOKED))
     await eventually(lambda: appended.of(DeliveryNotSent))  # the cancelled send records itself
     assert [e.idempotency_key for e in appended.of(DeliveryNotSent)] == [second.idempotency_key]
     assert "partition revoked" in appended.of(DeliveryNotSent)[0].reason
@@ -182,7 +215,7 @@ async def test_a_lookup_taken_back_by_a_revocation_may_be_asked_again(
     sender.submit_send(blocker, 1)  # holds the only slot
     state = claimed(memory_store, clock, 2)
     assert sender.submit_lookup(state, 0)  # queued behind it
-    assert await sender.stop_partitions({0}, "partition revoked") == 1
+    assert await sender.stop_partitions({0}, REVOKED) == 1
     assert sender.submit_lookup(state, 0), "the cancelled lookup left its marker behind"
     channel.hold.set()
     await sender.drain(5)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from config.settings import Settings
+from events.state_codec import loads
 from streams.app import Worker, create_app
-from streams.state_codec import loads
 from streams.state_transaction import StateTransaction, TransactionStatus, TransactionStatusError
 from tests.fixtures.core import applied, requested
 

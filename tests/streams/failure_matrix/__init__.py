@@ -7,4 +7,9 @@ count what the provider accepted per key; ``stacks.py`` runs a fake, a worker an
 projection for rows to share; ``test_table.py`` is the table (channel x row) with one body
 per row. The rows of one channel only are in ``test_webhook.py``, ``test_browser.py``,
 ``test_windows.py`` and ``test_clocks.py``.
+
+Webhook rows run twice: against the simulator's plain receiver (no dedupe, so a second send
+is a second acceptance) and against receiver-kit apps in their normal mode (``kit``). For
+the kit the simulator counts the raw requests in front of it and the handler's runs behind
+it, so a row shows both: requests per key, and handler runs per key (exactly 1).
 """

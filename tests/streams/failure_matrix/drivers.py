@@ -26,6 +26,7 @@ from config.settings import Settings
 from events.delivery import DeliveryEvent, DeliveryReconciled, DeliveryUnknown
 from events.delivery_state import DeliveryState
 from events.keys import idempotency_key
+from events.outcomes import LookupOutcome
 from events.retry_policy import RetryPolicy
 from ledger.simulator import SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
@@ -532,4 +533,4 @@ class BrowserDriver(Driver):
         return submission.id
 
     def check_lookup(self, key: str, state: DeliveryState, events: list[DeliveryEvent]) -> None:
-        assert state.reconciled == "found", state.reconciled
+        assert state.reconciled is LookupOutcome.FOUND, state.reconciled

@@ -20,6 +20,7 @@ import pytest
 
 from events.delivery import DeliveryEvent, DeliveryRetryScheduled
 from events.delivery_state import Status
+from events.outcomes import LookupOutcome
 from tests.fixtures.broker import ReadTopic, all_deliveries
 from tests.fixtures.worker import wait_for
 from tests.streams.failure_matrix.drivers import (
@@ -386,7 +387,7 @@ async def no_lookup_no_dedupe(case: Case, stack: Stack[Driver], read_topic: Read
     async def unresolved() -> bool:
         states = await stack.view()
         return all(
-            states[k].status is Status.UNKNOWN and states[k].reconciled == "unsupported"
+            states[k].status is Status.UNKNOWN and states[k].reconciled is LookupOutcome.UNSUPPORTED
             for k in faulted
         )
 
