@@ -34,9 +34,11 @@ from streams.channels.signature import signature_header, signer
 
 
 async def run(args: argparse.Namespace) -> None:
-    secret = Settings().webhook_secret  # from LEDGER_WEBHOOK_SECRET, as a worker's
+    secret = (
+        Settings().channels.webhook_secret
+    )  # from LEDGER_CHANNELS__WEBHOOK_SECRET, as a worker's
     if secret is None:
-        raise SystemExit("bare_loop: LEDGER_WEBHOOK_SECRET is not set")
+        raise SystemExit("bare_loop: LEDGER_CHANNELS__WEBHOOK_SECRET is not set")
     signers = [signer(secret)]
     consumer = AIOKafkaConsumer(
         args.topic,
@@ -49,7 +51,9 @@ async def run(args: argparse.Namespace) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, acks=1, linger_ms=5)
     # The worker's own client factory: same pool, timeouts and httpcore workaround.
     client = create_http_client(
-        Settings(send_concurrency=args.concurrency, allowed_networks=["127.0.0.0/8"])
+        Settings(
+            channels={"send_concurrency": args.concurrency, "allowed_networks": ["127.0.0.0/8"]}
+        ).channels
     )
     slots = asyncio.Semaphore(args.concurrency)
     tasks: set[asyncio.Task[None]] = set()

@@ -20,7 +20,9 @@ from ledger.broker import LocalBroker
 
 def one_start(root: Path, cache: Path) -> tuple[float, bool]:
     settings = Settings(
-        broker_port=29392, controller_port=29393, data_dir=root / "data", cache_dir=cache
+        kafka={"broker_port": 29392, "controller_port": 29393},
+        data_dir=root / "data",
+        cache_dir=cache,
     )
     broker = LocalBroker(settings)
     began = time.perf_counter()

@@ -78,12 +78,12 @@ OPTIONAL_FAULTS: dict[str, Any] = {"slow_process": 0.04, "trickle": 0.03}
 DELAY_S = 3.0
 # The worker's timing: short, so that leases, settle windows and lookups all happen.
 WORKER_TIMING: dict[str, Any] = {
-    "lease_seconds": 8.0,
-    "http_timeout_s": 1.0,
-    "send_deadline_s": 2.0,
-    "clock_skew_margin_s": 1.0,
-    "lookup_settle_s": 3.0,
-    "lookup_confirm_spacing_s": 1.5,
+    "worker.lease_s": 8.0,
+    "channels.http_timeout_s": 1.0,
+    "channels.send_deadline_s": 2.0,
+    "worker.clock_skew_margin_s": 1.0,
+    "worker.lookup_settle_s": 3.0,
+    "worker.lookup_confirm_spacing_s": 1.5,
 }
 
 
@@ -198,7 +198,7 @@ async def drive(
     limit = began + args.duration_limit
     published: dict[str, float] = {}
     retries: Counter[str] = Counter()
-    quiet_s = settings.lookup_settle_s + 4 * settings.lookup_confirm_spacing_s + 5
+    quiet_s = settings.worker.lookup_settle_s + 4 * settings.worker.lookup_confirm_spacing_s + 5
     done = False
     async with LedgerObserver(settings) as observer:
         with Progress(
@@ -423,7 +423,7 @@ async def run(
     args: argparse.Namespace, base: Settings, broker: LocalBroker, tmp: Path, console: Console
 ) -> dict[str, Any]:
     """Start everything on ``broker``, drive the run, stop everything; the summary."""
-    settings = fresh_settings(base, "chaos", **WORKER_TIMING)
+    settings = fresh_settings(base, "chaos", WORKER_TIMING)
     await create_topics(settings)
     stack = Stack(tmp / "logs")
     supervisor = Supervisor(stack, settings)
@@ -440,9 +440,11 @@ async def run(
             supervisor,
             broker,
             args.workers,
-            pause_s=settings.lease_seconds + 2,
+            pause_s=settings.worker.lease_s + 2,
         )
-        console.print(f"[bold]chaos[/] broker {settings.bootstrap_servers}, logs {stack.logs}")
+        console.print(
+            f"[bold]chaos[/] broker {settings.kafka.bootstrap_servers}, logs {stack.logs}"
+        )
         outcome = await drive(args, settings, nemesis, urls)
         async with httpx.AsyncClient(timeout=120) as client:
             sim = (await client.get(f"{urls['control']}/state")).json()

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from clients import DeliverySpec
 from clients.kafka_security import client_options
 from config import Settings
-from config.settings import WebhookEndpoint
+from config.settings import WebhookEndpoint, changed
 from events.delivery_state import DeliveryState, Status
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, _die_with_parent, read_json_line
@@ -52,17 +52,21 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (hashed & 0x7FFFFFFF) % partitions
 
 
-def fresh_settings(base: Settings, label: str, **update: Any) -> Settings:
-    """``base`` with topics and a worker group no earlier round has used."""
+def fresh_settings(
+    base: Settings, label: str, changes: Mapping[str, object] | None = None
+) -> Settings:
+    """``base`` with topics and a worker group no earlier round has used (and
+    ``changes``, by dotted name)."""
     tag = f"{label}-{uuid.uuid4().hex[:6]}"
-    return base.model_copy(
-        update={
-            "topic_runs": f"bench.runs.{tag}",
-            "topic_deliveries": f"bench.deliveries.{tag}",
-            "topic_deadletter": f"bench.dl.{tag}",
-            "worker_group": f"bench-{tag}",
-            **update,
-        }
+    return changed(
+        base,
+        {
+            "kafka.topic_runs": f"bench.runs.{tag}",
+            "kafka.topic_deliveries": f"bench.deliveries.{tag}",
+            "kafka.topic_deadletter": f"bench.dl.{tag}",
+            "worker.group": f"bench-{tag}",
+            **(changes or {}),
+        },
     )
 
 
@@ -71,17 +75,15 @@ def local_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[tuple[Settings,
     """A fresh local broker on ``port`` and ``port + 1`` (and its handle, for restarts),
     stopped afterwards."""
     settings = Settings(
-        broker_port=port,
-        controller_port=port + 1,
+        kafka={"broker_port": port, "controller_port": port + 1},
+        channels={"allowed_networks": ["127.0.0.0/8"], "webhook_secret": BENCH_WEBHOOK_SECRET},
         data_dir=tmp / "data",
-        allowed_networks=["127.0.0.0/8"],  # the bench receivers listen on 127.0.0.1
-        webhook_secret=BENCH_WEBHOOK_SECRET,
     )
     broker = LocalBroker(settings)
     try:
         # Inside the try: a start that times out has spawned a JVM all the same.
         if broker.start().already_running:
-            raise RuntimeError(f"a broker already runs on {settings.bootstrap_servers}")
+            raise RuntimeError(f"a broker already runs on {settings.kafka.bootstrap_servers}")
         yield settings, broker
     finally:
         broker.stop()
@@ -126,10 +128,10 @@ def start_receiver(stack: Stack, settings: Settings, *options: str) -> dict[str,
 def with_webhook_lookup(settings: Settings, urls: dict[str, Any]) -> Settings:
     """``settings`` with the simulator's webhook endpoints declared, lookup URL included."""
     endpoints = {
-        **settings.webhook_endpoints,
+        **settings.channels.webhook_endpoints,
         f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
     }
-    return settings.model_copy(update={"webhook_endpoints": endpoints})
+    return changed(settings, {"channels.webhook_endpoints": endpoints})
 
 
 def fanout_specs(urls: dict[str, Any], run: int, limit: int = 3) -> list[DeliverySpec]:
@@ -246,13 +248,13 @@ async def produce_batched(
     """Produce (topic, key, value) records fast, in big batches, in the partition the
     default partitioner picks for the key (or ``partition_of(key)``); (count, seconds)."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         acks=1,
         linger_ms=20,
         max_batch_size=1024 * 1024,
         max_request_size=8 * 1024 * 1024,
         **config,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await producer.start()
     began = time.perf_counter()
@@ -268,7 +270,7 @@ async def produce_batched(
 
         for topic, key, value in records:
             partition = (
-                partition_of(key) if partition_of else partition_for(key, settings.partitions)
+                partition_of(key) if partition_of else partition_for(key, settings.kafka.partitions)
             )
             while True:
                 batch = open_batches.get((topic, partition))
@@ -319,7 +321,7 @@ def machine(settings: Settings) -> Machine:
         for line in Path("/proc/meminfo").read_text().splitlines()
         if line.startswith("MemTotal:")
     )
-    versions = {"Python": platform.python_version(), "Kafka": settings.kafka_version}
+    versions = {"Python": platform.python_version(), "Kafka": settings.kafka.version}
     for dist in ("aiokafka", "faust-streaming", "httpx", "pydantic", "rocksdict"):
         versions[dist] = version(dist)
     return Machine(cpu, os.cpu_count() or 0, mem_kb / 1024 / 1024, versions)

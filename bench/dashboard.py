@@ -214,7 +214,7 @@ def main() -> None:
         counts = dict(
             sqlite3.connect(path).execute("SELECT status, COUNT(*) FROM deliveries GROUP BY status")
         )
-        settings = Settings(dashboard_port=0, bootstrap_servers="127.0.0.1:1")
+        settings = Settings(dashboard={"port": 0}, kafka={"bootstrap_servers": "127.0.0.1:1"})
         results = asyncio.run(measure(settings, dsn, now, args.repeat))
     header = (
         f"`python -m bench.dashboard --deliveries {args.deliveries}`, "

@@ -59,13 +59,13 @@ class Confirmations:
 
     async def __aenter__(self) -> Confirmations:
         consumer = AIOKafkaConsumer(
-            self.settings.topic_deliveries,
-            bootstrap_servers=self.settings.bootstrap_servers,
+            self.settings.kafka.topic_deliveries,
+            bootstrap_servers=self.settings.kafka.bootstrap_servers,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=None,
-            **client_options(self.settings),
+            **client_options(self.settings.kafka),
         )
         await consumer.start()
         self._task = asyncio.create_task(self._run(consumer))
@@ -151,7 +151,7 @@ async def peak_round(
     """Produce a backlog of ``n`` at once; deliveries/s while it drains."""
     batch = requests_for(urls, f"peak-{uuid.uuid4().hex[:6]}", n)
     await produce_keyed(
-        settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
+        settings, settings.kafka.topic_deliveries, iter((k.encode(), v) for k, v in batch)
     )
     keys = [k for k, _ in batch]
     await seen.wait(keys, timeout_s=max(120.0, n / 20), progress=progress, label=label)
@@ -264,9 +264,9 @@ async def wait_owned(
 
 def start_bare(stack: Stack, settings: Settings, name: str) -> Child:
     """One bare loop process."""
-    args = ["-m", "bench.bare_loop", "--bootstrap", settings.bootstrap_servers]
-    args += ["--topic", settings.topic_deliveries, "--group", settings.worker_group]
-    args += ["--concurrency", str(settings.send_concurrency)]
+    args = ["-m", "bench.bare_loop", "--bootstrap", settings.kafka.bootstrap_servers]
+    args += ["--topic", settings.kafka.topic_deliveries, "--group", settings.worker.group]
+    args += ["--concurrency", str(settings.channels.send_concurrency)]
     return start_python(stack, name, args, settings_env(settings))
 
 
@@ -290,11 +290,11 @@ async def measure_system(
     try:
         async with Confirmations(settings) as seen:
             if kind == "worker":
-                await wait_owned(children, settings.partitions)
+                await wait_owned(children, settings.kafka.partitions)
             # Warm-up: both group members joined, connections open, code paths hot.
             warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
             await produce_keyed(
-                settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
+                settings, settings.kafka.topic_deliveries, iter((k.encode(), v) for k, v in warm)
             )
             await seen.wait([k for k, _ in warm], 120.0, progress, f"{kind} warm-up")
             await asyncio.sleep(2)

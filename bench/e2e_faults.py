@@ -129,13 +129,13 @@ async def observe(
     tmp: Path,
 ) -> None:
     consumer = AIOKafkaConsumer(
-        settings.topic_deliveries,
-        bootstrap_servers=settings.bootstrap_servers,
+        settings.kafka.topic_deliveries,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await consumer.start()
     kills = {int(n * 0.3): "wa", int(n * 0.6): "wb"}
@@ -255,21 +255,27 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     tag = uuid.uuid4().hex[:6]
     base = Settings(
-        broker_port=29292,
-        controller_port=29293,
+        kafka={
+            "broker_port": 29292,
+            "controller_port": 29293,
+            "topic_runs": f"bench.runs.{tag}",
+            "topic_deliveries": f"bench.deliveries.{tag}",
+            "topic_deadletter": f"bench.dl.{tag}",
+        },
+        channels={
+            "allowed_networks": ["127.0.0.0/8"],
+            "webhook_secret": BENCH_WEBHOOK_SECRET,
+            "http_timeout_s": 1.0,
+            "send_deadline_s": 2.0,
+            "send_concurrency": 128,
+        },
+        worker={
+            "group": f"bench-{tag}",
+            "lookup_settle_s": 3.0,
+            "lookup_confirm_spacing_s": 1.5,
+            "lease_s": 10.0,
+        },
         data_dir=tmp / "data",
-        allowed_networks=["127.0.0.0/8"],  # the bench receiver listens on 127.0.0.1
-        webhook_secret=BENCH_WEBHOOK_SECRET,
-        topic_runs=f"bench.runs.{tag}",
-        topic_deliveries=f"bench.deliveries.{tag}",
-        topic_deadletter=f"bench.dl.{tag}",
-        worker_group=f"bench-{tag}",
-        http_timeout_s=1.0,
-        send_deadline_s=2.0,
-        lookup_settle_s=3.0,
-        lookup_confirm_spacing_s=1.5,
-        lease_seconds=10.0,
-        send_concurrency=128,
     )
     broker = LocalBroker(base)
     broker.start()

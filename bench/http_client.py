@@ -14,7 +14,7 @@ Configurations (``--only NAME ...`` picks some):
 
 * ``httpcore``: ``streams.channels.http.create_http_client``, what the worker uses (httpx,
   httpcore pool, the SSRF-guarded network backend, keep-alive 2 s, pool = concurrency).
-* ``guarded-aiohttp``: ``create_http_client`` with ``LEDGER_HTTP_POOL=aiohttp``
+* ``guarded-aiohttp``: ``create_http_client`` with ``LEDGER_CHANNELS__HTTP_POOL=aiohttp``
   (``streams/channels/aiohttp_transport.py``: the same guards over aiohttp's pool).
 * ``httpcore-ka30``: the same pool with keep-alive 30 s.
 * ``httpcore-pool16``: the same with 16 connections for 64 sends in flight.
@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from config.settings import Settings, address_policy
+from config.settings import Settings, address_policy, changed
 from events.ports import free_port
 
 CONFIGS = (
@@ -112,9 +112,11 @@ def wait_listening(port: int, timeout_s: float = 15.0) -> None:
 def client_settings(concurrency: int) -> Settings:
     """The worker's HTTP settings, allowed to reach the loopback receiver."""
     return Settings(
-        send_concurrency=concurrency,
-        allowed_networks=["127.0.0.0/8"],
-        webhook_secret=SECRET,
+        channels={
+            "send_concurrency": concurrency,
+            "allowed_networks": ["127.0.0.0/8"],
+            "webhook_secret": SECRET,
+        }
     )
 
 
@@ -123,10 +125,14 @@ def build_client(name: str, settings: Settings) -> httpx.AsyncClient:
     from streams.channels import http
 
     if name == "httpcore":
-        return http.create_http_client(settings.model_copy(update={"http_pool": "httpcore"}))
+        return http.create_http_client(
+            changed(settings, {"channels.http_pool": "httpcore"}).channels
+        )
     if name.startswith("guarded-aiohttp"):
-        return http.create_http_client(settings.model_copy(update={"http_pool": "aiohttp"}))
-    concurrency = settings.send_concurrency
+        return http.create_http_client(
+            changed(settings, {"channels.http_pool": "aiohttp"}).channels
+        )
+    concurrency = settings.channels.send_concurrency
     limits = {
         "httpcore-ka30": httpx.Limits(
             max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=30
@@ -147,7 +153,7 @@ def build_client(name: str, settings: Settings) -> httpx.AsyncClient:
     }[name]
     transport: httpx.AsyncBaseTransport
     if name.startswith("httpcore"):
-        transport = http._GuardedTransport(limits, address_policy(settings))
+        transport = http._GuardedTransport(limits, address_policy(settings.channels))
     elif name == "httpx-default":
         transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
     else:
@@ -155,9 +161,9 @@ def build_client(name: str, settings: Settings) -> httpx.AsyncClient:
 
         transport = AiohttpTransport(limits=limits, trust_env=False)
     timeout = httpx.Timeout(
-        settings.http_timeout_s,
-        connect=settings.http_connect_timeout_s,
-        pool=settings.http_timeout_s,
+        settings.channels.http_timeout_s,
+        connect=settings.channels.http_connect_timeout_s,
+        pool=settings.channels.http_timeout_s,
     )
     return httpx.AsyncClient(
         timeout=timeout,
@@ -209,10 +215,10 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
     if name == "aiohttp-raw":
         import aiohttp
 
-        channel = WebhookChannel(httpx.AsyncClient(), settings)  # for signing only
+        channel = WebhookChannel(httpx.AsyncClient(), settings.channels)  # for signing only
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=2),
-            timeout=aiohttp.ClientTimeout(total=settings.send_deadline_s),
+            timeout=aiohttp.ClientTimeout(total=settings.channels.send_deadline_s),
         )
         closer = session.close
 
@@ -224,7 +230,7 @@ async def measure(name: str, url: str, count: int, concurrency: int, warm: int) 
 
     else:
         client = build_client(name, settings)
-        channel = WebhookChannel(client, settings)
+        channel = WebhookChannel(client, settings.channels)
         closer = client.aclose
 
         async def send(index: int) -> bool:

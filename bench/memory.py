@@ -1,7 +1,7 @@
 """Worker resident memory with N open deliveries, and its timer ticks, without hours of load.
 
 Open deliveries are written straight into the worker's table changelog,
-``{worker_group}-delivery-state-changelog`` (compacted, ``settings.partitions``
+``{worker.group}-delivery-state-changelog`` (compacted, ``kafka.partitions``
 partitions), exactly as faust writes it: key = the JSON of the idempotency key (faust
 serializes a ``str`` table key with json, whatever the app's key serializer), value =
 ``events.state_codec.dumps(state)`` (raw), partition = the partition of the key in
@@ -90,14 +90,18 @@ def open_states(n: int, tag: str) -> Iterator[tuple[bytes, bytes]]:
 
 async def create_changelog(settings: Settings) -> str:
     """The table's changelog topic, as faust would create it (compacted)."""
-    name = f"{settings.worker_group}-delivery-state-changelog"
+    name = f"{settings.worker.group}-delivery-state-changelog"
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, **client_options(settings)
+        bootstrap_servers=settings.kafka.bootstrap_servers, **client_options(settings.kafka)
     )
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(name, settings.partitions, 1, topic_configs={"cleanup.policy": "compact"})]
+            [
+                NewTopic(
+                    name, settings.kafka.partitions, 1, topic_configs={"cleanup.policy": "compact"}
+                )
+            ]
         )
     finally:
         await admin.close()
@@ -132,7 +136,9 @@ async def one_worker(
             open_states(n, uuid.uuid4().hex[:6]),
             # faust sends a table change to the partition of the record being processed:
             # the partition of the raw idempotency key in ledger.deliveries.
-            partition_of=lambda key: partition_for(json.loads(key).encode(), settings.partitions),
+            partition_of=lambda key: partition_for(
+                json.loads(key).encode(), settings.kafka.partitions
+            ),
         )
         if progress is not None and task is not None:
             progress.remove_task(task)

@@ -57,7 +57,7 @@ from bench.common import (
 )
 from clients import DeliverySpec, Publisher
 from config import Settings
-from config.settings import WebhookEndpoint
+from config.settings import WebhookEndpoint, changed
 from ledger.broker import LocalBroker
 from ledger.stack import Child, Stack, settings_env
 from ledger.topics import create_topics
@@ -299,14 +299,14 @@ async def measure_system(
         children = [e2e.start_worker(stack, settings, f"{kind}-{i}", ports) for i in (1, 2)]
     else:
         env = settings_env(settings)
-        args = ["-m", "bench.bare_loop", "--bootstrap", settings.bootstrap_servers]
-        args += ["--topic", settings.topic_deliveries, "--group", settings.worker_group]
-        args += ["--concurrency", str(settings.send_concurrency)]
+        args = ["-m", "bench.bare_loop", "--bootstrap", settings.kafka.bootstrap_servers]
+        args += ["--topic", settings.kafka.topic_deliveries, "--group", settings.worker.group]
+        args += ["--concurrency", str(settings.channels.send_concurrency)]
         children = [start_python(stack, f"{kind}-{i}", args, env) for i in (1, 2)]
     pids = {**pids, "workers": [c.process.pid for c in children]}
     try:
         if kind == "worker":
-            await e2e.wait_owned(children, settings.partitions, ports=ports)
+            await e2e.wait_owned(children, settings.kafka.partitions, ports=ports)
         async with (
             httpx.AsyncClient(trust_env=False, timeout=30) as client,
             contextlib.AsyncExitStack() as publishers_open,
@@ -380,8 +380,8 @@ async def measure(
     """The receiver alone, then the bare loop, then our workers, on one receiver."""
     broker_pid = LocalBroker(settings).pid()
     if broker_pid is None:
-        raise RuntimeError(f"no local broker of ours runs at {settings.bootstrap_servers}")
-    secret = (settings.webhook_secret or BENCH_WEBHOOK_SECRET).get_secret_value()
+        raise RuntimeError(f"no local broker of ours runs at {settings.kafka.bootstrap_servers}")
+    secret = (settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET).get_secret_value()
     port = free_port(RECEIVER_PORT)
     base = f"http://127.0.0.1:{port}"
     receiver = start_receiver(stack, port, secret)
@@ -405,12 +405,18 @@ async def measure(
             progress.remove_task(task)
         # The workers sign with the endpoint's secret, the receiver verifies with the same.
         endpoint = WebhookEndpoint(secret=secret, lookup_url=f"{base}/lookup")
-        configured = settings.model_copy(
-            update={
-                "webhook_secret": settings.webhook_secret or BENCH_WEBHOOK_SECRET,
-                "webhook_endpoints": {**settings.webhook_endpoints, f"{base}/hooks/": endpoint},
-                "allowed_networks": sorted({*settings.allowed_networks, "127.0.0.0/8"}),
-            }
+        configured = changed(
+            settings,
+            {
+                "channels.webhook_secret": settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET,
+                "channels.webhook_endpoints": {
+                    **settings.channels.webhook_endpoints,
+                    f"{base}/hooks/": endpoint,
+                },
+                "channels.allowed_networks": sorted(
+                    {*settings.channels.allowed_networks, "127.0.0.0/8"}
+                ),
+            },
         )
         pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
         pids["publisher"] = [os.getpid()]
@@ -567,7 +573,7 @@ def main() -> None:
     console = Console()
     tmp = Path(tempfile.mkdtemp(prefix="bench-peer-"))
     with bench_broker(tmp, args.broker_port) as settings:
-        console.print(f"[bold]broker[/] {settings.bootstrap_servers} in {tmp}")
+        console.print(f"[bold]broker[/] {settings.kafka.bootstrap_servers} in {tmp}")
         stack = Stack(tmp / "logs")
         try:
             with Progress(

@@ -6,7 +6,7 @@ workers with ``py-spy record -f raw`` while it drains; then prints the share of 
 whose stack passes through each area (a sample can count in several areas) and the top
 leaf frames. ``--no-spy`` only measures (rate, CPU per delivery); ``--rounds`` and the
 ``--loops``/``--pools`` lists repeat the drain per combination on the same broker, with
-fresh topics each time (``LEDGER_EVENT_LOOP``, ``LEDGER_HTTP_POOL`` of the workers).
+fresh topics each time (``LEDGER_EVENT_LOOP``, ``LEDGER_CHANNELS__HTTP_POOL`` of the workers).
 ``--variants`` adds worker environments to interleave, e.g. another commit's code against
 this one in the same session: ``git archive COMMIT events streams ledger receiver
 projections | tar -x -C /tmp/base``, then
@@ -145,14 +145,14 @@ async def _drain(
     out: Path,
 ) -> tuple[float, float]:
     urls = start_receiver(stack, base)
-    settings = fresh_settings(base, "prof", event_loop=loop, http_pool=pool)
+    settings = fresh_settings(base, "prof", {"event_loop": loop, "channels.http_pool": pool})
     await create_topics(settings)
     children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
-    await wait_owned(children, settings.partitions)
+    await wait_owned(children, settings.kafka.partitions)
     async with Confirmations(settings) as seen:
         warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
         await produce_keyed(
-            settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in warm)
+            settings, settings.kafka.topic_deliveries, iter((k.encode(), v) for k, v in warm)
         )
         await seen.wait([k for k, _ in warm], 120.0, None, "warm-up")
         await asyncio.sleep(2)
@@ -164,7 +164,7 @@ async def _drain(
             else [start_spy(c, args.seconds, out, args.rate, args.gil) for c in children]
         )
         await produce_keyed(
-            settings, settings.topic_deliveries, iter((k.encode(), v) for k, v in batch)
+            settings, settings.kafka.topic_deliveries, iter((k.encode(), v) for k, v in batch)
         )
         keys = [k for k, _ in batch]
         await seen.wait(keys, 600.0, None, "drain")

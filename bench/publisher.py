@@ -29,6 +29,7 @@ from bench.common import BROKER_PORT
 from clients import DeliverySpec, Publisher
 from clients.kafka_security import client_options
 from config import Settings
+from config.settings import changed
 from events import RunSucceeded, encode
 from events.topics import record_key
 from ledger.broker import LocalBroker
@@ -71,9 +72,9 @@ def raw_batches(settings: Settings, runs: int, deliveries: int) -> list[Records]
     for n in range(runs):
         run_id = f"raw-{uuid.uuid4().hex[:8]}-{n}"
         run = RunSucceeded(run_id=run_id, result_hash="h", producer="bench")
-        records = [(settings.topic_runs, encode(run), record_key(run))]
+        records = [(settings.kafka.topic_runs, encode(run), record_key(run))]
         records += [
-            (settings.topic_deliveries, encode(r), record_key(r))
+            (settings.kafka.topic_deliveries, encode(r), record_key(r))
             for r in publisher.delivery_requests(run_id, specs(n, deliveries))
         ]
         batches.append(records)
@@ -88,12 +89,12 @@ async def raw_round(settings: Settings, runs: int, producers: int, deliveries: i
     try:
         for _ in range(producers):
             producer = AIOKafkaProducer(
-                bootstrap_servers=settings.bootstrap_servers,
+                bootstrap_servers=settings.kafka.bootstrap_servers,
                 transactional_id=f"raw-{uuid.uuid4().hex}",
                 enable_idempotence=True,
                 acks="all",
                 linger_ms=0,
-                **client_options(settings),
+                **client_options(settings.kafka),
             )
             await producer.start()
             started.append(producer)
@@ -137,7 +138,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deliveries", type=int, default=1)
-    parser.add_argument("--linger-ms", type=float, default=None, help="publisher_linger_ms")
+    parser.add_argument("--linger-ms", type=float, default=None, help="publisher.linger_s, in ms")
     parser.add_argument(
         "--port", type=int, default=BROKER_PORT, help="broker port (reused if one runs there)"
     )
@@ -145,19 +146,21 @@ def main() -> None:
     tag = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="bench-publisher-") as tmp:
         settings = Settings(
-            broker_port=args.port,
-            controller_port=args.port + 1,
+            kafka={
+                "broker_port": args.port,
+                "controller_port": args.port + 1,
+                "topic_runs": f"bench.runs.{tag}",
+                "topic_deliveries": f"bench.deliveries.{tag}",
+                "topic_deadletter": f"bench.dl.{tag}",
+            },
+            channels={"allowed_networks": ["127.0.0.0/8"]},
             data_dir=Path(tmp) / "data",
-            topic_runs=f"bench.runs.{tag}",
-            topic_deliveries=f"bench.deliveries.{tag}",
-            topic_deadletter=f"bench.dl.{tag}",
-            allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
         )
         if args.linger_ms is not None:
-            settings = settings.model_copy(update={"publisher_linger_ms": args.linger_ms})
+            settings = changed(settings, {"publisher.linger_s": args.linger_ms / 1000})
         broker = LocalBroker(settings)
         # A broker that already answers there is used as it is (and left running).
-        started = not metadata_ok(settings.bootstrap_servers, timeout=2.0)
+        started = not metadata_ok(settings.kafka.bootstrap_servers, timeout=2.0)
         if started:
             broker.start()
         try:
@@ -169,7 +172,7 @@ def main() -> None:
     shape = f"1 RunSucceeded + {args.deliveries} DeliveryRequested"
     print(
         f"machine: {platform.machine()} {platform.python_version()} runs/round={args.runs} "
-        f"rounds={args.repeat} run={shape} linger_ms={settings.publisher_linger_ms}"
+        f"rounds={args.repeat} run={shape} linger_ms={settings.publisher.linger_s}"
     )
     print("| figure | median | baseline (raw aiokafka, 1 txn/run) | ratio |")
     print("|---|---|---|---|")

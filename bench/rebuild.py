@@ -154,9 +154,9 @@ async def generate(settings: Settings, events: int) -> tuple[int, float]:
         for n in range((events + EVENTS_PER_RUN - 1) // EVENTS_PER_RUN):
             for event in run_events(n):
                 topic = (
-                    settings.topic_runs
+                    settings.kafka.topic_runs
                     if isinstance(event, ExecutionEvent)
-                    else settings.topic_deliveries
+                    else settings.kafka.topic_deliveries
                 )
                 yield topic, record_key(event), encode(event)
 
@@ -246,10 +246,12 @@ def main() -> None:
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
     settings = Settings(
-        topic_runs=f"bench.runs.{tag}",
-        topic_deliveries=f"bench.deliveries.{tag}",
-        topic_deadletter=f"bench.dl.{tag}",
-        allowed_networks=["127.0.0.0/8"],  # the bench's recipients are on 127.0.0.1
+        kafka={
+            "topic_runs": f"bench.runs.{tag}",
+            "topic_deliveries": f"bench.deliveries.{tag}",
+            "topic_deadletter": f"bench.dl.{tag}",
+        },
+        channels={"allowed_networks": ["127.0.0.0/8"]},
     )
     broker = LocalBroker(settings)
     started = not broker.start().already_running

@@ -94,7 +94,7 @@ def main() -> None:
     try:
         with bench_broker(tmp, args.broker_port) as settings:
             results["machine"] = machine(settings)
-            console.print(f"[bold]broker[/] {settings.bootstrap_servers} in {tmp}")
+            console.print(f"[bold]broker[/] {settings.kafka.bootstrap_servers} in {tmp}")
             stack = Stack(tmp / "logs")
             try:
                 urls = start_receiver(stack, settings)

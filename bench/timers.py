@@ -68,7 +68,9 @@ async def one_size(tmp: Path, n: int, progress: Progress | None) -> dict[str, fl
     async def no_dead_letters(record: Record, reason: str) -> None:
         raise AssertionError(reason)
 
-    ctx = worker_context(Settings(), worker_id="bench", producer="bench", channels={})
+    ctx = worker_context(
+        Settings().worker, Settings().channels, worker_id="bench", producer="bench", channels={}
+    )
     clock = lambda: datetime.now(UTC)  # noqa: E731
     sender = Sender(
         channels={},

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from clients.aiokafka_internals import refresh_metadata
 from clients.kafka_security import client_options, connect_error
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.errors import LedgerError
 
 # What a read can fail with that a later try may not (a broker restarting, a rebalance):
@@ -33,7 +33,7 @@ class CommittedLog:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: KafkaSettings,
         *,
         reset: Literal["earliest", "none"] = "earliest",
         large_fetches: bool = False,

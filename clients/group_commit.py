@@ -67,9 +67,9 @@ class GroupCommit:
         self._producer = producer
         self._settings = settings
         self._transactional_id = transactional_id
-        self._max_runs = settings.publisher_max_runs_per_transaction
-        self._max_bytes = settings.publisher_max_transaction_bytes
-        self._linger_s = settings.publisher_linger_ms / 1000
+        self._max_runs = settings.publisher.max_runs_per_transaction
+        self._max_bytes = settings.publisher.max_transaction_bytes
+        self._linger_s = settings.publisher.linger_s
         self._queue: collections.deque[_Pending] = collections.deque()
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
@@ -125,7 +125,7 @@ class GroupCommit:
         task, self._task = self._task, None
         if task is None:
             return
-        grace = self._settings.publisher_transaction_timeout_ms / 1000
+        grace = self._settings.publisher.transaction_timeout_s
         done, _ = await asyncio.wait({task}, timeout=grace)
         if not done:
             log.warning("group commit: still committing after %.0f s at stop; giving up", grace)
@@ -264,7 +264,7 @@ class GroupCommit:
                 f"{self._transactional_id!r}"
             )
         if isinstance(exc, NOT_AUTHORIZED):
-            return not_allowed(self._settings, exc).message
+            return not_allowed(self._settings.kafka, exc).message
         if isinstance(exc, asyncio.CancelledError):
             return "the publisher stopped while it was in flight"
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

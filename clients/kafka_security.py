@@ -1,4 +1,4 @@
-"""Settings -> how a Kafka client connects: TLS, SASL, and what a refusal means.
+"""The kafka settings part -> how a Kafka client connects: TLS, SASL, what a refusal means.
 
 Every Kafka client of the ledger (publisher, worker and its outcome producer, continuity
 guard, projector, replay, dashboard, topic creation, the broker probe) takes its security
@@ -26,7 +26,7 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.errors import LedgerError
 
 NO_BROKER_HINT = "start one with 'ledger broker start'"
@@ -41,12 +41,12 @@ NOT_AUTHORIZED = (
 )
 
 
-def uses_tls(settings: Settings) -> bool:
+def uses_tls(settings: KafkaSettings) -> bool:
     """True when the connection to the brokers is encrypted."""
     return settings.security_protocol in ("SSL", "SASL_SSL")
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext:
+def tls_context(settings: KafkaSettings) -> ssl.SSLContext:
     """The client TLS context: the configured CA (or the system's), an optional client
     certificate; host names are always checked."""
     password = settings.ssl_key_password
@@ -58,7 +58,11 @@ def tls_context(settings: Settings) -> ssl.SSLContext:
             password=password.get_secret_value() if password is not None else None,
         )
     except (ssl.SSLError, OSError) as exc:
-        which = "LEDGER_SSL_CAFILE" if settings.ssl_certfile is None else "LEDGER_SSL_CERTFILE"
+        which = (
+            "LEDGER_KAFKA__SSL_CAFILE"
+            if settings.ssl_certfile is None
+            else "LEDGER_KAFKA__SSL_CERTFILE"
+        )
         raise LedgerError(
             f"the TLS files cannot be loaded ({which}): {getattr(exc, 'reason', None) or exc}",
             "give PEM files: the CA certificate, and a certificate with its key",
@@ -66,7 +70,7 @@ def tls_context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
-def client_options(settings: Settings) -> dict[str, Any]:
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
     """aiokafka keyword arguments (producer, consumer, admin, client) for the brokers."""
     options: dict[str, Any] = {"security_protocol": settings.security_protocol}
     if uses_tls(settings):
@@ -79,7 +83,7 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def faust_credentials(settings: Settings) -> Any:
+def faust_credentials(settings: KafkaSettings) -> Any:
     """faust's ``broker_credentials`` for the same connection (None: PLAINTEXT)."""
     import faust  # the worker's dependency; the other clients need no faust
 
@@ -99,7 +103,7 @@ def faust_credentials(settings: Settings) -> Any:
     return credentials
 
 
-async def connect_error(settings: Settings) -> LedgerError:
+async def connect_error(settings: KafkaSettings) -> LedgerError:
     """Why a client could not reach the brokers, in one line with a hint.
 
     aiokafka reports every failure as "Unable to bootstrap"; one more connection to the
@@ -122,23 +126,24 @@ async def connect_error(settings: Settings) -> LedgerError:
         return LedgerError(
             f"the TLS certificate of the Kafka broker at {where} is not trusted: "
             f"{exc.verify_message}",
-            "set LEDGER_SSL_CAFILE to the CA certificate that signed it",
+            "set LEDGER_KAFKA__SSL_CAFILE to the CA certificate that signed it",
         )
     except ssl.SSLError as exc:
         return LedgerError(
             f"TLS with the Kafka broker at {where} failed: {exc.reason or exc}",
-            "check that LEDGER_SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
+            "check that LEDGER_KAFKA__SECURITY_PROTOCOL matches the listener (SSL, SASL_SSL)",
         )
     except (SaslAuthenticationFailed, AuthenticationFailedError):
         return LedgerError(
             f"the Kafka broker at {where} refused the credentials of SASL user "
             f"'{settings.sasl_username}' ({settings.sasl_mechanism})",
-            "check LEDGER_SASL_USERNAME, LEDGER_SASL_PASSWORD and LEDGER_SASL_MECHANISM",
+            "check LEDGER_KAFKA__SASL_USERNAME, LEDGER_KAFKA__SASL_PASSWORD and "
+            "LEDGER_KAFKA__SASL_MECHANISM",
         )
     except UnsupportedSaslMechanismError:
         return LedgerError(
             f"the Kafka broker at {where} does not accept SASL mechanism {settings.sasl_mechanism}",
-            "set LEDGER_SASL_MECHANISM to one the listener enables",
+            "set LEDGER_KAFKA__SASL_MECHANISM to one the listener enables",
         )
     except ConnectionRefusedError:
         return LedgerError(f"no Kafka broker answers at {where}", NO_BROKER_HINT)
@@ -148,7 +153,7 @@ async def connect_error(settings: Settings) -> LedgerError:
     return _closed_on_us(settings)
 
 
-def ensure_reachable(settings: Settings) -> None:
+def ensure_reachable(settings: KafkaSettings) -> None:
     """Connect once (bounded): a ``LedgerError`` saying why if the brokers refuse us.
 
     For processes that would otherwise fail inside a framework's start-up (the faust
@@ -157,7 +162,7 @@ def ensure_reachable(settings: Settings) -> None:
     asyncio.run(_ensure_reachable(settings))
 
 
-async def _ensure_reachable(settings: Settings) -> None:
+async def _ensure_reachable(settings: KafkaSettings) -> None:
     client = AIOKafkaClient(
         bootstrap_servers=settings.bootstrap_servers,
         request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
@@ -175,7 +180,7 @@ async def _ensure_reachable(settings: Settings) -> None:
         await client.close()
 
 
-def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
+def not_allowed(settings: KafkaSettings, exc: Exception) -> LedgerError:
     """An ACL refusal (one of ``NOT_AUTHORIZED``) in one line, naming the principal."""
     who = settings.sasl_username or "ANONYMOUS"
     return LedgerError(
@@ -184,15 +189,15 @@ def not_allowed(settings: Settings, exc: Exception) -> LedgerError:
     )
 
 
-def _closed_on_us(settings: Settings) -> LedgerError:
+def _closed_on_us(settings: KafkaSettings) -> LedgerError:
     where = settings.bootstrap_servers
     if settings.security_protocol == "PLAINTEXT":
         return LedgerError(
             f"no Kafka broker answers at {where} over PLAINTEXT",
             f"{NO_BROKER_HINT}; a broker that requires TLS or SASL needs "
-            "LEDGER_SECURITY_PROTOCOL (and LEDGER_SASL_USERNAME/PASSWORD)",
+            "LEDGER_KAFKA__SECURITY_PROTOCOL (and LEDGER_KAFKA__SASL_USERNAME/PASSWORD)",
         )
     return LedgerError(
         f"the Kafka broker at {where} closed the connection ({settings.security_protocol})",
-        "check LEDGER_SECURITY_PROTOCOL against the listener, and the broker's log",
+        "check LEDGER_KAFKA__SECURITY_PROTOCOL against the listener, and the broker's log",
     )

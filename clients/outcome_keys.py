@@ -3,7 +3,7 @@
 ``ledger init`` (and the demo) writes an Ed25519 pair into ``DATA_DIR/keys`` once: the
 directory is 0700, both files 0600, and an existing pair is never overwritten. Workers
 sign with the stored signing key and every folding reader checks with the stored verify
-key, unless ``LEDGER_OUTCOME_SIGNING_KEY`` / ``LEDGER_OUTCOME_VERIFY_KEYS`` say otherwise
+key, unless ``LEDGER_SIGNING__SIGNING_KEY`` / ``LEDGER_SIGNING__VERIFY_KEYS`` say otherwise
 (several hosts share keys through those variables or a shared data directory).
 """
 
@@ -89,19 +89,19 @@ def _write_private(path: Path, text: str) -> None:
 def signing_key_text(settings: Settings) -> str | None:
     """The workers' signing key: the variable's, else the data directory's (None when
     signing is off or no key is found)."""
-    if not settings.outcome_signing:
+    if not settings.signing.outcomes:
         return None
-    if settings.outcome_signing_key is not None:
-        return settings.outcome_signing_key.get_secret_value()
+    if settings.signing.signing_key is not None:
+        return settings.signing.signing_key.get_secret_value()
     return StoredKeys.of(settings.data_dir).signing_key()
 
 
 def verify_key_texts(settings: Settings) -> list[str]:
     """Every public key a reader accepts outcome signatures from (empty when off)."""
-    if not settings.outcome_signing:
+    if not settings.signing.outcomes:
         return []
     stored = StoredKeys.of(settings.data_dir).verify_key()
-    return [*settings.outcome_verify_keys, *([stored] if stored else [])]
+    return [*settings.signing.verify_keys, *([stored] if stored else [])]
 
 
 def signer_for(settings: Settings) -> OutcomeSigner | None:
@@ -117,17 +117,17 @@ def verifier_for(settings: Settings) -> OutcomeVerifier | None:
 def require_outcome_keys(settings: Settings, *, signs: bool) -> None:
     """Refuse to start a worker (``signs``) or a folding reader without the keys outcome
     signing needs; with signing turned off, warn at every start."""
-    if not settings.outcome_signing:
+    if not settings.signing.outcomes:
         logging.getLogger("ledger").warning(
-            "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false): anyone who may write "
+            "outcome signing is OFF (LEDGER_SIGNING__OUTCOMES=false): anyone who may write "
             "%s can forge a delivery's outcome",
-            settings.topic_deliveries,
+            settings.kafka.topic_deliveries,
         )
         return
     hint = (
         f"run 'ledger init' (writes a key pair into {settings.data_dir / KEY_DIR}), or set "
-        "LEDGER_OUTCOME_SIGNING_KEY / LEDGER_OUTCOME_VERIFY_KEYS (ledger outcome-keys), or "
-        "turn signing off on purpose with LEDGER_OUTCOME_SIGNING=false"
+        "LEDGER_SIGNING__SIGNING_KEY / LEDGER_SIGNING__VERIFY_KEYS (ledger outcome-keys), or "
+        "turn signing off on purpose with LEDGER_SIGNING__OUTCOMES=false"
     )
     if signs and signing_key_text(settings) is None:
         raise ConfigError("outcome signing is on but this worker has no signing key", hint)

@@ -144,8 +144,8 @@ class Publisher:
         """``transactional_id`` should be stable per agent instance: a restart then fences
         its dead predecessor and aborts that one's open transaction immediately."""
         self._settings = settings
-        self._addresses = address_policy(settings)
-        self._producer_name = producer_name or settings.producer_name
+        self._addresses = address_policy(settings.channels)
+        self._producer_name = producer_name or settings.publisher.producer_name
         self._transactional_id = transactional_id or (
             f"ledger-publisher-{self._producer_name}-{uuid.uuid4().hex[:12]}"
         )
@@ -155,26 +155,26 @@ class Publisher:
     async def start(self) -> None:
         """Connect and initialise the transactional producer."""
         producer = AIOKafkaProducer(
-            bootstrap_servers=self._settings.bootstrap_servers,
+            bootstrap_servers=self._settings.kafka.bootstrap_servers,
             transactional_id=self._transactional_id,
             enable_idempotence=True,
             acks="all",
             # A publisher that dies mid-transaction holds back read_committed consumers of
             # the partitions it touched until the broker aborts it: keep that window short.
             # Restarting with the same transactional_id aborts it at once.
-            transaction_timeout_ms=self._settings.publisher_transaction_timeout_ms,
+            transaction_timeout_ms=round(self._settings.publisher.transaction_timeout_s * 1000),
             linger_ms=0,
             max_request_size=MAX_RECORD_BYTES,
-            **client_options(self._settings),
+            **client_options(self._settings.kafka),
         )
         try:
             await producer.start()
         except KafkaConnectionError:
             await producer.stop()
-            raise await connect_error(self._settings) from None
+            raise await connect_error(self._settings.kafka) from None
         except NOT_AUTHORIZED as exc:
             await producer.stop()
-            raise not_allowed(self._settings, exc) from None
+            raise not_allowed(self._settings.kafka, exc) from None
         except BaseException:
             await producer.stop()  # or aiokafka warns of an unclosed producer at exit
             raise
@@ -216,7 +216,7 @@ class Publisher:
     async def run_started(self, run_id: str, *, agent: str | None = None) -> RunStarted:
         """Record that a run began."""
         event = RunStarted(run_id=_run_id(run_id), agent=agent, producer=self._producer_name)
-        await self._commit([(self._settings.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
 
     async def run_failed(self, run_id: str, error: str) -> RunFailed:
@@ -224,7 +224,7 @@ class Publisher:
         if not error:
             raise PublishRejected("error must not be empty")
         event = RunFailed(run_id=_run_id(run_id), error=error, producer=self._producer_name)
-        await self._commit([(self._settings.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
 
     async def run_marked_unknown(self, run_id: str, reason: str) -> RunMarkedUnknown:
@@ -234,7 +234,7 @@ class Publisher:
         event = RunMarkedUnknown(
             run_id=_run_id(run_id), reason=reason, producer=self._producer_name
         )
-        await self._commit([(self._settings.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
 
     async def run_succeeded(
@@ -248,8 +248,8 @@ class Publisher:
         run_event = RunSucceeded(
             run_id=run_id, result_hash=result_hash, producer=self._producer_name
         )
-        batch: list[tuple[str, Event]] = [(self._settings.topic_runs, run_event)]
-        batch += [(self._settings.topic_deliveries, request) for request in requests]
+        batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
+        batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
         await self._commit(batch)
         return requests
 
@@ -266,7 +266,7 @@ class Publisher:
             return None
         return (
             f"recipient {shown(recipient)} is refused: {why} "
-            "(allow it with LEDGER_ALLOWED_NETWORKS or LEDGER_ALLOWED_HOSTS)"
+            "(allow it with LEDGER_CHANNELS__ALLOWED_NETWORKS or LEDGER_CHANNELS__ALLOWED_HOSTS)"
         )
 
     def check_run_succeeded(
@@ -289,7 +289,9 @@ class Publisher:
         requests: list[DeliveryRequested] = []
         seen: dict[str, int] = {}
         for index, spec in enumerate(deliveries, start=1):
-            if too_large := payload_too_large(spec.payload, self._settings.max_payload_bytes):
+            if too_large := payload_too_large(
+                spec.payload, self._settings.publisher.max_payload_bytes
+            ):
                 raise PublishRejected(f"delivery {index}: {too_large}")
             if blocked := self._blocked(spec.recipient):
                 raise PublishRejected(f"delivery {index}: {blocked}")
@@ -299,7 +301,7 @@ class Publisher:
                 channel=spec.channel,
                 recipient=spec.recipient,
                 payload=spec.payload,
-                slo_seconds=spec.slo_seconds or self._settings.default_slo_seconds,
+                slo_seconds=spec.slo_seconds or self._settings.publisher.default_slo_s,
                 producer=self._producer_name,
             )
             if request.idempotency_key in seen:

@@ -1,21 +1,24 @@
-"""A channel's own settings: its entry of ``LEDGER_CHANNEL_SETTINGS``, validated by its
-plugin (events/channels/plugin.py)."""
+"""A channel's own settings: its entry of ``LEDGER_CHANNELS__SETTINGS``, validated by its
+plugin (events/channels/plugin.py). Every channel is configured this way, the built-in
+ones too (slack's tokens included); webhook endpoints, which the address guard of every
+channel reads, stay typed fields of the channels part."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
-from config.settings import Settings
-from events.channels import ChannelPlugin
+from config.parts import ChannelSettings
+from events.channels import ChannelPlugin, builtin
+from events.channels.slack import SlackSettings
 from events.errors import ConfigError
 
 
-def channel_config(plugin: ChannelPlugin, settings: Settings) -> BaseModel | None:
-    """The channel's entry of ``LEDGER_CHANNEL_SETTINGS``, validated by its plugin.
+def channel_config(plugin: ChannelPlugin, settings: ChannelSettings) -> BaseModel | None:
+    """The channel's entry of ``LEDGER_CHANNELS__SETTINGS``, validated by its plugin.
 
     ``ConfigError`` names the setting and the field, never a value."""
-    raw = settings.channel_settings.get(plugin.name)
-    where = f"LEDGER_CHANNEL_SETTINGS[{plugin.name}]"
+    raw = settings.settings.get(plugin.name)
+    where = f"LEDGER_CHANNELS__SETTINGS[{plugin.name}]"
     if plugin.settings_model is None:
         if raw is not None:
             raise ConfigError(f"{where}: channel {plugin.name!r} takes no settings")
@@ -29,3 +32,10 @@ def channel_config(plugin: ChannelPlugin, settings: Settings) -> BaseModel | Non
             f"{where}{'.' + field if field else ''}: {err['msg']}",
             f"see `ledger channels` for what channel {plugin.name!r} takes",
         ) from None
+
+
+def slack_settings(channels: ChannelSettings) -> SlackSettings:
+    """The slack entry of ``LEDGER_CHANNELS__SETTINGS``, validated (ConfigError if not)."""
+    config = channel_config(builtin.slack, channels)
+    assert isinstance(config, SlackSettings)  # the slack plugin's settings model
+    return config

@@ -20,7 +20,8 @@ def payload_too_large(payload: JsonValue, max_payload_bytes: int) -> str | None:
     if size <= max_payload_bytes:
         return None
     return (
-        f"payload is {size} bytes, over the limit of {max_payload_bytes} (LEDGER_MAX_PAYLOAD_BYTES)"
+        f"payload is {size} bytes, over the limit of {max_payload_bytes} "
+        "(LEDGER_PUBLISHER__MAX_PAYLOAD_BYTES)"
     )
 
 

@@ -86,7 +86,7 @@ def role_acls(
     transactional_prefix: str = AGENT_TRANSACTIONAL_PREFIX,
 ) -> list[Acl]:
     """The ALLOW rules of one role for ``principal`` (``User:name``)."""
-    runs, deliveries, deadletter = settings.topic_names()
+    runs, deliveries, deadletter = settings.kafka.topic_names()
     write, read = (Operation.WRITE, Operation.DESCRIBE), (Operation.READ, Operation.DESCRIBE)
     if role == "agent":
         return [
@@ -99,10 +99,10 @@ def role_acls(
             ),
         ]
     if role == "worker":
-        group = settings.worker_group
+        group = settings.worker.group
         return [
             *_on_topics(principal, (*read, Operation.WRITE), deliveries),
-            *_on_topics(principal, write, deadletter, settings.topic_heartbeats),
+            *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").
             *(
@@ -114,24 +114,28 @@ def role_acls(
     if role == "projector":
         # A reader that dead-letters the bad records of ledger.runs (projections/deadletters.py).
         return [
-            *_on_topics(principal, read, runs, deliveries, deadletter, settings.topic_heartbeats),
+            *_on_topics(
+                principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
+            ),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
         ]
-    return _on_topics(principal, read, runs, deliveries, deadletter, settings.topic_heartbeats)
+    return _on_topics(
+        principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
+    )
 
 
 async def grant(settings: Settings, acls: list[Acl]) -> None:
     """Create the ALLOW rules (idempotent: an existing rule is not an error)."""
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=15000,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     try:
         await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise await connect_error(settings) from None
+        raise await connect_error(settings.kafka) from None
     try:
         for acl in acls:
             request = CreateAclsRequest(

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
+import warnings
 from importlib.metadata import version as package_version
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -103,10 +105,35 @@ def _options(
     """delivery-ledger: did the user receive exactly one correct notification?"""
 
 
+_SHOW_WARNING = warnings.showwarning
+_RENAMED = r"LEDGER_\w+ is deprecated"
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # A renamed setting is one line for the operator, not a source location of ours.
+    if issubclass(category, DeprecationWarning) and re.match(_RENAMED, str(message)):
+        print(f"warning: {message}", file=sys.stderr)
+        return
+    _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
 def main() -> None:
     """Console-script entry point: every failure is one line + a hint (``ledger.errors``)."""
     # aiokafka logs every refused connection while we probe for a broker; the CLI
     # reports connection problems itself, in one line.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # An old flat LEDGER_* name still works; the operator sees, once, what to rename it to
+    # (a DeprecationWarning is hidden by default outside __main__).
+    # By message, not by class: importing config.legacy here would load pydantic-settings
+    # for every `--help` (config.legacy.DeprecatedSettingWarning is a DeprecationWarning).
+    warnings.filterwarnings("default", message=_RENAMED, category=DeprecationWarning)
+    warnings.showwarning = _show_warning
     sys.exit(run_app(app))

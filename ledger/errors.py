@@ -8,6 +8,7 @@ The one place that decides this: ``ledger.cli.main`` runs the typer app through
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -26,7 +27,7 @@ USAGE = 2
 RUNTIME = 1
 # Set to 1 to get the traceback of an unexpected error (for a bug report).
 TRACEBACK_VAR = "LEDGER_TRACEBACK"
-SETTINGS_HINT = "fix or unset that variable (the README's Settings section lists them)"
+SETTINGS_HINT = "fix or unset that variable (docs/SETTINGS.md lists them)"
 
 
 class UsageError(LedgerError):
@@ -109,17 +110,54 @@ def _validation(exc: ValidationError) -> Problem:
     loc = first["loc"]
     if not loc:  # a rule across fields: name each field as its variable
         return Problem(f"invalid settings: {_env_names(text)}{more}", SETTINGS_HINT, USAGE)
+    # A part's field is its own variable (LEDGER_WORKER__LEASE_S), the rest is inner.
+    field = ".".join(str(p) for p in loc[:2]) if _is_part(str(loc[0])) else str(loc[0])
+    rest = loc[2:] if "." in field else loc[1:]
     # Inner parts of a location can be URLs (webhook endpoints): only names are shown.
-    inner = [str(p) for p in loc[1:] if isinstance(p, int) or str(p).isidentifier()]
-    where = ": ".join([env_name(str(loc[0])), *inner])
+    inner = [str(p) for p in rest if isinstance(p, int) or str(p).isidentifier()]
+    where = ": ".join([env_name(field), *inner])
     return Problem(f"{where}: {text}{more}", SETTINGS_HINT, USAGE)
 
 
 def _settings_source(exc: SettingsError) -> Problem:
-    # pydantic-settings says 'error parsing value for field "x" from source "..."'.
+    # pydantic-settings says 'error parsing value for field "x" from source "..."'; for a
+    # part, "x" is the part: the variable is the one under it that is not JSON.
     field = re.search(r'field "([^"]+)"', str(exc))
-    name = env_name(field.group(1)) if field else "a LEDGER_ variable"
+    name = _unparsed(field.group(1)) if field else "a LEDGER_ variable"
     return Problem(f"{name}: not valid JSON", SETTINGS_HINT, USAGE)
+
+
+def _unparsed(field: str) -> str:
+    if not _is_part(field):
+        return env_name(field)
+    part = env_name(field)
+    for name, value in sorted(os.environ.items()):
+        if name.upper() == part or name.upper().startswith(part + "__"):
+            try:
+                json.loads(value)
+            except ValueError:
+                if value.lstrip()[:1] in "[{" or name.upper() in _json_variables(field):
+                    return name.upper()
+    return f"{part}__*"
+
+
+def _json_variables(part: str) -> set[str]:
+    from config.settings import Settings
+
+    model = Settings.model_fields[part].annotation
+    fields = getattr(model, "model_fields", {})
+    return {
+        env_name(f"{part}.{name}")
+        for name, info in fields.items()
+        if getattr(info.annotation, "__origin__", None) in (dict, list, frozenset)
+    } | {env_name(part)}
+
+
+def _is_part(field: str) -> bool:
+    from config.settings import Settings
+
+    info = Settings.model_fields.get(field)
+    return info is not None and hasattr(info.annotation, "model_fields")
 
 
 def _runtime(exc: BaseException) -> Problem:
@@ -142,16 +180,20 @@ def _runtime(exc: BaseException) -> Problem:
 
 
 def env_name(field: str) -> str:
-    """The environment variable that sets a ``Settings`` field."""
-    return f"LEDGER_{field.upper()}"
+    """The environment variable that sets a ``Settings`` field (``worker.lease_s``:
+    ``LEDGER_WORKER__LEASE_S``)."""
+    return "LEDGER_" + field.replace(".", "__").upper()
 
 
 def _env_names(text: str) -> str:
     from config.settings import Settings
 
     fields = set(Settings.model_fields)
+    for part, info in Settings.model_fields.items():
+        fields |= {f"{part}.{name}" for name in getattr(info.annotation, "model_fields", {})}
     return re.sub(
-        r"\b([a-z][a-z0-9_]*)(?=(?:\[[^\]]*\])?=)",  # field=, or field[channel]=
+        # part.field=, or part.field[channel]=
+        r"\b([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)(?=(?:\[[^\]]*\])?=)",
         lambda m: env_name(m.group(1)) if m.group(1) in fields else m.group(1),
         text,
     )
@@ -161,7 +203,7 @@ def _bootstrap() -> str:
     from config.settings import Settings
 
     try:
-        return Settings().bootstrap_servers
+        return Settings().kafka.bootstrap_servers
     except Exception:  # noqa: BLE001 - a broken setting was not the problem reported
         return "the configured bootstrap servers"
 

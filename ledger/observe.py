@@ -34,10 +34,10 @@ class LedgerObserver:
     _log: CommittedLog | None = None
 
     async def __aenter__(self) -> Self:
-        self._log = CommittedLog(self.settings)
+        self._log = CommittedLog(self.settings.kafka)
         await self._log.start()
         try:
-            partitions = await self._log.partitions(self.settings.topic_deliveries)
+            partitions = await self._log.partitions(self.settings.kafka.topic_deliveries)
         except BaseException:
             await self._log.stop()
             raise

@@ -89,7 +89,7 @@ async def replay(
     """Every committed record now in ``topics`` within the filter's offsets, in order per
     partition, up to the end as it was when the replay started."""
     wanted = wanted or ReplayFilter()
-    async with CommittedLog(settings, large_fetches=True) as reader:
+    async with CommittedLog(settings.kafka, large_fetches=True) as reader:
         everything = [tp for topic in topics for tp in await reader.partitions(topic)]
         _check_partitions(wanted.partitions, everything)
         partitions = [

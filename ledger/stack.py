@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from config.settings import Settings
+from config.legacy import is_settings_variable
+from config.settings import Settings, settings_environment
 
 _PR_SET_PDEATHSIG = 1
 
@@ -31,36 +32,12 @@ def _die_with_parent() -> None:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment under which a child process sees exactly ``settings``."""
-    env = dict(os.environ)
-    for name, value in settings.model_dump(mode="json").items():
-        if value is None:
-            continue
-        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-        env[f"LEDGER_{name.upper()}"] = text
-    # Secrets are written out in the clear for the child (model_dump masks them).
-    if settings.webhook_secret is not None:
-        env["LEDGER_WEBHOOK_SECRET"] = settings.webhook_secret.get_secret_value()
-    else:
-        env.pop("LEDGER_WEBHOOK_SECRET", None)
-    env["LEDGER_WEBHOOK_ENDPOINTS"] = json.dumps(
-        {prefix: endpoint.env_value() for prefix, endpoint in settings.webhook_endpoints.items()}
-    )
-    env["LEDGER_CHANNEL_SETTINGS"] = json.dumps(
-        {name: config.get_secret_value() for name, config in settings.channel_settings.items()}
-    )
-    env["LEDGER_SLACK_TOKENS"] = json.dumps(
-        {workspace: token.get_secret_value() for workspace, token in settings.slack_tokens.items()}
-    )
-    if settings.dashboard_token is not None:
-        env["LEDGER_DASHBOARD_TOKEN"] = settings.dashboard_token.get_secret_value()
-    # model_dump masks SecretStr values: the Kafka credentials are passed on explicitly.
-    for name in ("sasl_password", "ssl_key_password", "outcome_signing_key"):
-        secret = getattr(settings, name)
-        if secret is not None:
-            env[f"LEDGER_{name.upper()}"] = secret.get_secret_value()
-        else:
-            env.pop(f"LEDGER_{name.upper()}", None)  # not inherited: None means none
+    """The environment under which a child process sees exactly ``settings``.
+
+    Every settings variable inherited from this process, under its new or its old flat
+    name, is dropped first: the child reads ``settings`` alone, and no old name warns."""
+    env = {name: value for name, value in os.environ.items() if not is_settings_variable(name)}
+    env.update(settings_environment(settings))
     return env
 
 

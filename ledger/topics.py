@@ -34,18 +34,18 @@ class TopicResult:
 async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
-    """Create the ledger topics with ``settings.partitions`` and infinite retention."""
-    names = names or (*settings.topic_names(), settings.topic_heartbeats)
+    """Create the ledger topics with ``settings.kafka.partitions`` and infinite retention."""
+    names = names or (*settings.kafka.topic_names(), settings.kafka.topic_heartbeats)
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=15000,
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     try:
         await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise await connect_error(settings) from None
+        raise await connect_error(settings.kafka) from None
     try:
         existing = set(await admin.list_topics())
         results: list[TopicResult] = []
@@ -53,10 +53,10 @@ async def create_topics(
             if name in existing:
                 results.append(TopicResult(name, await _partitions(admin, name), False))
                 continue
-            if name == settings.topic_heartbeats:
+            if name == settings.kafka.topic_heartbeats:
                 topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
             else:
-                topic = NewTopic(name, settings.partitions, 1, topic_configs=dict(FOREVER))
+                topic = NewTopic(name, settings.kafka.partitions, 1, topic_configs=dict(FOREVER))
             response = await admin.create_topics([topic])
             code, message = _topic_error(response, name)
             if code == TopicAlreadyExistsError.errno:

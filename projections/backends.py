@@ -9,7 +9,10 @@ from projections.store import Store
 
 
 def default_dsn(settings: Settings) -> str:
-    """The embedded default: a SQLite file in the data dir."""
+    """The configured projection database, or the embedded default: a SQLite file in the
+    data dir."""
+    if settings.projection.dsn:
+        return settings.projection.dsn
     return f"sqlite://{(settings.data_dir / 'projections.sqlite3').resolve()}"
 
 

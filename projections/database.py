@@ -261,4 +261,3 @@ def redacted(dsn: str) -> str:
     auth, _, host = rest.rpartition("@")
     user = auth.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in auth else dsn
-

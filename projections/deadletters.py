@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.parts import KafkaSettings
 from events.deadletter import DeadLetter
 from projections.records import LogRecord
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class RunsDeadLetters:
     """Sends the dead letters of one batch's undecodable ``ledger.runs`` records."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._producer: AIOKafkaProducer | None = None  # made on the first bad record
         self.sent = 0

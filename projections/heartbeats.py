@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from clients.committed_log import CommittedLog
-from config.settings import Settings
+from config.parts import KafkaSettings
 
 MAX_RECORDS = 100_000  # a compacted topic of heartbeats: one per worker, bounded anyway
 
@@ -42,7 +42,7 @@ class WorkerClock:
 
 
 async def worker_clocks(
-    settings: Settings, now: datetime, max_age_s: float = 60.0, timeout_s: float = 10.0
+    settings: KafkaSettings, now: datetime, max_age_s: float = 60.0, timeout_s: float = 10.0
 ) -> list[WorkerClock]:
     """Every worker that sent a heartbeat within ``max_age_s`` of ``now``, by id."""
     latest: dict[bytes, tuple[int, bytes]] = {}
@@ -96,7 +96,7 @@ def clock_exposition(clocks: list[WorkerClock]) -> bytes:
     skew = GaugeMetricFamily(
         "ledger_worker_clock_skew",
         "1 while a worker does not act: its clock is off the broker's by more than "
-        "LEDGER_CLOCK_SKEW_LIMIT_S, or not measured.",
+        "LEDGER_WORKER__CLOCK_SKEW_LIMIT_S, or not measured.",
         labels=["worker"],
     )
     offset = GaugeMetricFamily(

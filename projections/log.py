@@ -34,7 +34,7 @@ class LogReader:
         self._verifier = verifier_for(settings)
         self._batch_size = batch_size
         # Never jump silently: an offset the log no longer has is an error (below).
-        self._log = CommittedLog(settings, reset="none", large_fetches=True)
+        self._log = CommittedLog(settings.kafka, reset="none", large_fetches=True)
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
 
@@ -44,7 +44,7 @@ class LogReader:
         """Connect, assign every partition of both topics (or those in ``only``: a parallel
         rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
-        for topic in (self._settings.topic_runs, self._settings.topic_deliveries):
+        for topic in (self._settings.kafka.topic_runs, self._settings.kafka.topic_deliveries):
             found = await self._log.partitions(topic)
             if only is not None:
                 found = [tp for tp in found if (tp.topic, tp.partition) in only]
@@ -104,7 +104,9 @@ class LogReader:
                         message.offset,
                         message.value,
                         message.key,
-                        ExecutionEvent if tp.topic == self._settings.topic_runs else DeliveryEvent,
+                        ExecutionEvent
+                        if tp.topic == self._settings.kafka.topic_runs
+                        else DeliveryEvent,
                         self._verifier,
                         message.headers,
                     )

@@ -87,14 +87,14 @@ class LogWatcher:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._log = CommittedLog(settings, request_timeout_ms=5000)
+        self._log = CommittedLog(settings.kafka, request_timeout_ms=5000)
 
     async def numbers(self) -> LogNumbers:
         """Sum of end offsets per topic; ``up=False`` (and no numbers) if Kafka does not answer."""
         try:
             await self._log.start()
             ends: dict[str, int] = {}
-            for topic in self._settings.topic_names():
+            for topic in self._settings.kafka.topic_names():
                 tps = await self._log.partitions(topic, missing_ok=True)
                 if not tps:
                     continue
@@ -221,7 +221,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
             "Dead-lettered records (end offsets of the dead-letter topic; a transactional "
             "writer adds one marker per transaction)",
         )
-        dead.add_metric([], k.end_offsets.get(settings.topic_deadletter, 0))
+        dead.add_metric([], k.end_offsets.get(settings.kafka.topic_deadletter, 0))
         yield dead
 
 

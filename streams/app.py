@@ -86,9 +86,9 @@ def check_outcome_keys(settings: Settings) -> None:
         return
     if public_text(private_key(key)) not in verify:
         raise ConfigError(
-            "LEDGER_OUTCOME_SIGNING_KEY is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS "
+            "LEDGER_SIGNING__SIGNING_KEY is not the pair of any LEDGER_SIGNING__VERIFY_KEYS "
             "entry: the projector would refuse this worker's events",
-            "add its public key to LEDGER_OUTCOME_VERIFY_KEYS everywhere",
+            "add its public key to LEDGER_SIGNING__VERIFY_KEYS everywhere",
         )
 
 
@@ -100,16 +100,18 @@ class Worker:
         self.settings = settings
         self.worker_id = new_worker_id(name)
         self.owned: set[int] = set()
-        self.datadir = settings.data_dir / "worker" / settings.worker_group / name
+        self.datadir = settings.data_dir / "worker" / settings.worker.group / name
         private_dir(settings.data_dir)
         private_dir(self.datadir)
         self.app: Any = _faust_app(settings, self.datadir)
-        self.deliveries: Any = _raw_topic(self.app, settings.topic_deliveries, settings.partitions)
-        self.deadletters: Any = _raw_topic(self.app, settings.topic_deadletter, None)
+        self.deliveries: Any = _raw_topic(
+            self.app, settings.kafka.topic_deliveries, settings.kafka.partitions
+        )
+        self.deadletters: Any = _raw_topic(self.app, settings.kafka.topic_deadletter, None)
         self.table: Any = self.app.Table(
             "delivery-state",
             default=None,
-            partitions=settings.partitions,
+            partitions=settings.kafka.partitions,
             key_type=str,
             value_type=bytes,
             # faust's RocksDB defaults (64 MB x 3 memtables and a 2 GB block cache per
@@ -119,38 +121,39 @@ class Worker:
         self.store = TableStore(self.table)
         self.app.write_back = self.store
         # One clock for every worker: the broker's, measured by a heartbeat.
-        self.clock = BrokerClock(settings.clock_skew_limit_s, settings.clock_stale_s)
-        self.heartbeat = Heartbeat(settings, self.worker_id, self.clock)
+        self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
+        self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
         self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
         ctx = worker_context(
-            settings,
+            settings.worker,
+            settings.channels,
             worker_id=self.worker_id,
             producer=f"ledger-worker/{name}",
             channels=self.registry.channels,
         )
         self.budget = ClaimBudget(
-            concurrency=settings.send_concurrency,
-            lease_s=settings.lease_seconds,
+            concurrency=settings.channels.send_concurrency,
+            lease_s=settings.worker.lease_s,
             # The longest channel deadline: the budget stays safe for the slowest channel.
-            deadline_s=settings.longest_send_deadline_s,
-            margin_s=settings.clock_skew_margin_s,
-            fixed=settings.max_open_claims,
+            deadline_s=settings.channels.longest_send_deadline_s,
+            margin_s=settings.worker.clock_skew_margin_s,
+            fixed=settings.worker.max_open_claims,
         )
         self.sender = Sender(
             channels=self.registry.channels,
             ctx=ctx,
             append=self.outcomes.append,
             clock=self.clock.now,
-            concurrency=settings.send_concurrency,
+            concurrency=settings.channels.send_concurrency,
             current=self.store.get,
             owns=self.owned.__contains__,
-            deadline_s=settings.send_deadline_s,
-            skew_margin_s=settings.clock_skew_margin_s,
-            deadlines=settings.send_deadlines,
-            max_payload_bytes=settings.max_payload_bytes,
+            deadline_s=settings.channels.send_deadline_s,
+            skew_margin_s=settings.worker.clock_skew_margin_s,
+            deadlines=settings.channels.send_deadlines,
+            max_payload_bytes=settings.publisher.max_payload_bytes,
             faults=settings.faults,
             metrics=self.metrics,
             observe=self.budget.observe,
@@ -158,7 +161,7 @@ class Worker:
         )
         self.due = DueIndex(self.datadir / "due-index")
         self.continuity = ContinuityGuard(
-            settings, settings.topic_deliveries, settings.worker_group
+            settings, settings.kafka.topic_deliveries, settings.worker.group
         )
         self.processor = DeliveryProcessor(
             ctx=ctx,
@@ -176,7 +179,7 @@ class Worker:
             verifier=verifier_for(settings),
             acting=lambda: not self.clock.skewed,
         )
-        self.lag = ConsumerLag(self.app, settings.topic_deliveries, self.continuity)
+        self.lag = ConsumerLag(self.app, settings.kafka.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
         self._next_verify = 0.0
         self._watch_metrics()
@@ -223,7 +226,7 @@ class Worker:
         watch(
             "ledger_worker_clock_skew",
             "1 while this worker does not act: its clock is off the broker's by more than "
-            "LEDGER_CLOCK_SKEW_LIMIT_S, or not measured.",
+            "LEDGER_WORKER__CLOCK_SKEW_LIMIT_S, or not measured.",
             lambda: float(self.clock.skewed),
         )
         watch(
@@ -238,7 +241,7 @@ class Worker:
         self.app.on_partitions_assigned.connect(self.on_assigned)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
-        self.app.timer(interval=self.settings.timer_interval_seconds)(self.on_tick)
+        self.app.timer(interval=self.settings.worker.timer_interval_s)(self.on_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
 
     async def append_claims(self, events: Sequence[Event]) -> None:
@@ -296,7 +299,7 @@ class Worker:
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
         """New assignment: forget what moved away, start checking continuity."""
-        mine = {tp.partition for tp in assigned if tp.topic == self.settings.topic_deliveries}
+        mine = {tp.partition for tp in assigned if tp.topic == self.settings.kafka.topic_deliveries}
         gone = self.owned - mine
         for partition in gone:
             self.processor.forget(partition)
@@ -309,7 +312,7 @@ class Worker:
 
     async def on_revoked(self, _app: Any, revoked: set[Any], **_: Any) -> None:
         """Revocation: no queued send of those partitions may go out any more."""
-        gone = {tp.partition for tp in revoked if tp.topic == self.settings.topic_deliveries}
+        gone = {tp.partition for tp in revoked if tp.topic == self.settings.kafka.topic_deliveries}
         self.owned.difference_update(gone)
         for partition in gone:
             self.processor.forget(partition)
@@ -360,7 +363,9 @@ class Worker:
             if partition not in self.owned:
                 continue
             try:
-                await self.app.consumer.seek(TP(self.settings.topic_deliveries, partition), offset)
+                await self.app.consumer.seek(
+                    TP(self.settings.kafka.topic_deliveries, partition), offset
+                )
             except KafkaError as exc:  # mid-rebalance; the record is asked for again later
                 log.warning("could not rewind partition %d to %d: %s", partition, offset, exc)
         if not periodic:
@@ -375,7 +380,7 @@ class Worker:
         bounded by the deadline; what does not finish is left to its lease."""
         self.owned.clear()
         await self.sender.stop_partitions(self.sender.partitions_in_use, SHUTDOWN)
-        await self.sender.drain(timeout_s=self.settings.longest_send_deadline_s + 1)
+        await self.sender.drain(timeout_s=self.settings.channels.longest_send_deadline_s + 1)
         await self.outcomes.stop()
         await self.heartbeat.stop()
         await self.registry.aclose()
@@ -390,9 +395,9 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
 def _faust_app(settings: Settings, datadir: Any) -> Any:
     # faust's decorators and signals are loosely typed; the app is handled as Any here.
     app = LedgerApp(
-        settings.worker_group,
-        broker=f"kafka://{settings.bootstrap_servers}",
-        broker_credentials=faust_credentials(settings),
+        settings.worker.group,
+        broker=f"kafka://{settings.kafka.bootstrap_servers}",
+        broker_credentials=faust_credentials(settings.kafka),
         # at-least-once, deliberately: faust's exactly_once crash-loops on every rebalance of
         # a multi-worker group against Kafka 4.1 (ConsistencyError on an unfetched LSO, then
         # ProducerFenced from reused producers), and after a SIGKILL it still replayed
@@ -401,7 +406,7 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         processing_guarantee="at_least_once",
         store="rocksdb://",
         datadir=str(datadir),
-        topic_partitions=settings.partitions,
+        topic_partitions=settings.kafka.partitions,
         topic_allow_declare=True,
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
@@ -417,10 +422,10 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         value_serializer="raw",
         stream_wait_empty=False,
         # Claims, dead letters and changelog writes are small: let them share requests.
-        producer_linger=settings.worker_linger_ms / 1000,
-        table_standby_replicas=settings.worker_standby_replicas,
+        producer_linger=settings.worker.linger_s,
+        table_standby_replicas=settings.worker.standby_replicas,
     )
-    app.fetch_wait_ms = settings.worker_fetch_wait_ms
+    app.fetch_wait_ms = settings.worker.fetch_wait_s * 1000
     return app
 
 

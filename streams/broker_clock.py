@@ -110,7 +110,7 @@ class BrokerClock:
             ahead = "behind" if self.offset_s > 0 else "ahead of"
             return (
                 f"its clock is {abs(self.offset_s):.1f}s {ahead} the broker's (limit "
-                f"{self.limit_s:g}s: LEDGER_CLOCK_SKEW_LIMIT_S)"
+                f"{self.limit_s:g}s: LEDGER_WORKER__CLOCK_SKEW_LIMIT_S)"
             )
         return None
 

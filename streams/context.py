@@ -1,10 +1,10 @@
-"""The decisions' Context, resolved from Settings and the worker's channels."""
+"""The decisions' Context, resolved from the worker's settings parts and its channels."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from config.settings import Settings
+from config.parts import ChannelSettings, WorkerSettings
 from events.channels import DedupeRule, channel_plugin
 from streams.channels.base import Channel
 from streams.decisions import Context
@@ -12,9 +12,15 @@ from streams.retry import rules_for
 
 
 def worker_context(
-    settings: Settings, *, worker_id: str, producer: str, channels: Mapping[str, Channel]
+    worker: WorkerSettings,
+    sends: ChannelSettings,
+    *,
+    worker_id: str,
+    producer: str,
+    channels: Mapping[str, Channel],
 ) -> Context:
-    """Every tunable from ``settings``; per-endpoint answers from the channel adapters."""
+    """Every tunable from the worker's part, the retry rules from the channels part;
+    per-endpoint answers from the channel adapters."""
 
     def dedupe_rule(channel: str, recipient: str) -> DedupeRule | None:
         # The channel names its rule; the adapter says whether this recipient's endpoint
@@ -25,19 +31,19 @@ def worker_context(
 
     def settle_s(channel: str, recipient: str) -> float:
         own = channels[channel].settle_s(recipient)
-        return settings.lookup_settle_s if own is None else own
+        return worker.lookup_settle_s if own is None else own
 
     return Context(
         worker_id=worker_id,
         producer=producer,
-        rules=rules_for(settings),
+        rules=rules_for(sends),
         dedupe_rule=dedupe_rule,
         settle_s=settle_s,
-        lease_s=settings.lease_seconds,
-        claim_grace_s=settings.claim_grace_seconds,
-        lookup_confirm_spacing_s=settings.lookup_confirm_spacing_s,
-        lookup_backoff_s=settings.lookup_backoff_s,
-        lookup_backoff_max_s=settings.lookup_backoff_max_s,
-        max_lookups=settings.max_lookups,
-        max_sent_polls=settings.max_sent_polls,
+        lease_s=worker.lease_s,
+        claim_grace_s=worker.claim_grace_s,
+        lookup_confirm_spacing_s=worker.lookup_confirm_spacing_s,
+        lookup_backoff_s=worker.lookup_backoff_s,
+        lookup_backoff_max_s=worker.lookup_backoff_max_s,
+        max_lookups=worker.max_lookups,
+        max_sent_polls=worker.max_sent_polls,
     )

@@ -74,7 +74,7 @@ class ContinuityGuard:
         # Bumped by every assignment: a check that awaited the broker across a rebalance
         # drops what it read, since the state it was reading for has been reset.
         self._epoch = 0
-        self._log = CommittedLog(settings)
+        self._log = CommittedLog(settings.kafka)
         self._marker: AIOKafkaConsumer | None = None
         self.recovered = 0
         self.given_up = 0
@@ -145,7 +145,8 @@ class ContinuityGuard:
         self, group: str, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, Any]:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._settings.bootstrap_servers, **client_options(self._settings)
+            bootstrap_servers=self._settings.kafka.bootstrap_servers,
+            **client_options(self._settings.kafka),
         )
         await admin.start()
         try:
@@ -363,10 +364,10 @@ class ContinuityGuard:
     async def _started_marker(self) -> AIOKafkaConsumer:
         if self._marker is None:
             marker = AIOKafkaConsumer(
-                bootstrap_servers=self._settings.bootstrap_servers,
+                bootstrap_servers=self._settings.kafka.bootstrap_servers,
                 group_id=self.marks_group,
                 enable_auto_commit=False,
-                **client_options(self._settings),
+                **client_options(self._settings.kafka),
             )
             await marker.start()
             self._marker = marker

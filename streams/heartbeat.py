@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.parts import KafkaSettings, WorkerSettings
 from streams.broker_clock import BrokerClock, Sample
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,11 @@ def heartbeat_value(worker_id: str, clock: BrokerClock) -> dict[str, Any]:
 class Heartbeat:
     """Appends heartbeats (one in flight at a time) and feeds their samples to ``clock``."""
 
-    def __init__(self, settings: Settings, worker_id: str, clock: BrokerClock) -> None:
-        self._settings = settings
+    def __init__(
+        self, kafka: KafkaSettings, worker: WorkerSettings, worker_id: str, clock: BrokerClock
+    ) -> None:
+        self._kafka = kafka
+        self._worker = worker
         self._worker_id = worker_id
         self.clock = clock
         self._producer: AIOKafkaProducer | None = None
@@ -56,7 +59,7 @@ class Heartbeat:
 
     def maybe_beat(self) -> None:
         """Start a heartbeat if the last one is older than the interval and none is out."""
-        due = time.monotonic() - self._last >= self._settings.clock_probe_interval_s
+        due = time.monotonic() - self._last >= self._worker.clock_probe_interval_s
         if due and (self._task is None or self._task.done()):
             self._last = time.monotonic()
             self._task = asyncio.ensure_future(self._beat())
@@ -67,7 +70,7 @@ class Heartbeat:
             value = json.dumps(heartbeat_value(self._worker_id, self.clock)).encode()
             sent = time.time()
             meta = await producer.send_and_wait(
-                self._settings.topic_heartbeats, value, key=self._worker_id.encode()
+                self._kafka.topic_heartbeats, value, key=self._worker_id.encode()
             )
             acked = time.time()
         except Exception as exc:  # noqa: BLE001 - a missed heartbeat: the clock goes stale
@@ -81,7 +84,7 @@ class Heartbeat:
             log.error(
                 "%s does not use broker timestamps (message.timestamp.type=LogAppendTime): "
                 "this worker cannot measure its clock; hint: ledger topics create",
-                self._settings.topic_heartbeats,
+                self._kafka.topic_heartbeats,
             )
         self._say()
 
@@ -102,10 +105,10 @@ class Heartbeat:
     async def _started(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self._settings.bootstrap_servers,
+                bootstrap_servers=self._kafka.bootstrap_servers,
                 linger_ms=0,
                 request_timeout_ms=10_000,
-                **client_options(self._settings),
+                **client_options(self._kafka),
             )
             await producer.start()
             self._producer = producer

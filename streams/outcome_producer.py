@@ -34,11 +34,11 @@ class OutcomeProducer:
         async with self._lock:
             if self._producer is None:
                 producer = AIOKafkaProducer(
-                    bootstrap_servers=self._settings.bootstrap_servers,
+                    bootstrap_servers=self._settings.kafka.bootstrap_servers,
                     enable_idempotence=True,
                     acks="all",
-                    linger_ms=self._settings.worker_linger_ms,
-                    **client_options(self._settings),
+                    linger_ms=self._settings.worker.linger_s * 1000,
+                    **client_options(self._settings.kafka),
                 )
                 await producer.start()
                 self._producer = producer
@@ -49,7 +49,7 @@ class OutcomeProducer:
         if not events:
             return
         producer = await self._started()
-        topic = self._settings.topic_deliveries
+        topic = self._settings.kafka.topic_deliveries
         futures = []
         for event in events:
             value = encode(event)

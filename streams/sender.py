@@ -5,7 +5,7 @@ and only on claims this worker made. Each (key, token) is sent at most once per 
 Right before the first byte of a send is written (``WriteGuard``), the lease rule is
 checked again: the claim is still the current one, this process still owns the
 partition, and the lease has more left than the channel's hard deadline
-(LEDGER_SEND_DEADLINES, else the global one) plus the clock-skew margin. A refused or
+(LEDGER_CHANNELS__SEND_DEADLINES, else the global one) plus the clock-skew margin. A refused or
 cancelled send records ``DeliveryNotSent``, so the next attempt needs no lookup. Outcomes
 are appended outside the processor's record; the fold dedupes and fences.
 """
@@ -122,7 +122,7 @@ class Sender:
         self._current = current
         self._owns = owns
         self._deadline_s = deadline_s
-        # Per channel, over deadline_s (LEDGER_SEND_DEADLINES): the lease rule checks the
+        # Per channel, over deadline_s (LEDGER_CHANNELS__SEND_DEADLINES): the lease rule checks the
         # deadline the channel's adapter sends under, not the global one.
         self._deadlines = dict(deadlines or {})
         self._longest_s = max([deadline_s, *self._deadlines.values()])

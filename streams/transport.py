@@ -35,7 +35,7 @@ from streams.faust_internals import HandOverBuffer, HookedApp, HookedTransport
 # messages over in this long fails the offset commit (and the worker) instead of
 # committing past table states that were never written.
 FLUSH_TIMEOUT_S = 60.0
-# With LEDGER_WORKER_FETCH_WAIT_MS > 0: a fetch is answered when this much is there.
+# With LEDGER_WORKER__FETCH_WAIT_S > 0: a fetch is answered when this much is there.
 FETCH_MIN_BYTES = 64 * 1024
 
 
@@ -101,7 +101,7 @@ class LedgerApp(HookedApp):
     commit hands the changelog writes to Kafka."""
 
     transport_class = ReadCommittedTransport
-    fetch_wait_ms: float = 0.0  # LEDGER_WORKER_FETCH_WAIT_MS (0: answer every fetch at once)
+    fetch_wait_ms: float = 0.0  # LEDGER_WORKER__FETCH_WAIT_S in ms (0: answer at once)
     write_back: WriteBack | None = None  # set by the worker
 
     def configure_consumer(self, consumer: Any) -> None:

@@ -5,13 +5,13 @@ from clients.outcome_signing import new_pair
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
 
 # No built-in signing secret exists: the tests configure theirs, as a user would.
-os.environ.setdefault("LEDGER_WEBHOOK_SECRET", TEST_WEBHOOK_SECRET)
+os.environ.setdefault("LEDGER_CHANNELS__WEBHOOK_SECRET", TEST_WEBHOOK_SECRET)
 # Outcome signing is on by default: every worker and reader a test starts shares one pair,
 # made for this test process (inherited by the processes it starts), as a user's would be.
-if "LEDGER_OUTCOME_SIGNING_KEY" not in os.environ:
+if "LEDGER_SIGNING__SIGNING_KEY" not in os.environ:
     _signing, _verify = new_pair()
-    os.environ["LEDGER_OUTCOME_SIGNING_KEY"] = _signing
-    os.environ["LEDGER_OUTCOME_VERIFY_KEYS"] = json.dumps([_verify])
+    os.environ["LEDGER_SIGNING__SIGNING_KEY"] = _signing
+    os.environ["LEDGER_SIGNING__VERIFY_KEYS"] = json.dumps([_verify])
 
 pytest_plugins = [
     "tests.fixtures.broker",

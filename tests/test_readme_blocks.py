@@ -43,9 +43,9 @@ async def test_the_publishing_example_writes_its_run(
     done = eval(code, {})  # the README's own example: the point of the test
     if done is not None:
         await done
-    runs = [e for e in await read_topic(settings.topic_runs) if isinstance(e, RunSucceeded)]
+    runs = [e for e in await read_topic(settings.kafka.topic_runs) if isinstance(e, RunSucceeded)]
     assert [(r.run_id, r.result_hash) for r in runs] == [("run-42", "sha256:9f2c...")]
-    requests = await read_topic(settings.topic_deliveries)
+    requests = await read_topic(settings.kafka.topic_deliveries)
     assert [(type(r), r.run_id, getattr(r, "recipient", None)) for r in requests] == [
         (DeliveryRequested, "run-42", "https://example.test/hook")
     ]

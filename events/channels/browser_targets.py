@@ -1,7 +1,7 @@
 """The browser channel's targets, declared as data: what to open, fill, click and read.
 
 A target is a web form the channel submits for a delivery whose recipient is the target's
-name. Declared in ``LEDGER_CHANNEL_SETTINGS`` (``{"browser": {"targets": {...}}}``) or in a
+name. Declared in ``LEDGER_CHANNELS__SETTINGS`` (``{"browser": {"targets": {...}}}``) or in a
 YAML/JSON file it names (``targets_file``); both are validated here, so a bad declaration
 stops a worker at start with one line naming the field. Light: pydantic only (PyYAML is
 imported when a YAML file is read).
@@ -200,7 +200,7 @@ class Target(_Declared):
 
 
 class BrowserSettings(_Declared):
-    """The browser channel's entry of ``LEDGER_CHANNEL_SETTINGS``."""
+    """The browser channel's entry of ``LEDGER_CHANNELS__SETTINGS``."""
 
     targets: dict[str, Target] = Field(default_factory=dict)
     # A YAML or JSON file holding ``{targets: {...}}``; merged with ``targets``.

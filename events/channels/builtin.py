@@ -8,6 +8,7 @@ from events.channels.email_address import check_email_recipient, email_refusal
 from events.channels.email_api import IDEMPOTENCY_KEY_DEDUPE, EmailApiSettings
 from events.channels.mail import SmtpSettings
 from events.channels.plugin import Capabilities, ChannelPlugin, DedupeRule, FirstAnswer, Lookup
+from events.channels.slack import SlackSettings
 from events.channels.urls import check_http_url, credentials_in, slack_recipient
 
 # The rule a webhook endpoint may declare (``receiver_dedupes``); its name is what a
@@ -33,7 +34,7 @@ webhook = ChannelPlugin(
     check_recipient=check_http_url,
     refuse=credentials_in,
     adapter="streams.channels.webhook:adapter",
-    settings_note="LEDGER_WEBHOOK_SECRET, LEDGER_WEBHOOK_ENDPOINTS",
+    settings_note="LEDGER_CHANNELS__WEBHOOK_SECRET, LEDGER_CHANNELS__WEBHOOK_ENDPOINTS",
 )
 
 # The ledger's own generic shape of a messaging-provider API (POST to the recipient URL,
@@ -62,7 +63,7 @@ provider = ChannelPlugin(
 
 
 def check_slack_recipient(recipient: str) -> None:
-    """``WORKSPACE/CHANNEL_ID`` (the workspace names its bot token in LEDGER_SLACK_TOKENS)."""
+    """``WORKSPACE/CHANNEL_ID`` (the workspace names its bot token in slack's ``tokens``)."""
     slack_recipient(recipient)
 
 
@@ -80,7 +81,7 @@ slack = ChannelPlugin(
     ),
     check_recipient=check_slack_recipient,
     adapter="streams.channels.slack:adapter",
-    settings_note="LEDGER_SLACK_TOKENS, LEDGER_SLACK_API_URL, LEDGER_SLACK_LOOKUP_MAX_PAGES",
+    settings_model=SlackSettings,
 )
 
 # The rule an smtp endpoint may declare (``receiver_dedupes_message_id``): its receiver
@@ -140,7 +141,7 @@ def check_browser_recipient(recipient: str) -> None:
     if not TARGET_NAME.match(recipient):
         raise ValueError(
             f"browser recipient {recipient[:80]!r} must be a target name matching "
-            f"{TARGET_NAME.pattern} (declared in LEDGER_CHANNEL_SETTINGS browser.targets)"
+            f"{TARGET_NAME.pattern} (declared in LEDGER_CHANNELS__SETTINGS browser.targets)"
         )
 
 

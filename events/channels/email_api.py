@@ -25,14 +25,14 @@ IDEMPOTENCY_KEY_DEDUPE = DedupeRule(
     name="idempotency-key-24h",
     description=(
         "the email API drops a repeated Idempotency-Key for 24 h from the request "
-        "(LEDGER_CHANNEL_SETTINGS[email_api].provider_dedupes=true)"
+        "(LEDGER_CHANNELS__SETTINGS[email_api].provider_dedupes=true)"
     ),
     window_s=IDEMPOTENCY_WINDOW_S,
 )
 
 
 class EmailApiSettings(BaseModel):
-    """The email_api channel's entry of ``LEDGER_CHANNEL_SETTINGS``.
+    """The email_api channel's entry of ``LEDGER_CHANNELS__SETTINGS``.
 
     Every field has a default so a worker without an entry still starts; a send without
     ``api_url``/``api_key``/``from_address`` is refused (FAILED, nothing sent) with a reason

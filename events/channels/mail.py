@@ -29,7 +29,7 @@ MIN_ORIGIN_KEY_BYTES = 24
 
 
 class SmtpSettings(BaseModel):
-    """The smtp channel's entry of ``LEDGER_CHANNEL_SETTINGS`` (README, "The smtp channel").
+    """The smtp channel's entry of ``LEDGER_CHANNELS__SETTINGS`` (README, "The smtp channel").
 
     Every field has a default so a worker without an smtp entry still starts; a send
     without ``from_address`` is refused with a reason naming this setting.

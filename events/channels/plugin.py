@@ -8,7 +8,8 @@ worker starts) or is the factory itself, so a plugin whose module is cheap to im
 keep both halves in one object.
 
 The adapter factory is called with one ``streams.channels.base.AdapterBuild`` (the shared
-httpx client, ``Settings``, this plugin and its validated configuration) and returns a
+httpx client, the channels and worker settings parts and the data dir, this plugin and
+its validated configuration) and returns a
 ``streams.channels.base.Channel``.
 """
 
@@ -96,7 +97,7 @@ class ChannelPlugin:
     goes into ``refuse``: it returns why a recipient must not be requested (or None) and
     runs on publish and again right before each send, never on read.
 
-    ``settings_model`` validates the channel's entry of ``LEDGER_CHANNEL_SETTINGS``
+    ``settings_model`` validates the channel's entry of ``LEDGER_CHANNELS__SETTINGS``
     (declare tokens and secrets as ``SecretStr``); None: the channel takes none.
     """
 
@@ -107,7 +108,7 @@ class ChannelPlugin:
     adapter: str | AdapterFactory
     refuse: Callable[[str], str | None] = accept_any
     settings_model: type[BaseModel] | None = None
-    settings_note: str = ""  # where else its settings come from (webhook: LEDGER_WEBHOOK_*)
+    settings_note: str = ""  # where else its settings come from (webhook: its own)
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):

@@ -8,8 +8,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from events.redaction import secret_params
 
-# A Slack recipient is ``WORKSPACE/CHANNEL_ID``: the workspace names its bot token in
-# LEDGER_SLACK_TOKENS (so no credential is ever in a recipient), the channel is a
+# A Slack recipient is ``WORKSPACE/CHANNEL_ID``: the workspace names its bot token in the
+# slack channel's ``tokens`` (so no credential is ever in a recipient), the channel is a
 # conversation ID (C... public, G... private, D... direct), not a #name: names can be
 # renamed and conversations.history, the lookup, takes IDs only.
 SLACK_WORKSPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -32,7 +32,7 @@ def slack_recipient(recipient: str) -> tuple[str, str]:
     return workspace, channel
 
 
-_ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_WEBHOOK_ENDPOINTS)"
+_ENDPOINT_HINT = "put credentials in the endpoint's settings (LEDGER_CHANNELS__WEBHOOK_ENDPOINTS)"
 
 
 def check_http_url(recipient: str) -> None:

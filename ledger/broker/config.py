@@ -97,8 +97,8 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
     hosts follow ledger/broker/listeners.py (unauthenticated ones on loopback only)."""
     check_exposure(settings)
     bound = listeners_for(settings)
-    broker = f"{bound.plaintext_host}:{settings.broker_port}"
-    controller = f"{bound.controller_host}:{settings.controller_port}"
+    broker = f"{bound.plaintext_host}:{settings.kafka.broker_port}"
+    controller = f"{bound.controller_host}:{settings.kafka.controller_port}"
     lines = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -109,7 +109,7 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(layout.data),
-        "num.partitions": str(settings.partitions),
+        "num.partitions": str(settings.kafka.partitions),
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "8",
         "transaction.state.log.replication.factor": "1",
@@ -122,7 +122,7 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "log.flush.interval.messages": "9223372036854775807",
     }
     if bound.sasl_ssl_host is not None:
-        port = settings.broker_sasl_ssl_port
+        port = settings.kafka.broker_sasl_ssl_port
         lines["listeners"] += f",SASL_SSL://{bound.sasl_ssl_host}:{port}"
         lines["advertised.listeners"] += f",SASL_SSL://{bound.sasl_ssl_advertised}:{port}"
         lines["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
@@ -135,7 +135,7 @@ def write_config(settings: Settings, layout: BrokerLayout) -> None:
     private_dir(layout.root.parent)  # the data directory
     for folder in (layout.root, layout.config, layout.logs, layout.data):
         private_dir(folder)
-    if settings.broker_sasl_ssl_port:
+    if settings.kafka.broker_sasl_ssl_port:
         # It holds the PLAIN users' passwords then: owner only, before they are written.
         layout.server_properties.touch(mode=0o600)
         os.chmod(layout.server_properties, 0o600)

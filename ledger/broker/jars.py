@@ -237,7 +237,7 @@ def ensure_jars(cache_dir: Path, kafka_version: str) -> tuple[Path, bool]:
             last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["(no output)"]
             raise LedgerError(
                 f"mvn could not fetch Apache Kafka {kafka_version}: {last[0][:300]}",
-                "check the network to Maven Central and LEDGER_KAFKA_VERSION",
+                "check the network to Maven Central and LEDGER_KAFKA__VERSION",
             )
         gaps = missing_jars(staging / "libs")
         if gaps:

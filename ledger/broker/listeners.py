@@ -33,31 +33,31 @@ class Listeners:
     def ports(self, settings: Settings) -> list[tuple[str, int]]:
         """(host, port) of every listener, in the order they are configured."""
         bound = [
-            (self.plaintext_host, settings.broker_port),
-            (self.controller_host, settings.controller_port),
+            (self.plaintext_host, settings.kafka.broker_port),
+            (self.controller_host, settings.kafka.controller_port),
         ]
-        if self.sasl_ssl_host is not None and settings.broker_sasl_ssl_port:
-            bound.append((self.sasl_ssl_host, settings.broker_sasl_ssl_port))
+        if self.sasl_ssl_host is not None and settings.kafka.broker_sasl_ssl_port:
+            bound.append((self.sasl_ssl_host, settings.kafka.broker_sasl_ssl_port))
         return bound
 
 
 def check_exposure(settings: Settings) -> None:
     """``UsageError`` (exit 2) for a non-loopback broker host without SASL_SSL."""
-    host = settings.broker_host
-    if not settings.broker_sasl_ssl_port and not is_loopback(host):
+    host = settings.kafka.broker_host
+    if not settings.kafka.broker_sasl_ssl_port and not is_loopback(host):
         raise UsageError(
             f"refusing to bind the local broker to {host} (not loopback) without "
             "authentication: its PLAINTEXT listener lets anyone in as a super user",
-            "set LEDGER_BROKER_HOST=127.0.0.1, or turn on SASL_SSL with "
-            "--sasl-ssl-port (LEDGER_BROKER_SASL_SSL_PORT); the unauthenticated "
+            "set LEDGER_KAFKA__BROKER_HOST=127.0.0.1, or turn on SASL_SSL with "
+            "--sasl-ssl-port (LEDGER_KAFKA__BROKER_SASL_SSL_PORT); the unauthenticated "
             "listeners then stay on loopback",
         )
 
 
 def listeners_for(settings: Settings) -> Listeners:
     """The listeners' hosts (``check_exposure`` decides whether they may be used)."""
-    host = settings.broker_host
-    if not settings.broker_sasl_ssl_port:
+    host = settings.kafka.broker_host
+    if not settings.kafka.broker_sasl_ssl_port:
         return Listeners(host, host, None)
     # An authenticated broker may face the network; its unauthenticated doors may not.
     inside = host if is_loopback(host) else LOOPBACK

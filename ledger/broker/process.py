@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.errors import LedgerError
 from events.private_files import UMASK, private_dir, private_file
 from ledger.broker.config import BrokerLayout, layout_for, write_config
@@ -63,7 +63,7 @@ class LocalBroker:
         # The listener every local broker has, whatever the clients are configured with:
         # start-up and readiness are checked there (on loopback when SASL_SSL is on).
         self.listeners = listeners_for(settings)
-        self.plaintext = f"{self.listeners.plaintext_host}:{settings.broker_port}"
+        self.plaintext = f"{self.listeners.plaintext_host}:{settings.kafka.broker_port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -80,9 +80,11 @@ class LocalBroker:
             running=self.pid() is not None,
             pid=self.pid(),
             reachable=metadata_ok(
-                self.settings.bootstrap_servers, timeout=3.0, options=client_options(self.settings)
+                self.settings.kafka.bootstrap_servers,
+                timeout=3.0,
+                options=client_options(self.settings.kafka),
             ),
-            bootstrap_servers=self.settings.bootstrap_servers,
+            bootstrap_servers=self.settings.kafka.bootstrap_servers,
             data_dir=self.layout.data,
             log_file=self.layout.server_log,
         )
@@ -106,15 +108,15 @@ class LocalBroker:
                 "Java is not installed (Kafka needs a Java 17+ runtime)",
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
-        secure_port = self.settings.broker_sasl_ssl_port
+        secure_port = self.settings.kafka.broker_sasl_ssl_port
         for host, port in self.listeners.ports(self.settings):
             if _port_taken(host, port):
                 raise LedgerError(
                     f"port {host}:{port} is already in use by another process",
-                    "stop that process, or choose other ports with LEDGER_BROKER_PORT, "
-                    "LEDGER_CONTROLLER_PORT (and LEDGER_BROKER_SASL_SSL_PORT)",
+                    "stop that process, or choose other ports with LEDGER_KAFKA__BROKER_PORT, "
+                    "LEDGER_KAFKA__CONTROLLER_PORT (and LEDGER_KAFKA__BROKER_SASL_SSL_PORT)",
                 )
-        libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka_version)
+        libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka.version)
         if secure_port:
             self.layout.security.ensure(self.listeners.sasl_ssl_advertised or LOOPBACK)
         write_config(self.settings, self.layout)
@@ -131,17 +133,18 @@ class LocalBroker:
         granted over the plaintext listener (its principal is a super user)."""
         from ledger.acls import ROLES, grant, role_acls
 
-        plain = self.settings.model_copy(
-            update={
-                "bootstrap_servers": self.plaintext,
-                "security_protocol": "PLAINTEXT",
-                "sasl_username": None,
-                "sasl_password": None,
-                "ssl_cafile": None,
-                "ssl_certfile": None,
-                "ssl_keyfile": None,
-                "ssl_key_password": None,
-            }
+        plain = changed(
+            self.settings,
+            {
+                "kafka.bootstrap_servers": self.plaintext,
+                "kafka.security_protocol": "PLAINTEXT",
+                "kafka.sasl_username": None,
+                "kafka.sasl_password": None,
+                "kafka.ssl_cafile": None,
+                "kafka.ssl_certfile": None,
+                "kafka.ssl_keyfile": None,
+                "kafka.ssl_key_password": None,
+            },
         )
         acls = [acl for role in ROLES for acl in role_acls(plain, role, f"User:{role}")]
         await grant(plain, acls)
@@ -166,7 +169,9 @@ class LocalBroker:
         private_dir(self.layout.data)
         # SCRAM users live in the KRaft metadata: they are created here, at format time.
         scram = (
-            self.layout.security.scram_format_args() if self.settings.broker_sasl_ssl_port else []
+            self.layout.security.scram_format_args()
+            if self.settings.kafka.broker_sasl_ssl_port
+            else []
         )
         result = subprocess.run(
             [

@@ -39,7 +39,7 @@ class BrokerSecurity:
 
     @property
     def ca_file(self) -> Path:
-        """The CA certificate clients trust (LEDGER_SSL_CAFILE)."""
+        """The CA certificate clients trust (LEDGER_KAFKA__SSL_CAFILE)."""
         return self.root / "ca.pem"
 
     @property

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.errors import LedgerError
 from ledger.broker import LocalBroker
 
@@ -24,29 +24,29 @@ def broker_start(
             min=1,
             max=65535,
             help="Also listen with SASL_SSL on this port: generated CA, SASL users, ACLs "
-            "(LEDGER_BROKER_SASL_SSL_PORT).",
+            "(LEDGER_KAFKA__BROKER_SASL_SSL_PORT).",
         ),
     ] = None,
 ) -> None:
     """Start the local broker (downloads Kafka jars with mvn on first use)."""
     settings = Settings()
     if sasl_ssl_port is not None:
-        settings = settings.model_copy(update={"broker_sasl_ssl_port": sasl_ssl_port})
+        settings = changed(settings, {"kafka.broker_sasl_ssl_port": sasl_ssl_port})
     broker = LocalBroker(settings)
     with err.status("starting Kafka (first run downloads jars with mvn)..."):
         report = broker.start()
     verb = "already running" if report.already_running else f"started in {report.seconds:.1f}s"
     fetched = " (jars downloaded)" if report.downloaded else ""
     out.print(
-        f"Kafka {settings.kafka_version} {verb}{fetched}: pid {report.pid}, "
-        f"bootstrap {settings.bootstrap_servers}"
+        f"Kafka {settings.kafka.version} {verb}{fetched}: pid {report.pid}, "
+        f"bootstrap {settings.kafka.bootstrap_servers}"
     )
     out.print(f"  data: {report.layout.data}")
     out.print(f"  logs: {report.layout.server_log}")
-    if settings.broker_sasl_ssl_port:
+    if settings.kafka.broker_sasl_ssl_port:
         security = report.layout.security
         out.print(
-            f"  SASL_SSL: {settings.broker_host}:{settings.broker_sasl_ssl_port}, "
+            f"  SASL_SSL: {settings.kafka.broker_host}:{settings.kafka.broker_sasl_ssl_port}, "
             f"CA {security.ca_file}, users and passwords in {security.users_file}"
         )
 

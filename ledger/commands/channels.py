@@ -30,7 +30,7 @@ def describe(plugin: ChannelPlugin, settings: Settings) -> dict[str, Any]:
     """One channel as ``--json`` prints it (never a setting's value)."""
     caps = plugin.capabilities
     rule = caps.dedupe_rule
-    channel_config(plugin, settings)  # a bad LEDGER_CHANNEL_SETTINGS entry says so here
+    channel_config(plugin, settings.channels)  # a bad LEDGER_CHANNELS__SETTINGS entry says so here
     return {
         "name": plugin.name,
         "description": plugin.description,
@@ -41,7 +41,7 @@ def describe(plugin: ChannelPlugin, settings: Settings) -> dict[str, Any]:
         if rule is None
         else {"name": rule.name, "description": rule.description, "window_s": rule.window_s},
         "settings": _settings_fields(plugin.settings_model),
-        "configured": plugin.name in settings.channel_settings,
+        "configured": plugin.name in settings.channels.settings,
         "settings_note": plugin.settings_note,
     }
 
@@ -86,7 +86,7 @@ def channels(
             " ".join(
                 part
                 for part in (
-                    f"LEDGER_CHANNEL_SETTINGS[{row['name']}]: {fields}" if fields else "",
+                    f"LEDGER_CHANNELS__SETTINGS[{row['name']}]: {fields}" if fields else "",
                     row["settings_note"],
                 )
                 if part

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger.commands.projections import Dsn
 from projections.backends import default_dsn, open_store
 from projections.dashboard import check_binding, serve
@@ -27,7 +27,7 @@ def dashboard_command(
     dsn: Dsn = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", help="Listen address (default: LEDGER_DASHBOARD_HOST)."),
+        typer.Option("--host", help="Listen address (default: LEDGER_DASHBOARD__HOST)."),
     ] = None,
     port: Annotated[
         int | None,
@@ -35,17 +35,16 @@ def dashboard_command(
             "--port",
             min=0,
             max=65535,
-            help="Port (default LEDGER_DASHBOARD_PORT, 8765; 0: any free).",
+            help="Port (default LEDGER_DASHBOARD__PORT, 8765; 0: any free).",
         ),
     ] = None,
 ) -> None:
     """Serve the dashboard, its JSON API and /metrics until Ctrl-C (reads projections only)."""
     settings = Settings()
-    changes = {"dashboard_host": host, "dashboard_port": port}
-    given = {k: v for k, v in changes.items() if v is not None}
-    settings = settings.model_copy(update=given)
+    given = {"dashboard.host": host, "dashboard.port": port}
+    settings = changed(settings, {k: v for k, v in given.items() if v is not None})
     # Before touching the database: a refusal should be the only thing said.
-    check_binding(settings)
+    check_binding(settings.dashboard)
     target = dsn or default_dsn(settings)
     store = open_store(target)
     try:

@@ -28,7 +28,7 @@ async def serve(config: FakeEmailApiConfig, as_json: bool) -> None:
             print(json.dumps({"api": fake.api_url}), flush=True)
         else:
             print("fake email API listening (Ctrl-C stops it)")
-            print(f"  api:     {fake.api_url}   (LEDGER_CHANNEL_SETTINGS[email_api].api_url)")
+            print(f"  api:     {fake.api_url}   (LEDGER_CHANNELS__SETTINGS[email_api].api_url)")
             print(f"  dedupe:  {'on' if config.dedupe else 'off'}")
             print(f"  lookup by key: {'on' if config.lookup_by_key else 'off'}", flush=True)
         await stop.wait()
@@ -54,15 +54,15 @@ def fake_email_api(
 ) -> None:
     """Run a fake HTTP email API on 127.0.0.1 (POST /emails, GET /emails/{id}, by key).
 
-    Its API key is the workers' own: LEDGER_CHANNEL_SETTINGS[email_api].api_key.
+    Its API key is the workers' own: LEDGER_CHANNELS__SETTINGS[email_api].api_key.
     """
-    config = channel_config(channel_plugin("email_api"), Settings())  # ConfigError: exit
+    config = channel_config(channel_plugin("email_api"), Settings().channels)  # ConfigError: exit
     keys = []
     if isinstance(config, EmailApiSettings) and config.api_key is not None:
         keys.append(config.api_key.get_secret_value())
     else:
         typer.echo(
-            "warning: LEDGER_CHANNEL_SETTINGS has no email_api api_key: every call is "
+            "warning: LEDGER_CHANNELS__SETTINGS has no email_api api_key: every call is "
             "answered 401 (set it to what the workers use)",
             err=True,
         )

@@ -98,7 +98,7 @@ def _announce(entry: dict[str, Any], maildir: Path, archive: Path, as_json: bool
     print(f"  imap:     {imap}   (the archive, mailbox {entry['imap_mailbox']})")
     print(f"  user:     {entry['imap_username']}   password: {entry['imap_password']}")
     print(f"  maildir:  {maildir}   (removed on exit)")
-    print(f"  LEDGER_CHANNEL_SETTINGS smtp entry (add from_address): {json.dumps(entry)}")
+    print(f"  LEDGER_CHANNELS__SETTINGS smtp entry (add from_address): {json.dumps(entry)}")
 
 
 app = typer.Typer()
@@ -127,7 +127,7 @@ def fake_mail(
     """Run an SMTP relay (aiosmtpd) and its IMAP archive (dovecot) on 127.0.0.1.
 
     Every accepted message goes into a Maildir and a copy into the archive that dovecot
-    serves; no dedupe. The printed settings are LEDGER_CHANNEL_SETTINGS[smtp]'s.
+    serves; no dedupe. The printed settings are LEDGER_CHANNELS__SETTINGS[smtp]'s.
     """
     try:
         asyncio.run(serve(port, imap_port, seed, drop_pct / 100, tempfail_pct / 100, as_json))

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from config.channels import slack_settings
 from config.settings import Settings
 from events.errors import LedgerError
 from ledger.simulator.slack import FakeSlack, FakeSlackConfig, check_channel_ids
@@ -26,7 +27,7 @@ async def serve(config: FakeSlackConfig, as_json: bool) -> None:
             print(json.dumps(urls), flush=True)
         else:
             print("fake Slack listening (Ctrl-C stops it)")
-            print(f"  api:            {fake.api_url}   (LEDGER_SLACK_API_URL)")
+            print(f"  api:            {fake.api_url}   (LEDGER_CHANNELS__SETTINGS)")
             print(f"  workspaces:     {', '.join(sorted(config.tokens)) or '(none)'}")
             print(f"  conversations:  {', '.join(config.channels)}", flush=True)
         await stop.wait()
@@ -58,10 +59,12 @@ def fake_slack(
 ) -> None:
     """Run a fake Slack Web API on 127.0.0.1 (chat.postMessage, conversations.history).
 
-    Its workspaces and bot tokens are the workers' own: LEDGER_SLACK_TOKENS.
+    Its workspaces and bot tokens are the workers' own: the slack entry's tokens in
+    LEDGER_CHANNELS__SETTINGS.
     """
     channels = check_channel_ids(channel or ["C0LEDGER01"])  # ValueError: exit 2
-    tokens = {ws: t.get_secret_value() for ws, t in Settings().slack_tokens.items()}
+    slack = slack_settings(Settings().channels)  # ConfigError: exit 2
+    tokens = {ws: t.get_secret_value() for ws, t in slack.tokens.items()}
     config = FakeSlackConfig(
         port=port,
         tokens=tokens,
@@ -74,8 +77,8 @@ def fake_slack(
     )
     if not tokens:
         typer.echo(
-            "warning: LEDGER_SLACK_TOKENS is not set: every call is answered invalid_auth "
-            "(set it to the workspaces and tokens the workers use)",
+            "warning: no slack tokens in LEDGER_CHANNELS__SETTINGS: every call is answered "
+            "invalid_auth (set them to the workspaces and tokens the workers use)",
             err=True,
         )
     try:

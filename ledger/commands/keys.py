@@ -37,5 +37,5 @@ def outcome_keys(
     if shape == "json":
         typer.echo(json.dumps({"signing_key": signing, "verify_key": verify}))
         return
-    typer.echo(f"LEDGER_OUTCOME_SIGNING_KEY={signing}")
-    typer.echo(f"LEDGER_OUTCOME_VERIFY_KEYS='[\"{verify}\"]'")
+    typer.echo(f"LEDGER_SIGNING__SIGNING_KEY={signing}")
+    typer.echo(f"LEDGER_SIGNING__VERIFY_KEYS='[\"{verify}\"]'")

@@ -48,9 +48,8 @@ Dsn = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        envvar="LEDGER_PROJECTION_DSN",
-        help="Projection database: postgresql://... or sqlite:///path (default: a SQLite "
-        "file in the data dir).",
+        help="Projection database: postgresql://... or sqlite:///path (default: "
+        "LEDGER_PROJECTION__DSN, else a SQLite file in the data dir).",
         show_default=False,
     ),
 ]
@@ -266,11 +265,11 @@ async def _until_signalled(
         return None
     try:
         out.print(
-            f"projecting {settings.topic_runs} + {settings.topic_deliveries} into "
+            f"projecting {settings.kafka.topic_runs} + {settings.kafka.topic_deliveries} into "
             f"{redacted(target)} (Ctrl-C stops)",
             highlight=False,
         )
-        async with RunsDeadLetters(settings) as dead_letters:
+        async with RunsDeadLetters(settings.kafka) as dead_letters:
             return await project(
                 settings,
                 store,
@@ -314,7 +313,7 @@ def _workers(settings: Settings) -> list[dict[str, Any]]:
     """The workers' last heartbeats: their clocks, and whether they act (empty when the
     broker does not answer: the projection's answers stand on their own)."""
     try:
-        clocks = asyncio.run(worker_clocks(settings, datetime.now(UTC)))
+        clocks = asyncio.run(worker_clocks(settings.kafka, datetime.now(UTC)))
     except TRANSIENT as exc:
         err.print(f"workers: not shown ({one_line(exc)})", highlight=False)
         return []

@@ -163,7 +163,7 @@ def replay_command(
     )
     _check_ranges(wanted)
     chosen = Format.jsonl if as_json else fmt
-    topics = topic or [settings.topic_runs, settings.topic_deliveries]
+    topics = topic or [settings.kafka.topic_runs, settings.kafka.topic_deliveries]
     with _opened(output, chosen) as stream:
         written = asyncio.run(
             _export(settings, topics, wanted, _writer(chosen, output, stream), progress)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import os
 import signal
 from typing import Annotated
 
 import typer
 
+from config.settings import Settings
 from events.errors import LedgerError
 from ledger.simulator import FaultMix, Simulator, SimulatorConfig
 
@@ -86,13 +86,14 @@ def fake_provider(
 ) -> None:
     """Run a webhook receiver + messaging-provider simulator on 127.0.0.1 with faults."""
     # A ValidationError here is bad input: ledger.errors reports it (exit 2).
+    secret = Settings().channels.webhook_secret
     config = SimulatorConfig(
         port=port,
         control_port=control_port,
         hooks=hooks.value,
         dedupe=dedupe,
-        # The secret the workers sign with, from the same variable (never argv).
-        webhook_secret=os.environ.get("LEDGER_WEBHOOK_SECRET") or None,
+        # The secret the workers sign with, from the same setting (never argv).
+        webhook_secret=secret.get_secret_value() if secret is not None else None,
         delivered_after_s=None if delivered_after < 0 else delivered_after,
     )
     shares = (timeout_pct, error_pct, reject_pct, drop_pct)
@@ -110,7 +111,7 @@ def fake_provider(
     )
     if config.webhook_secret is None:
         typer.echo(
-            "warning: LEDGER_WEBHOOK_SECRET is not set: every webhook is answered 401 "
+            "warning: LEDGER_CHANNELS__WEBHOOK_SECRET is not set: every webhook is answered 401 "
             "(set it to the secret the workers sign with)",
             err=True,
         )

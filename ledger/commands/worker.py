@@ -28,7 +28,7 @@ def worker(
 ) -> None:
     """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
     from clients.kafka_security import ensure_reachable
-    from config.settings import Settings
+    from config.settings import Settings, changed
     from ledger import event_loop
     from streams.app import create_app
 
@@ -39,26 +39,26 @@ def worker(
         )
     settings = Settings()
     if data_dir is not None:
-        settings = settings.model_copy(update={"data_dir": data_dir})
+        settings = changed(settings, {"data_dir": data_dir})
     if metrics_port is not None:
-        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+        settings = changed(settings, {"worker.metrics_port": metrics_port})
     # Before the app exists: faust and mode take their loop from the policy.
     loop_name = event_loop.install(settings)
     # Settings and secrets are checked (create_app) before the first connection; a
     # broker that refuses us (or none) is one line, not faust's traceback.
     built = create_app(settings, name=name)
-    ensure_reachable(settings)
+    ensure_reachable(settings.kafka)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    if settings.worker_metrics_port and built.metrics is not None:
-        built.metrics.serve(settings.worker_metrics_host, settings.worker_metrics_port)
+    if settings.worker.metrics_port and built.metrics is not None:
+        built.metrics.serve(settings.worker.metrics_host, settings.worker.metrics_port)
         print(
-            f"metrics on http://{settings.worker_metrics_host}:"
-            f"{settings.worker_metrics_port}/metrics",
+            f"metrics on http://{settings.worker.metrics_host}:"
+            f"{settings.worker.metrics_port}/metrics",
             flush=True,
         )
     print(
-        f"ledger worker {built.worker_id}: group {settings.worker_group}, "
-        f"topic {settings.topic_deliveries} at {settings.bootstrap_servers}, "
+        f"ledger worker {built.worker_id}: group {settings.worker.group}, "
+        f"topic {settings.kafka.topic_deliveries} at {settings.kafka.bootstrap_servers}, "
         f"{loop_name} loop",
         flush=True,
     )

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Secret
 from rich.console import Console
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed, with_channel
 from events.retry_policy import RetryPolicy
 from ledger.demo.options import (
     BROWSER_TARGET,
@@ -26,13 +25,14 @@ from ledger.demo.options import (
 from ledger.stack import Child, Stack, read_json_line
 from projections.backends import default_dsn
 
-# The sender of the email_api channel's emails (LEDGER_CHANNEL_SETTINGS[email_api]).
+# The sender of the email_api channel's emails (LEDGER_CHANNELS__SETTINGS[email_api]).
 DEMO_EMAIL_FROM = "ledger-demo@example.test"
-# The sender of the smtp channel's emails (LEDGER_CHANNEL_SETTINGS[smtp]); the relay and
+# The sender of the smtp channel's emails (LEDGER_CHANNELS__SETTINGS[smtp]); the relay and
 # its IMAP archive are `ledger fake-mail`'s, which prints the rest of the entry.
 DEMO_MAIL_FROM = "ledger-demo@example.test"
-# A browser attempt takes seconds, so the browser has its own deadline (LEDGER_SEND_DEADLINES)
-# and the lease covers it: lease > longest deadline + clock-skew margin.
+# A browser attempt takes seconds, so the browser has its own deadline
+# (LEDGER_CHANNELS__SEND_DEADLINES) and the lease covers it: lease > longest deadline +
+# clock-skew margin.
 HTTP_DEADLINE_S = 2.0
 BROWSER_DEADLINE_S = 6.0
 LEASE_S = 16.0
@@ -96,8 +96,8 @@ async def _start_fakes(
     urls = await _start_provider(stack, settings, seed)
     # Slack's fake: the same fault mix (a late answer after posting, 500 after posting,
     # ratelimited), and no dedupe: a second post is a second message in the history.
-    slack_settings = settings.model_copy(
-        update={"slack_tokens": {DEMO_SLACK_WORKSPACE: DEMO_SLACK_TOKEN}}
+    slack_settings = with_channel(
+        settings, "slack", {"tokens": {DEMO_SLACK_WORKSPACE: DEMO_SLACK_TOKEN.get_secret_value()}}
     )
     urls["slack_api"] = await _start_slack(stack, slack_settings, seed)
     settings = await _start_email_api(stack, slack_settings, urls)
@@ -171,11 +171,11 @@ async def _start_email_api(stack: Stack, settings: Settings, urls: dict[str, Any
     placeholder = {**email, "api_url": "http://127.0.0.1:1"}  # the fake reads only the key
     fake_email = await _fake(
         stack,
-        _with_channel(settings, "email_api", placeholder),
+        with_channel(settings, "email_api", placeholder),
         ["fake-email-api", "--port", "0", "--deliver-after", "0.5", "--json"],
     )
     urls["email_api"] = fake_email["api"]
-    return _with_channel(settings, "email_api", {**email, "api_url": urls["email_api"]})
+    return with_channel(settings, "email_api", {**email, "api_url": urls["email_api"]})
 
 
 async def _start_mail(
@@ -203,7 +203,7 @@ async def _start_mail(
         ],
     )
     urls["smtp"], urls["imap"], urls["maildir"] = mail["smtp"], mail["imap"], mail["maildir"]
-    return _with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
+    return with_channel(settings, "smtp", {**mail["settings"], "from_address": DEMO_MAIL_FROM})
 
 
 async def _start_form(
@@ -236,7 +236,7 @@ async def _start_form(
         ],
     )
     urls["form"], urls["form_accepted"] = form["form"], form["accepted"]
-    return _with_channel(
+    return with_channel(
         settings, "browser", {"targets": {BROWSER_TARGET: _form_target(urls["form"])}}
     )
 
@@ -245,24 +245,28 @@ def _worker_settings(settings: Settings, urls: dict[str, Any]) -> Settings:
     """The demo's timings, and the fakes on 127.0.0.1 as the workers' endpoints."""
     # The smtp policy waits a minute after a 4xx (greylisting); the demo's 421s cannot.
     smtp_policy = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
-    return settings.model_copy(
-        update={
-            "retry_policies": {**settings.retry_policies, "smtp": smtp_policy},
-            "slack_api_url": urls["slack_api"],
-            "webhook_endpoints": {
-                **settings.webhook_endpoints,
+    settings = with_channel(settings, "slack", {"api_url": urls["slack_api"]})
+    return changed(
+        settings,
+        {
+            "channels.retry_policies": {**settings.channels.retry_policies, "smtp": smtp_policy},
+            "channels.webhook_endpoints": {
+                **settings.channels.webhook_endpoints,
                 f"{urls['base']}/hooks/": WebhookEndpoint(lookup_url=urls["webhook_lookup"]),
             },
             # The demo's receivers listen on 127.0.0.1: allowed explicitly (SSRF guard).
-            "allowed_networks": [*settings.allowed_networks, "127.0.0.0/8"],
-            "http_timeout_s": 1.0,
-            "send_deadline_s": HTTP_DEADLINE_S,
-            "send_deadlines": {**settings.send_deadlines, "browser": BROWSER_DEADLINE_S},
-            "clock_skew_margin_s": 1.0,
-            "lookup_settle_s": 3.0,
-            "lookup_confirm_spacing_s": 1.5,
-            "lease_seconds": LEASE_S,
-        }
+            "channels.allowed_networks": [*settings.channels.allowed_networks, "127.0.0.0/8"],
+            "channels.http_timeout_s": 1.0,
+            "channels.send_deadline_s": HTTP_DEADLINE_S,
+            "channels.send_deadlines": {
+                **settings.channels.send_deadlines,
+                "browser": BROWSER_DEADLINE_S,
+            },
+            "worker.clock_skew_margin_s": 1.0,
+            "worker.lookup_settle_s": 3.0,
+            "worker.lookup_confirm_spacing_s": 1.5,
+            "worker.lease_s": LEASE_S,
+        },
     )
 
 
@@ -289,7 +293,7 @@ def _dashboard_url(child: Child) -> str:
 
 
 def _form_target(form_url: str) -> dict[str, Any]:
-    """The fake form as a browser target (LEDGER_CHANNEL_SETTINGS[browser].targets)."""
+    """The fake form as a browser target (LEDGER_CHANNELS__SETTINGS[browser].targets)."""
     base = form_url.removesuffix("/form")
     return {
         "start_url": form_url,
@@ -305,8 +309,3 @@ def _form_target(form_url: str) -> dict[str, Any]:
         ],
         "lookup": {"url": f"{base}/accepted?key={{key}}"},
     }
-
-
-def _with_channel(settings: Settings, channel: str, entry: dict[str, Any]) -> Settings:
-    channel_settings = {**settings.channel_settings, channel: Secret(dict(entry))}
-    return settings.model_copy(update={"channel_settings": channel_settings})

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 DEMO_SLACK_WORKSPACE = "demo"
 DEMO_SLACK_TOKEN = SecretStr("xoxb-demo-only-token")
 DEMO_SLACK_CHANNEL = "C0DEMO0001"
-# The fake email API's key and the demo's sender (LEDGER_CHANNEL_SETTINGS[email_api]).
+# The fake email API's key and the demo's sender (LEDGER_CHANNELS__SETTINGS[email_api]).
 DEMO_EMAIL_API_KEY = "re_demo_only_key"
 BROWSER_TARGET = "demo-form"
 

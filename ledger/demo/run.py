@@ -13,7 +13,7 @@ from rich.console import Console
 
 from clients.kafka_security import client_options
 from clients.outcome_keys import KEY_DIR, StoredKeys
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger import event_loop
 from ledger.broker import LocalBroker
 from ledger.broker.process import metadata_ok
@@ -26,7 +26,7 @@ from ledger.observe import LedgerObserver
 from ledger.stack import Stack
 from ledger.topics import create_topics
 
-# The demo's own signing secret, used only when LEDGER_WEBHOOK_SECRET is unset: the demo
+# The demo's own signing secret, used only when LEDGER_CHANNELS__WEBHOOK_SECRET is unset: the demo
 # signs for its own fake provider on 127.0.0.1. Workers have no built-in secret.
 DEMO_WEBHOOK_SECRET = SecretStr(
     "whsec_" + base64.b64encode(b"ledger-demo-only-secret-24b").decode()
@@ -36,20 +36,24 @@ DEMO_WEBHOOK_SECRET = SecretStr(
 def run_demo(settings: Settings, out: Console, options: DemoOptions | None = None) -> Summary:
     """Run the demo; returns the summary (printed too). Stops everything it started."""
     options = options or DemoOptions()
-    if settings.webhook_secret is None:
-        settings = settings.model_copy(update={"webhook_secret": DEMO_WEBHOOK_SECRET})
-    if settings.outcome_signing and StoredKeys.of(settings.data_dir).create():
+    if settings.channels.webhook_secret is None:
+        settings = changed(settings, {"channels.webhook_secret": DEMO_WEBHOOK_SECRET})
+    if settings.signing.outcomes and StoredKeys.of(settings.data_dir).create():
         # What 'ledger init' does: the demo's workers sign, its projector verifies.
         out.print(f"[bold]keys[/] a new outcome signing pair in {settings.data_dir / KEY_DIR}")
     broker = LocalBroker(settings)
     started = False
-    if metadata_ok(settings.bootstrap_servers, timeout=3.0, options=client_options(settings)):
-        out.print(f"[bold]broker[/] {settings.bootstrap_servers} reused")
+    if metadata_ok(
+        settings.kafka.bootstrap_servers, timeout=3.0, options=client_options(settings.kafka)
+    ):
+        out.print(f"[bold]broker[/] {settings.kafka.bootstrap_servers} reused")
     else:
         with out.status("starting the local Kafka broker..."):
             report = broker.start()
         started = not report.already_running
-        out.print(f"[bold]broker[/] {settings.bootstrap_servers} started in {report.seconds:.1f}s")
+        out.print(
+            f"[bold]broker[/] {settings.kafka.bootstrap_servers} started in {report.seconds:.1f}s"
+        )
     stack = Stack(settings.data_dir / "demo-logs" / time.strftime("%Y%m%d-%H%M%S"))
     try:
         asyncio.run(create_topics(settings))

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Self, TypeVar
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from ledger.simulator.control import state
 from ledger.simulator.faults import Fault, FaultKind, FaultMix
 from ledger.simulator.receiver import SimulatorConfig
@@ -90,13 +90,13 @@ class BackgroundSimulator:
         """``base`` with this receiver's webhook endpoints configured: lookup URL (or none),
         and what the endpoint declares (dedupe on webhook-id, its settle window)."""
         base = base or Settings()
-        endpoints = dict(base.webhook_endpoints)
+        endpoints = dict(base.channels.webhook_endpoints)
         endpoints[f"{self.base_url}/hooks/"] = WebhookEndpoint(
             lookup_url=self.webhook_lookup_url if lookup else None,
             receiver_dedupes=receiver_dedupes,
             settle_s=settle_s,
         )
-        return base.model_copy(update={"webhook_endpoints": endpoints})
+        return changed(base, {"channels.webhook_endpoints": endpoints})
 
     # -- faults and behaviour -----------------------------------------------------------------
 

@@ -180,7 +180,7 @@ class FakeEmailApi:
 
     @property
     def api_url(self) -> str:
-        """The API base (``LEDGER_CHANNEL_SETTINGS[email_api].api_url``)."""
+        """The API base (``LEDGER_CHANNELS__SETTINGS[email_api].api_url``)."""
         return f"http://{self.config.host}:{self.port}"
 
     # -- lifecycle ----------------------------------------------------------------------------

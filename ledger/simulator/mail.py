@@ -40,7 +40,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from pydantic import Secret
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.errors import LedgerError
 
 DOVECOT = "/usr/sbin/dovecot"
@@ -381,7 +381,7 @@ class MailStack:
     origin_key: str = ORIGIN_KEY
 
     def config(self, **overrides: Any) -> dict[str, Any]:
-        """The smtp channel's LEDGER_CHANNEL_SETTINGS entry for this stack."""
+        """The smtp channel's LEDGER_CHANNELS__SETTINGS entry for this stack."""
         config: dict[str, Any] = {
             "host": "127.0.0.1",
             "port": self.smtp.port,
@@ -404,6 +404,6 @@ class MailStack:
 
     def settings(self, base: Settings, **overrides: Any) -> Settings:
         """``base`` with the smtp channel pointed at this stack."""
-        channels = dict(base.channel_settings)
+        channels = dict(base.channels.settings)
         channels["smtp"] = Secret(self.config(**overrides))
-        return base.model_copy(update={"channel_settings": channels})
+        return changed(base, {"channels.settings": channels})

@@ -167,7 +167,7 @@ class FakeSlack:
 
     @property
     def api_url(self) -> str:
-        """The Web API base (``LEDGER_SLACK_API_URL``, ``WebClient(base_url=...)``)."""
+        """The Web API base (``LEDGER_CHANNELS__SETTINGS``, ``WebClient(base_url=...)``)."""
         return f"http://{self.config.host}:{self.port}/api/"
 
     # -- lifecycle ----------------------------------------------------------------------------

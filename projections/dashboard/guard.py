@@ -4,7 +4,7 @@ A page on ``attacker.example`` whose name is re-pointed at 127.0.0.1 (DNS rebind
 reaches a loopback dashboard from the victim's browser, same-origin as far as the
 browser knows; only the ``Host`` header gives it away. So every request must name the
 bound address, a loopback name when bound to loopback, or a configured name
-(``LEDGER_DASHBOARD_ALLOWED_HOSTS``). An IP literal cannot be re-pointed, so when the
+(``LEDGER_DASHBOARD__ALLOWED_HOSTS``). An IP literal cannot be re-pointed, so when the
 dashboard listens on every interface any address is accepted.
 """
 
@@ -17,7 +17,7 @@ import re
 
 from aiohttp import web
 
-from config.settings import Settings
+from config.parts import DashboardSettings
 from events.addresses import is_loopback
 from events.errors import LedgerError
 
@@ -31,45 +31,45 @@ _TOKEN_HINT = "generate one: python -c 'import secrets; print(secrets.token_urls
 _HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$")
 
 
-def check_binding(settings: Settings) -> None:
+def check_binding(settings: DashboardSettings) -> None:
     """Refuse (``LedgerError``) to listen beyond loopback without a bearer token, and any
     token that is short or a placeholder (the value is never repeated)."""
-    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
-    if not is_loopback(settings.dashboard_host) and not token:
+    token = settings.token.get_secret_value() if settings.token else ""
+    if not is_loopback(settings.host) and not token:
         raise LedgerError(
-            f"refusing to serve the dashboard on {settings.dashboard_host} (not loopback) "
+            f"refusing to serve the dashboard on {settings.host} (not loopback) "
             "without a bearer token",
-            "set LEDGER_DASHBOARD_TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD_HOST",
+            "set LEDGER_DASHBOARD__TOKEN, or bind to 127.0.0.1 with LEDGER_DASHBOARD__HOST",
         )
     if not token:
         return
     size = len(token.encode("utf-8", "surrogateescape"))
     if size < MIN_TOKEN_BYTES:
         raise LedgerError(
-            f"LEDGER_DASHBOARD_TOKEN is {size} bytes; it must be at least {MIN_TOKEN_BYTES}",
+            f"LEDGER_DASHBOARD__TOKEN is {size} bytes; it must be at least {MIN_TOKEN_BYTES}",
             _TOKEN_HINT,
         )
     if size > MAX_TOKEN_BYTES:
         raise LedgerError(
-            f"LEDGER_DASHBOARD_TOKEN is {size} bytes; it must be at most {MAX_TOKEN_BYTES}",
+            f"LEDGER_DASHBOARD__TOKEN is {size} bytes; it must be at most {MAX_TOKEN_BYTES}",
             _TOKEN_HINT,
         )
     if _PLACEHOLDER.search(token) or len(set(token)) < 8:
         raise LedgerError(
-            "LEDGER_DASHBOARD_TOKEN looks like a placeholder, not a random token", _TOKEN_HINT
+            "LEDGER_DASHBOARD__TOKEN looks like a placeholder, not a random token", _TOKEN_HINT
         )
 
 
-def allowed_hosts(settings: Settings) -> frozenset[str]:
+def allowed_hosts(settings: DashboardSettings) -> frozenset[str]:
     """The host names (lowercase, IPv6 without brackets) a request may name in ``Host``."""
-    names = {_normal(settings.dashboard_host)}
-    if is_loopback(settings.dashboard_host):
+    names = {_normal(settings.host)}
+    if is_loopback(settings.host):
         names |= LOOPBACK_NAMES
-    names |= {_normal(name) for name in settings.dashboard_allowed_hosts}
+    names |= {_normal(name) for name in settings.allowed_hosts}
     return frozenset(names - WILDCARDS)
 
 
-def host_allowed(header: str | None, settings: Settings, allowed: frozenset[str]) -> bool:
+def host_allowed(header: str | None, settings: DashboardSettings, allowed: frozenset[str]) -> bool:
     """Whether a ``Host`` header (with or without port) names this dashboard."""
     match = _HOST.match(header or "")
     if match is None or int(match["port"] or 80) > 65535:
@@ -79,7 +79,7 @@ def host_allowed(header: str | None, settings: Settings, allowed: frozenset[str]
         return True
     # Bound to every interface: clients reach it by any address, and an address (unlike
     # a name) cannot be re-pointed by DNS.
-    return _normal(settings.dashboard_host) in WILDCARDS and _is_address(host)
+    return _normal(settings.host) in WILDCARDS and _is_address(host)
 
 
 def authorized(header: str | None, token: str) -> bool:
@@ -107,7 +107,7 @@ def misdirected() -> web.HTTPMisdirectedRequest:
     """421 with a short body and no data: the request named a host that is not this one."""
     return web.HTTPMisdirectedRequest(
         text="unknown Host; the dashboard answers only to its own names "
-        "(LEDGER_DASHBOARD_ALLOWED_HOSTS adds one)\n"
+        "(LEDGER_DASHBOARD__ALLOWED_HOSTS adds one)\n"
     )
 
 

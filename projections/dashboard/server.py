@@ -98,11 +98,11 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     # The Host first: a rebound name learns nothing, not even whether a token is needed.
     if not host_allowed(
-        request.headers.get("Host"), request.app[SETTINGS_KEY], request.app[HOSTS_KEY]
+        request.headers.get("Host"), request.app[SETTINGS_KEY].dashboard, request.app[HOSTS_KEY]
     ):
         raise misdirected()
     settings = request.app[SETTINGS_KEY]
-    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else ""
+    token = settings.dashboard.token.get_secret_value() if settings.dashboard.token else ""
     if (
         token
         and request.path.startswith(PROTECTED)
@@ -201,10 +201,10 @@ async def api_overview(request: web.Request) -> web.Response:
     data = await _in_store(
         request,
         lambda s: overview(
-            s, now, settings.dashboard_thresholds, limit, request.app[CACHE_KEY]
+            s, now, settings.dashboard.thresholds, limit, request.app[CACHE_KEY]
         ).to_json(),
     )
-    data["refresh_seconds"] = settings.dashboard_refresh_seconds
+    data["refresh_seconds"] = settings.dashboard.refresh_s
     return _json(data)
 
 
@@ -238,7 +238,7 @@ async def metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK_KEY]()
     numbers = await _in_store(
         request,
-        lambda s: projection_numbers(s, now, settings.dashboard_thresholds, request.app[CACHE_KEY]),
+        lambda s: projection_numbers(s, now, settings.dashboard.thresholds, request.app[CACHE_KEY]),
     )
     logged = await request.app[WATCHER_KEY].numbers()
     body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
@@ -257,7 +257,7 @@ async def _clocks(request: web.Request) -> list[WorkerClock]:
     now = request.app[CLOCK_KEY]()
     if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
         try:
-            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY], now, timeout_s=5.0)
+            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY].kafka, now, timeout_s=5.0)
         except TRANSIENT:
             cache.clocks = []
         cache.read_at = now
@@ -271,10 +271,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> web.Application:
     """The dashboard application over an opened, read-ready ``store``."""
-    check_binding(settings)
+    check_binding(settings.dashboard)
     app = web.Application(middlewares=[_guard])
     app[SETTINGS_KEY] = settings
-    app[HOSTS_KEY] = allowed_hosts(settings)
+    app[HOSTS_KEY] = allowed_hosts(settings.dashboard)
     app[STORE_KEY] = store
     app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
     app[CLOCKS_KEY] = _Clocks()
@@ -321,8 +321,8 @@ async def serve(
     try:
         site = web.TCPSite(
             runner,
-            settings.dashboard_host,
-            listen_port(settings.dashboard_port, settings.dashboard_host),
+            settings.dashboard.host,
+            listen_port(settings.dashboard.port, settings.dashboard.host),
         )
         await site.start()
         if ready is not None:
@@ -334,11 +334,11 @@ async def serve(
 
 def url_of(runner: web.AppRunner, settings: Settings) -> str:
     """The base URL the runner listens on (the real port when 0 was asked for)."""
-    port = settings.dashboard_port
+    port = settings.dashboard.port
     for address in runner.addresses:
         if isinstance(address, tuple):
             port = address[1]
             break
-    host = settings.dashboard_host
+    host = settings.dashboard.host
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"

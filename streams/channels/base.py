@@ -13,10 +13,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from config.settings import Settings
+    from config.parts import ChannelSettings, WorkerSettings
     from streams.metrics import WorkerMetrics
 
 import httpx
@@ -122,17 +123,21 @@ class AdapterBuild:
     # The one pooled client every channel shares: its transport enforces the address
     # policy and runs the ``WriteGuard`` right before the first byte (the lease rule).
     client: httpx.AsyncClient
-    settings: Settings
-    # The channel's LEDGER_CHANNEL_SETTINGS entry, validated by ``plugin.settings_model``.
+    # The settings an adapter may read: every channel's part (deadlines, the address
+    # policy, webhook endpoints), the worker's (clock skew, lookup timing), the data dir.
+    channels: ChannelSettings
+    worker: WorkerSettings
+    data_dir: Path
+    # The channel's LEDGER_CHANNELS__SETTINGS entry, validated by ``plugin.settings_model``.
     config: BaseModel | None
     # The worker's metrics, for what an adapter counts itself (a browser restarted).
     metrics: WorkerMetrics | None = None
 
     @property
     def deadline_s(self) -> float:
-        """This channel's hard total deadline per send or lookup (LEDGER_SEND_DEADLINES,
-        else LEDGER_SEND_DEADLINE_S); the sender's lease rule uses the same one."""
-        return self.settings.deadline_for(self.plugin.name)
+        """This channel's hard total deadline per send or lookup (LEDGER_CHANNELS__SEND_DEADLINES,
+        else LEDGER_CHANNELS__SEND_DEADLINE_S); the sender's lease rule uses the same one."""
+        return self.channels.deadline_for(self.plugin.name)
 
 
 class AdapterFactory(Protocol):

@@ -229,22 +229,22 @@ def adapter(build: AdapterBuild) -> BrowserChannel:
             import playwright.async_api  # noqa: F401 - checked at start, used lazily
         except ImportError:
             raise ConfigError(
-                "LEDGER_CHANNEL_SETTINGS[browser] declares targets but Playwright is missing",
+                "LEDGER_CHANNELS__SETTINGS[browser] declares targets but Playwright is missing",
                 "pip install 'delivery-ledger[browser]' (Chromium: scripts/chromium)",
             ) from None
         if not config.executable_path.exists():
             raise ConfigError(
-                f"LEDGER_CHANNEL_SETTINGS[browser].executable_path: {config.executable_path} "
+                f"LEDGER_CHANNELS__SETTINGS[browser].executable_path: {config.executable_path} "
                 "does not exist",
                 "install Debian's chromium (scripts/chromium); no browser is downloaded",
             )
         unprivileged_user(config.run_as)  # root without the user to run Chromium as: stop
-    screenshots = config.screenshots_dir or build.settings.data_dir / "browser-screenshots"
+    screenshots = config.screenshots_dir or build.data_dir / "browser-screenshots"
     return BrowserChannel(
         build.client,
         config,
         deadline_s=build.deadline_s,
         screenshots=screenshots,
-        policy=address_policy(build.settings),
+        policy=address_policy(build.channels),
         metrics=build.metrics,
     )

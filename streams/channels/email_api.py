@@ -52,7 +52,7 @@ FAILED_STATUSES = frozenset({"bounced", "failed", "complained"})
 KEY_HEADER = "X-Ledger-Idempotency-Key"
 NOT_CONFIGURED = (
     "the email_api channel is not configured: set api_url, api_key and from_address in "
-    "LEDGER_CHANNEL_SETTINGS[email_api]"
+    "LEDGER_CHANNELS__SETTINGS[email_api]"
 )
 
 
@@ -192,7 +192,7 @@ class EmailApiChannel:
             return LookupResult(
                 LookupOutcome.UNSUPPORTED,
                 "no message id and no lookup by idempotency key "
-                "(LEDGER_CHANNEL_SETTINGS[email_api].lookup_by_key=false)",
+                "(LEDGER_CHANNELS__SETTINGS[email_api].lookup_by_key=false)",
             )
         return await lookup_request(
             self._client,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 from standardwebhooks import Webhook
 
-from config.settings import Settings, WebhookEndpoint
+from config.parts import ChannelSettings, WebhookEndpoint
 from events.errors import ConfigError
 from streams.channels.signature import signer, signing_key
 
@@ -93,8 +93,8 @@ def recipient_prefix(recipient: str) -> UrlPrefix | None:
 
 
 SIGNING_HINT = (
-    "set LEDGER_WEBHOOK_SECRET=whsec_<base64> (or give every endpoint in "
-    'LEDGER_WEBHOOK_ENDPOINTS its own "secrets"); make one with: python -c '
+    "set LEDGER_CHANNELS__WEBHOOK_SECRET=whsec_<base64> (or give every endpoint in "
+    'LEDGER_CHANNELS__WEBHOOK_ENDPOINTS its own "secrets"); make one with: python -c '
     "'import base64,os; print(\"whsec_\" + base64.b64encode(os.urandom(32)).decode())'"
 )
 
@@ -124,7 +124,7 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
     except ValueError as exc:
         # The key itself is not repeated: a malformed one may carry a credential.
         raise ConfigError(
-            f"webhook endpoint number {number} in LEDGER_WEBHOOK_ENDPOINTS {exc}",
+            f"webhook endpoint number {number} in LEDGER_CHANNELS__WEBHOOK_ENDPOINTS {exc}",
             "an endpoint key is a URL prefix such as https://hooks.example/hooks/",
         ) from None
     try:
@@ -140,7 +140,7 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
     )
 
 
-def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
+def _resolve_all(settings: ChannelSettings) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
     """The default (global secret) and every configured endpoint, checked: a bad key or
     secret, or a worker that could not sign some delivery, is a LedgerError naming it."""
     default_signers: tuple[Webhook, ...] = ()
@@ -150,7 +150,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
             default_signers = (signer(settings.webhook_secret),)
             default_keys = (signing_key(settings.webhook_secret),)
         except ValueError as exc:
-            raise ConfigError(f"LEDGER_WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
+            raise ConfigError(f"LEDGER_CHANNELS__WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
         _resolve(key, number, endpoint)
         for number, (key, endpoint) in enumerate(settings.webhook_endpoints.items(), 1)
@@ -161,7 +161,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
         if endpoint.prefix in seen:
             raise ConfigError(
                 f"webhook endpoints: {_shown(endpoint.prefix)!r} is configured twice",
-                "keep one entry per URL prefix in LEDGER_WEBHOOK_ENDPOINTS",
+                "keep one entry per URL prefix in LEDGER_CHANNELS__WEBHOOK_ENDPOINTS",
             )
         seen[endpoint.prefix] = None
     if not default_signers:
@@ -173,7 +173,7 @@ def _resolve_all(settings: Settings) -> tuple[ResolvedEndpoint, list[ResolvedEnd
                 else ""
             )
             raise ConfigError(
-                f"no webhook signing secret: LEDGER_WEBHOOK_SECRET is not set{which}",
+                f"no webhook signing secret: LEDGER_CHANNELS__WEBHOOK_SECRET is not set{which}",
                 SIGNING_HINT,
             )
     endpoints = [
@@ -193,7 +193,7 @@ class WebhookEndpoints:
     """The configured endpoints, checked at start (``LedgerError`` names what is wrong),
     and the one that applies to a recipient."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ChannelSettings) -> None:
         self.default, self.endpoints = _resolve_all(settings)
         self._resolved: dict[str, ResolvedEndpoint] = {}  # insertion order: oldest first
 

@@ -1,6 +1,6 @@
 """The one pooled httpx client a worker shares across every channel and every send.
 
-Its pool is aiohttp's (``aiohttp_transport.py``) or httpcore's (``LEDGER_HTTP_POOL``);
+Its pool is aiohttp's (``aiohttp_transport.py``) or httpcore's (``LEDGER_CHANNELS__HTTP_POOL``);
 both connect only to addresses the SSRF policy allows and run the write guard right
 before the first byte, so a failure classifies the same way on either.
 """
@@ -12,7 +12,8 @@ from typing import Any
 import httpcore
 import httpx
 
-from config.settings import Settings, address_policy
+from config.parts import ChannelSettings
+from config.settings import address_policy
 from events.addresses import AddressPolicy
 from streams.channels.address_guard import GuardedBackend
 from streams.channels.aiohttp_transport import GuardedAiohttpTransport
@@ -20,7 +21,7 @@ from streams.channels.aiohttp_transport import GuardedAiohttpTransport
 USER_AGENT = "delivery-ledger/0.1"
 
 
-def create_http_client(settings: Settings) -> httpx.AsyncClient:
+def create_http_client(settings: ChannelSettings) -> httpx.AsyncClient:
     """Build the worker's shared AsyncClient: pool sized by ``send_concurrency``, our timeouts.
 
     Create it once per worker and close it (``await client.aclose()``) on shutdown.

@@ -67,8 +67,8 @@ def build_channels(
             "reinstall the package so its entry points are registered: pip install -e .",
         )
     for setting, named in (
-        ("LEDGER_CHANNEL_SETTINGS", settings.channel_settings),
-        ("LEDGER_SEND_DEADLINES", settings.send_deadlines),
+        ("LEDGER_CHANNELS__SETTINGS", settings.channels.settings),
+        ("LEDGER_CHANNELS__SEND_DEADLINES", settings.channels.send_deadlines),
     ):
         unknown = set(named) - set(channel_names())
         if unknown:
@@ -77,11 +77,13 @@ def build_channels(
                 "see `ledger channels` for the installed ones",
             )
     if client is None:
-        client = create_http_client(settings)
+        client = create_http_client(settings.channels)
     channels: dict[str, Channel] = {}
     for plugin in installed_plugins():
-        config = channel_config(plugin, settings)
-        build = AdapterBuild(plugin, client, settings, config, metrics)
+        config = channel_config(plugin, settings.channels)
+        build = AdapterBuild(
+            plugin, client, settings.channels, settings.worker, settings.data_dir, config, metrics
+        )
         adapter = adapter_factory(plugin)(build)
         if adapter.name != plugin.name:
             raise ChannelPluginError(
@@ -101,7 +103,7 @@ class ChannelRegistry:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._owns_client = client is None
-        self.client = client if client is not None else create_http_client(settings)
+        self.client = client if client is not None else create_http_client(settings.channels)
         self.channels: Mapping[str, Channel] = build_channels(settings, self.client, metrics)
 
     def get(self, name: str) -> Channel:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import httpx
 from pydantic import JsonValue
 
-from config.settings import Settings
+from config.channels import slack_settings
+from config.parts import ChannelSettings, WorkerSettings
 from events.channels import slack_recipient
 from events.keys import canonical_json
 from events.outcomes import ErrorClass, LookupOutcome
@@ -159,18 +160,20 @@ class SlackChannel:
     def __init__(
         self,
         client: httpx.AsyncClient,
-        settings: Settings,
+        channels: ChannelSettings,
+        worker: WorkerSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self._clock = clock
-        self._deadline_s = settings.deadline_for(self.name)
-        self._tokens = settings.slack_tokens
-        self._api = settings.slack_api_url
-        self._max_pages = settings.slack_lookup_max_pages
+        self._deadline_s = channels.deadline_for(self.name)
+        config = slack_settings(channels)
+        self._tokens = config.tokens
+        self._api = config.api_url
+        self._max_pages = config.lookup_max_pages
         # Slack's clock and ours may disagree: a lookup starts this much before the request.
-        self._skew_s = settings.clock_skew_margin_s
+        self._skew_s = worker.clock_skew_margin_s
         # Our bot per workspace (the tokens are fixed for this adapter's life, so the
         # workspace names its token): learnt once by auth.test or from a post's answer.
         self._identities: dict[str, BotIdentity] = {}
@@ -206,7 +209,7 @@ class SlackChannel:
             return SendResult(
                 SendOutcome.REJECTED,
                 f"not sent: {what}: no bot token for Slack workspace {workspace!r} "
-                "(LEDGER_SLACK_TOKENS)",
+                "(the slack entry's tokens in LEDGER_CHANNELS__SETTINGS)",
                 ErrorClass.INVALID_RECIPIENT,
             )
         headers = {"content-type": "application/json; charset=utf-8", **auth}
@@ -262,7 +265,7 @@ class SlackChannel:
             return LookupResult(
                 LookupOutcome.LOOKUP_ERROR,
                 f"{what}: the token has no bot_id (not a bot token?), so our messages cannot "
-                "be told from other apps' (LEDGER_SLACK_TOKENS takes bot tokens, xoxb-)",
+                "be told from other apps' (the slack entry's tokens are bot tokens, xoxb-)",
             )
         identity = BotIdentity(bot_id, string_field(body, "app_id"))
         self._identities[workspace] = identity
@@ -315,7 +318,7 @@ class SlackChannel:
 
     async def lookup(self, delivery: OutboundDelivery) -> LookupResult:
         """conversations.history since the request, page by page (at most
-        ``LEDGER_SLACK_LOOKUP_MAX_PAGES``), for a message whose metadata carries the key
+        ``LEDGER_CHANNELS__SETTINGS``), for a message whose metadata carries the key
         and that our bot posted (other posters' messages with the key are named, not taken).
 
         auth.test (once per workspace) and all pages share the hard deadline. "Not found"
@@ -331,7 +334,8 @@ class SlackChannel:
         if auth is None:
             return LookupResult(
                 LookupOutcome.LOOKUP_ERROR,
-                f"no bot token for Slack workspace {workspace!r} (LEDGER_SLACK_TOKENS)",
+                f"no bot token for Slack workspace {workspace!r} (the slack entry's tokens in "
+                "LEDGER_CHANNELS__SETTINGS)",
             )
         params = {
             "channel": channel,
@@ -413,7 +417,7 @@ class SlackChannel:
         return LookupResult(
             LookupOutcome.LOOKUP_ERROR,
             f"{what}: more than {self._max_pages} pages of history since the request; "
-            "the key may be further back (LEDGER_SLACK_LOOKUP_MAX_PAGES)",
+            "the key may be further back (LEDGER_CHANNELS__SETTINGS)",
         )
 
 
@@ -429,4 +433,4 @@ def _describe(message: JsonValue) -> str:
 
 def adapter(build: AdapterBuild) -> SlackChannel:
     """The Slack channel's adapter factory (its plugin: events/channels/builtin.py)."""
-    return SlackChannel(build.client, build.settings)
+    return SlackChannel(build.client, build.channels, build.worker)

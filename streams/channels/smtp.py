@@ -171,7 +171,7 @@ class SmtpChannel:
 
     def _unsendable(self, delivery: OutboundDelivery) -> str | None:
         if self._config.from_address is None:
-            return "the smtp channel has no from_address (LEDGER_CHANNEL_SETTINGS smtp)"
+            return "the smtp channel has no from_address (LEDGER_CHANNELS__SETTINGS smtp)"
         return email_problem(delivery.recipient)
 
     async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:

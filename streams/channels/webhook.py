@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from config.settings import Settings
+from config.parts import ChannelSettings
 from events.contract import (
     FENCING_TOKEN_HEADER,
     FENCING_TOKEN_SIGNATURE_HEADER,
@@ -56,7 +56,7 @@ class WebhookChannel:
     def __init__(
         self,
         client: httpx.AsyncClient,
-        settings: Settings,
+        settings: ChannelSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -106,7 +106,7 @@ class WebhookChannel:
             return SendResult(
                 SendOutcome.REJECTED,
                 f"not sent: {what}: no webhook endpoint matches this recipient and "
-                "LEDGER_WEBHOOK_SECRET is not set, so nothing could sign it",
+                "LEDGER_CHANNELS__WEBHOOK_SECRET is not set, so nothing could sign it",
                 ErrorClass.INVALID_RECIPIENT,
             )
         body, headers = self.signed_request(delivery, int(self._clock()))
@@ -162,4 +162,4 @@ class WebhookChannel:
 
 def adapter(build: AdapterBuild) -> WebhookChannel:
     """The webhook channel's adapter factory (its plugin: events/channels/builtin.py)."""
-    return WebhookChannel(build.client, build.settings)
+    return WebhookChannel(build.client, build.channels)

@@ -32,7 +32,7 @@ TopicFactory = Callable[[str, int], Awaitable[str]]
 async def consumer(settings: Settings) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer built (read_uncommitted, aiokafka's default), not started."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
@@ -62,7 +62,7 @@ async def test_the_fetch_options_set_before_start_are_the_fetchers(
     are taken by its fetcher in ``start()``: an open transaction's record stays unseen."""
     topic = await topic_factory("isolation", 1)
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         transactional_id=f"test-{uuid.uuid4().hex}",
     )
     await producer.start()
@@ -98,8 +98,12 @@ async def test_a_fenced_producers_transaction_failed_fatally(
     transactional id can never commit again; the newer one can."""
     topic = await topic_factory("fenced", 1)
     txid = f"test-{uuid.uuid4().hex}"
-    old = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, transactional_id=txid)
-    new = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, transactional_id=txid)
+    old = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap_servers, transactional_id=txid
+    )
+    new = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap_servers, transactional_id=txid
+    )
     await old.start()
     try:
         assert not transaction_failed_fatally(old)
@@ -108,7 +112,7 @@ async def test_a_fenced_producers_transaction_failed_fatally(
             await one_transaction(old, topic)
         assert transaction_failed_fatally(old)
         assert not transaction_failed_fatally(new)
-        idempotent = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+        idempotent = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
         assert not transaction_failed_fatally(idempotent)  # no transactions at all
         await idempotent.stop()  # never started; closed, so no warning at collection
     finally:
@@ -118,7 +122,7 @@ async def test_a_fenced_producers_transaction_failed_fatally(
 
 async def test_an_admin_client_sends_a_request_it_has_no_method_for(settings: Settings) -> None:
     """``_client.send`` and ``get_random_node``: the response of any broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:
         response = await send_admin_request(admin, MetadataRequest([]))

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import pytest
 from playwright.async_api import Browser, async_playwright
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from projections import open_store
 from projections.dashboard import serve
@@ -74,7 +74,7 @@ class Stack:
 async def start_stack(settings: Settings, *, clock_at: datetime = NOW) -> AsyncIterator[Stack]:
     """Publish the scenario, project it, serve the dashboard on a free loopback port."""
     dsn = f"sqlite://{settings.data_dir / 'dashboard.sqlite3'}"
-    stack = Stack(settings.model_copy(update={"dashboard_port": 0}), dsn)
+    stack = Stack(changed(settings, {"dashboard.port": 0}), dsn)
     await stack.append(incident_log())
     stack.store = stack.read()
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -99,7 +99,7 @@ async def start_stack(settings: Settings, *, clock_at: datetime = NOW) -> AsyncI
 @pytest.fixture
 async def stack(settings: Settings) -> AsyncIterator[Stack]:
     """The live stack, refreshing every half second so tests see changes quickly."""
-    fast = settings.model_copy(update={"dashboard_refresh_seconds": 0.5})
+    fast = changed(settings, {"dashboard.refresh_s": 0.5})
     async for running in start_stack(fast):
         yield running
 

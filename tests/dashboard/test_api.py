@@ -13,7 +13,7 @@ from datetime import timedelta
 import httpx
 from pydantic import SecretStr
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger.stack import settings_env
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack, start_stack
@@ -108,7 +108,7 @@ async def test_run_and_search_endpoints(stack: Stack) -> None:
 
 async def test_a_token_guards_the_data_but_not_the_shell(settings: Settings) -> None:
     token = secrets.token_urlsafe(32)
-    guarded = settings.model_copy(update={"dashboard_token": SecretStr(token)})
+    guarded = changed(settings, {"dashboard.token": SecretStr(token)})
     async for stack in start_stack(guarded, clock_at=T0 + timedelta(hours=1)):
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
             assert (await http.get("/")).status_code == 200
@@ -141,7 +141,7 @@ def test_beyond_loopback_without_a_token_is_refused_in_one_line(settings: Settin
     assert lines[0] == (
         "error: refusing to serve the dashboard on 0.0.0.0 (not loopback) without a bearer token"
     )
-    assert lines[1].startswith("hint: set LEDGER_DASHBOARD_TOKEN")
+    assert lines[1].startswith("hint: set LEDGER_DASHBOARD__TOKEN")
     assert "Traceback" not in done.stderr
 
     missing = ledger(settings, "dashboard", "--dsn", f"sqlite://{settings.data_dir}/none.db")
@@ -172,7 +172,7 @@ async def test_the_command_serves_until_sigterm(stack: Stack) -> None:
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert "dashboard stopped" in out
-    assert os.environ.get("LEDGER_DASHBOARD_TOKEN") is None
+    assert os.environ.get("LEDGER_DASHBOARD__TOKEN") is None
 
 
 async def test_overview_lists_sent_deliveries_past_their_slo(stack: Stack) -> None:

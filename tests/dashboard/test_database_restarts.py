@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from projections import open_store
 from projections.dashboard import serve
 from tests.dashboard.conftest import NOW, project_all
@@ -44,7 +44,7 @@ async def test_the_dashboard_answers_again_after_postgres_restarts(
     await project_all(settings, own_postgres.dsn)
     store = open_store(own_postgres.dsn)
     store.prepare("read")
-    served = settings.model_copy(update={"dashboard_port": 0})
+    served = changed(settings, {"dashboard.port": 0})
     stop = asyncio.Event()
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     server = asyncio.create_task(

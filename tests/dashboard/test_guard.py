@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger.stack import settings_env
 from projections.dashboard.guard import allowed_hosts, host_allowed
 from tests.dashboard.conftest import Stack, start_stack
@@ -65,7 +65,7 @@ async def test_a_request_naming_another_host_gets_no_data(stack: Stack) -> None:
 
 
 async def test_a_configured_name_is_answered(settings: Settings) -> None:
-    named = settings.model_copy(update={"dashboard_allowed_hosts": ["ledger.internal.test"]})
+    named = changed(settings, {"dashboard.allowed_hosts": ["ledger.internal.test"]})
     async for stack in start_stack(named):
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
             ok = await http.get("/api/overview", headers={"Host": "ledger.internal.test:8765"})
@@ -75,7 +75,7 @@ async def test_a_configured_name_is_answered(settings: Settings) -> None:
 
 
 async def test_any_authorization_input_is_401_never_500(settings: Settings) -> None:
-    guarded = settings.model_copy(update={"dashboard_token": SecretStr(TOKEN)})
+    guarded = changed(settings, {"dashboard.token": SecretStr(TOKEN)})
     host = b"Host: 127.0.0.1"
     async for stack in start_stack(guarded):
         wrong: list[bytes] = [
@@ -131,16 +131,16 @@ async def test_any_authorization_input_is_401_never_500(settings: Settings) -> N
 def test_which_host_names_the_dashboard(
     settings: Settings, bound: str, extra: list[str], host: str, answered: bool
 ) -> None:
-    given = settings.model_copy(update={"dashboard_host": bound, "dashboard_allowed_hosts": extra})
-    assert host_allowed(host, given, allowed_hosts(given)) is answered
+    given = changed(settings, {"dashboard.host": bound, "dashboard.allowed_hosts": extra})
+    assert host_allowed(host, given.dashboard, allowed_hosts(given.dashboard)) is answered
 
 
 def dashboard(settings: Settings, token: str) -> subprocess.CompletedProcess[str]:
-    """``ledger dashboard`` with ``LEDGER_DASHBOARD_TOKEN=token`` (refused before serving,
+    """``ledger dashboard`` with ``LEDGER_DASHBOARD__TOKEN=token`` (refused before serving,
     or stopped by the timeout: a test that would wait forever)."""
     return subprocess.run(
         [sys.executable, "-m", "ledger", "dashboard", "--port", "0"],
-        env={**settings_env(settings), "LEDGER_DASHBOARD_TOKEN": token},
+        env={**settings_env(settings), "LEDGER_DASHBOARD__TOKEN": token},
         capture_output=True,
         text=True,
         timeout=20,
@@ -151,10 +151,10 @@ def dashboard(settings: Settings, token: str) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize(
     ("token", "says"),
     [
-        ("change-me", "LEDGER_DASHBOARD_TOKEN is 9 bytes; it must be at least 32"),
-        ("s3cret", "LEDGER_DASHBOARD_TOKEN is 6 bytes; it must be at least 32"),
-        ("change-me-" + "7f3a9c1e" * 4, "LEDGER_DASHBOARD_TOKEN looks like a placeholder"),
-        ("a" * 40, "LEDGER_DASHBOARD_TOKEN looks like a placeholder"),
+        ("change-me", "LEDGER_DASHBOARD__TOKEN is 9 bytes; it must be at least 32"),
+        ("s3cret", "LEDGER_DASHBOARD__TOKEN is 6 bytes; it must be at least 32"),
+        ("change-me-" + "7f3a9c1e" * 4, "LEDGER_DASHBOARD__TOKEN looks like a placeholder"),
+        ("a" * 40, "LEDGER_DASHBOARD__TOKEN looks like a placeholder"),
     ],
 )
 def test_a_short_or_placeholder_token_is_refused_at_start(

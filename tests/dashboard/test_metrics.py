@@ -28,11 +28,13 @@ async def scrape(stack: Stack) -> Samples:
 async def test_metrics_match_the_projection_and_the_log(stack: Stack) -> None:
     settings = stack.settings
     # Two undecodable records, dead-lettered by a plain (non-transactional) producer.
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
     await producer.start()
     try:
         for n in range(2):
-            await producer.send_and_wait(settings.topic_deadletter, b"{}", key=f"bad-{n}".encode())
+            await producer.send_and_wait(
+                settings.kafka.topic_deadletter, b"{}", key=f"bad-{n}".encode()
+            )
     finally:
         await producer.stop()
 
@@ -77,11 +79,11 @@ async def test_metrics_match_the_projection_and_the_log(stack: Stack) -> None:
     assert abs(m[("ledger_delivery_latency_seconds_sum", ())] - 19.0) < 0.01
     assert m[("ledger_log_up", ())] == 1
     assert m[("ledger_deadletter_records", ())] == 2
-    for topic in (settings.topic_runs, settings.topic_deliveries):
+    for topic in (settings.kafka.topic_runs, settings.kafka.topic_deliveries):
         assert m[("ledger_projection_offset", (("topic", topic),))] == consumed[topic]
         # One transaction: each partition it wrote to ends with one commit marker.
         ends = m[("ledger_log_end_offset", (("topic", topic),))]
-        assert consumed[topic] < ends <= consumed[topic] + settings.partitions
+        assert consumed[topic] < ends <= consumed[topic] + settings.kafka.partitions
 
 
 async def test_open_leases_and_retries_follow_new_events(stack: Stack) -> None:

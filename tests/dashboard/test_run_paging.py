@@ -53,7 +53,7 @@ async def big(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[s
     root: Path = tmp_path_factory.mktemp("big-run")
     dsn = f"sqlite://{root / 'projection.sqlite3'}"
     keys = await asyncio.to_thread(fill, dsn)
-    settings = Settings(data_dir=root, dashboard_port=free_port())
+    settings = Settings(dashboard={"port": free_port()}, data_dir=root)
     store = open_store(dsn)
     store.prepare("read")
     stop = asyncio.Event()

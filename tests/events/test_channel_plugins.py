@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from config.channels import channel_config
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.channels import (
     GROUP,
     Capabilities,
@@ -91,27 +91,27 @@ def test_per_channel_settings_are_hidden_and_validated_by_the_plugin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(
-        "LEDGER_CHANNEL_SETTINGS", json.dumps({"configured": {"token": "xo-s3cr3t"}})
+        "LEDGER_CHANNELS__SETTINGS", json.dumps({"configured": {"token": "xo-s3cr3t"}})
     )
     settings = Settings()
     assert "xo-s3cr3t" not in repr(settings)
     assert "xo-s3cr3t" not in json.dumps(settings.model_dump(mode="json"))
-    config = channel_config(_CONFIGURED, settings)
+    config = channel_config(_CONFIGURED, settings.channels)
     assert isinstance(config, _Config)
     assert config.token.get_secret_value() == "xo-s3cr3t"
     assert "xo-s3cr3t" not in repr(config)
 
-    wrong = Settings.model_validate({"channel_settings": {"configured": {"tokn": "xo-s3cr3t"}}})
+    wrong = Settings(channels={"settings": {"configured": {"tokn": "xo-s3cr3t"}}})
     with pytest.raises(ConfigError) as caught:
-        channel_config(_CONFIGURED, wrong)
-    assert caught.value.message.startswith("LEDGER_CHANNEL_SETTINGS[configured].")
+        channel_config(_CONFIGURED, wrong.channels)
+    assert caught.value.message.startswith("LEDGER_CHANNELS__SETTINGS[configured].")
     assert "xo-s3cr3t" not in caught.value.message
     with pytest.raises(ConfigError, match="takes no settings"):
         channel_config(
             channel_plugin("provider"),
-            wrong.model_copy(
-                update={"channel_settings": {"provider": wrong.channel_settings["configured"]}}
-            ),
+            changed(
+                wrong, {"channels.settings": {"provider": wrong.channels.settings["configured"]}}
+            ).channels,
         )
 
 

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from clients import DeliverySpec, Publisher, PublishFailed, PublishRejected
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.settings import Settings, changed
 from events import RunSucceeded
 from ledger.topics import create_topics
 from tests.fixtures.broker import ReadTopic, all_deliveries
@@ -29,13 +29,14 @@ async def single(settings: Settings) -> Settings:
     """Topics of one partition: every committed transaction that touched ``ledger.runs``
     leaves exactly one commit marker there, so markers count transactions."""
     tag = uuid.uuid4().hex[:10]
-    fresh = settings.model_copy(
-        update={
-            "topic_runs": f"test.runs1.{tag}",
-            "topic_deliveries": f"test.deliveries1.{tag}",
-            "topic_deadletter": f"test.deadletter1.{tag}",
-            "partitions": 1,
-        }
+    fresh = changed(
+        settings,
+        {
+            "kafka.topic_runs": f"test.runs1.{tag}",
+            "kafka.topic_deliveries": f"test.deliveries1.{tag}",
+            "kafka.topic_deadletter": f"test.deadletter1.{tag}",
+            "kafka.partitions": 1,
+        },
     )
     await create_topics(fresh)
     return fresh
@@ -43,9 +44,9 @@ async def single(settings: Settings) -> Settings:
 
 async def end_offset(settings: Settings, topic: str) -> int:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         isolation_level="read_committed",
-        **client_options(settings),
+        **client_options(settings.kafka),
     )
     await consumer.start()
     try:
@@ -58,8 +59,8 @@ async def end_offset(settings: Settings, topic: str) -> int:
 async def transactions_in_log(settings: Settings, read_topic: ReadTopic) -> int:
     """Commit markers in the one partition of the runs topic: its end offset less the
     records read_committed sees (no transaction was aborted in these tests' topics)."""
-    records = await read_topic(settings.topic_runs, raw=True)
-    return await end_offset(settings, settings.topic_runs) - len(records)
+    records = await read_topic(settings.kafka.topic_runs, raw=True)
+    return await end_offset(settings, settings.kafka.topic_runs) - len(records)
 
 
 async def test_fifty_concurrent_runs_share_transactions_and_each_is_read_once(
@@ -70,8 +71,8 @@ async def test_fifty_concurrent_runs_share_transactions_and_each_is_read_once(
             *(publisher.run_succeeded(f"run-gc-{n}", f"h{n}", spec(n)) for n in range(50))
         )
         committed = publisher.transactions_committed
-    runs = await read_topic(single.topic_runs)
-    deliveries = await read_topic(single.topic_deliveries)
+    runs = await read_topic(single.kafka.topic_runs)
+    deliveries = await read_topic(single.kafka.topic_deliveries)
     assert sorted(r.run_id for r in runs) == sorted(f"run-gc-{n}" for n in range(50))
     assert all(isinstance(r, RunSucceeded) for r in runs)
     keys = sorted(requests[0].idempotency_key for requests in results)
@@ -87,7 +88,7 @@ async def test_fifty_concurrent_runs_share_transactions_and_each_is_read_once(
 async def test_transactions_are_bounded_by_runs_and_bytes(
     single: Settings, read_topic: ReadTopic
 ) -> None:
-    by_count = single.model_copy(update={"publisher_max_runs_per_transaction": 4})
+    by_count = changed(single, {"publisher.max_runs_per_transaction": 4})
     async with Publisher(by_count) as publisher:
         await asyncio.gather(
             *(publisher.run_succeeded(f"run-c-{n}", "h", spec(n)) for n in range(20))
@@ -95,13 +96,13 @@ async def test_transactions_are_bounded_by_runs_and_bytes(
         assert publisher.transactions_committed >= 5
     assert await transactions_in_log(single, read_topic) >= 5
     # A run larger than the byte bound still goes, alone.
-    by_bytes = single.model_copy(update={"publisher_max_transaction_bytes": 1})
+    by_bytes = changed(single, {"publisher.max_transaction_bytes": 1})
     async with Publisher(by_bytes) as publisher:
         await asyncio.gather(
             *(publisher.run_succeeded(f"run-b-{n}", "h", spec(n)) for n in range(6))
         )
         assert publisher.transactions_committed == 6
-    assert len(await read_topic(single.topic_runs)) == 26
+    assert len(await read_topic(single.kafka.topic_runs)) == 26
 
 
 async def test_an_invalid_run_among_concurrent_valid_ones_is_rejected_alone(
@@ -116,11 +117,11 @@ async def test_an_invalid_run_among_concurrent_valid_ones_is_rejected_alone(
     assert len(refused) == 1
     assert isinstance(outcomes[7], PublishRejected)
     assert "repeats delivery 1" in str(outcomes[7])
-    runs = await read_topic(settings.topic_runs)
+    runs = await read_topic(settings.kafka.topic_runs)
     assert sorted(r.run_id for r in runs) == sorted(f"run-v-{n}" for n in range(20))
-    assert len(await read_topic(settings.topic_deliveries)) == 20
+    assert len(await read_topic(settings.kafka.topic_deliveries)) == 20
     # Nothing of the bad run was written at all, not even uncommitted.
-    raw = await read_topic(settings.topic_runs, isolation="read_uncommitted")
+    raw = await read_topic(settings.kafka.topic_runs, isolation="read_uncommitted")
     assert "run-bad" not in {r.run_id for r in raw}
 
 
@@ -131,7 +132,7 @@ async def test_a_fenced_transaction_fails_exactly_its_callers(
     their transaction: those ten fail with a clear error and none of their events become
     visible; the runs committed before are intact, the newer publisher works."""
     txid = f"agent-fenced-{uuid.uuid4().hex[:8]}"
-    lingering = settings.model_copy(update={"publisher_linger_ms": 1000})
+    lingering = changed(settings, {"publisher.linger_s": 1000 / 1000})
     old = Publisher(lingering, transactional_id=txid)
     await old.start()
     try:
@@ -166,17 +167,17 @@ async def test_a_fenced_transaction_fails_exactly_its_callers(
         # "AST constructor recursion depth mismatch" (gh-106905). Collect them here.
         del old
         gc.collect()
-    runs = await read_topic(settings.topic_runs)
+    runs = await read_topic(settings.kafka.topic_runs)
     expected = [f"run-before-{n}" for n in range(5)] + ["run-newer"]
     assert sorted(r.run_id for r in runs) == sorted(expected)
-    deliveries = await read_topic(settings.topic_deliveries)
+    deliveries = await read_topic(settings.kafka.topic_deliveries)
     assert sorted(d.run_id for d in deliveries) == sorted(expected)
 
 
 async def test_stop_commits_the_runs_still_lingering(
     settings: Settings, read_topic: ReadTopic
 ) -> None:
-    lingering = settings.model_copy(update={"publisher_linger_ms": 1000})
+    lingering = changed(settings, {"publisher.linger_s": 1000 / 1000})
     publisher = Publisher(lingering)
     await publisher.start()
     calls = [
@@ -188,6 +189,6 @@ async def test_stop_commits_the_runs_still_lingering(
     await publisher.stop()
     assert loop.time() - began < 1.0  # stop does not wait out the linger
     assert all(c.done() and c.exception() is None for c in calls)
-    assert len(await read_topic(settings.topic_runs)) == 8
+    assert len(await read_topic(settings.kafka.topic_runs)) == 8
     with pytest.raises(RuntimeError, match="not started"):
         await publisher.run_started("run-late")

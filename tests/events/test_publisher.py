@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from clients import DeliverySpec, Publisher, PublishRejected
-from config.settings import Settings
+from config.settings import Settings, changed
 from events import RunSucceeded, encode
 from events.channels.urls import credentials_in
 from events.delivery import DeliveryClaimed
@@ -34,8 +34,8 @@ async def test_run_succeeded_commits_run_and_deliveries(
 ) -> None:
     async with Publisher(settings, producer_name="agent-1") as publisher:
         requests = await publisher.run_succeeded("run-1", "sha256:r1", specs(3))
-    runs = await read_topic(settings.topic_runs)
-    deliveries = await read_topic(settings.topic_deliveries)
+    runs = await read_topic(settings.kafka.topic_runs)
+    deliveries = await read_topic(settings.kafka.topic_deliveries)
     assert [type(e) for e in runs] == [RunSucceeded]
     assert every(runs, RunSucceeded)
     assert runs[0].result_hash == "sha256:r1"
@@ -56,16 +56,20 @@ async def test_aborted_transaction_leaves_nothing(
     requests = publisher.delivery_requests("run-abort", specs(2))
     await producer.begin_transaction()
     run = RunSucceeded(run_id="run-abort", result_hash="h", producer="t")
-    await producer.send_and_wait(settings.topic_runs, encode(run), key=record_key(run))
+    await producer.send_and_wait(settings.kafka.topic_runs, encode(run), key=record_key(run))
     for r in requests:
-        await producer.send_and_wait(settings.topic_deliveries, encode(r), key=record_key(r))
+        await producer.send_and_wait(settings.kafka.topic_deliveries, encode(r), key=record_key(r))
     await producer.abort_transaction()
     await publisher.stop()
-    assert await read_topic(settings.topic_runs) == []
-    assert await read_topic(settings.topic_deliveries) == []
+    assert await read_topic(settings.kafka.topic_runs) == []
+    assert await read_topic(settings.kafka.topic_deliveries) == []
     # The records were written to the log; only the abort hides them.
     assert (
-        len(await read_topic(settings.topic_deliveries, isolation="read_uncommitted", raw=True))
+        len(
+            await read_topic(
+                settings.kafka.topic_deliveries, isolation="read_uncommitted", raw=True
+            )
+        )
         == 2
     )
 
@@ -91,14 +95,14 @@ async def test_publisher_sigkilled_before_commit_leaves_no_outbound_work(
     env = dict(os.environ)
     env.update(
         {
-            "LEDGER_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "LEDGER_TOPIC_RUNS": settings.topic_runs,
-            "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
+            "LEDGER_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+            "LEDGER_KAFKA__TOPIC_RUNS": settings.kafka.topic_runs,
+            "LEDGER_KAFKA__TOPIC_DELIVERIES": settings.kafka.topic_deliveries,
             "LEDGER_FAULTS": '["publisher.before_commit"]',
-            "LEDGER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
+            "LEDGER_CHANNELS__ALLOWED_NETWORKS": '["127.0.0.0/8"]',
         }
     )
-    txid = f"agent-{settings.topic_runs}"
+    txid = f"agent-{settings.kafka.topic_runs}"
     script = f"TXID = {txid!r}\n" + PUBLISH_AND_DIE
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -112,18 +116,22 @@ async def test_publisher_sigkilled_before_commit_leaves_no_outbound_work(
     assert "COMMITTED" not in done.stdout
     # Sent but never committed: the log holds the records, read_committed sees none of them.
     assert (
-        len(await read_topic(settings.topic_deliveries, isolation="read_uncommitted", raw=True))
+        len(
+            await read_topic(
+                settings.kafka.topic_deliveries, isolation="read_uncommitted", raw=True
+            )
+        )
         == 2
     )
-    assert await read_topic(settings.topic_runs) == []
-    assert await read_topic(settings.topic_deliveries) == []
+    assert await read_topic(settings.kafka.topic_runs) == []
+    assert await read_topic(settings.kafka.topic_deliveries) == []
     # The agent restarts with its stable transactional id: that fences the dead producer and
     # aborts its open transaction at once, so consumers are not held back until it times out.
     async with Publisher(settings, transactional_id=txid) as publisher:
         await publisher.run_succeeded("run-again", "h", specs(1))
-    runs = await read_topic(settings.topic_runs)
+    runs = await read_topic(settings.kafka.topic_runs)
     assert [e.run_id for e in runs] == ["run-again"]
-    deliveries = await read_topic(settings.topic_deliveries)
+    deliveries = await read_topic(settings.kafka.topic_deliveries)
     assert [e.run_id for e in deliveries] == ["run-again"]
 
 
@@ -132,7 +140,7 @@ async def test_all_events_of_one_key_share_a_partition(
 ) -> None:
     async with Publisher(settings) as publisher:
         requests = await publisher.run_succeeded("run-p", "h", specs(6))
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         for r in requests:
@@ -147,11 +155,11 @@ async def test_all_events_of_one_key_share_a_partition(
                     lease_expires_at=r.occurred_at,
                 )
                 await producer.send_and_wait(
-                    settings.topic_deliveries, encode(claim), key=record_key(claim)
+                    settings.kafka.topic_deliveries, encode(claim), key=record_key(claim)
                 )
     finally:
         await producer.stop()
-    raw = await read_topic(settings.topic_deliveries, raw=True)
+    raw = await read_topic(settings.kafka.topic_deliveries, raw=True)
     partitions: dict[bytes, set[int]] = defaultdict(set)
     for message in raw:
         partitions[message.key].add(message.partition)
@@ -190,7 +198,7 @@ def test_cli_delivery_and_payload_parsing(tmp_path: Path) -> None:
 
 
 async def test_rejected_input_writes_nothing(settings: Settings, read_topic: ReadTopic) -> None:
-    small = settings.model_copy(update={"max_payload_bytes": 100})
+    small = changed(settings, {"publisher.max_payload_bytes": 100})
     async with Publisher(small) as publisher:
         with pytest.raises(PublishRejected, match="over the limit of 100"):
             await publisher.run_succeeded(
@@ -212,8 +220,8 @@ async def test_rejected_input_writes_nothing(settings: Settings, read_topic: Rea
             )
         with pytest.raises(PublishRejected, match="run_id must be"):
             await publisher.run_succeeded("bad:run", "h", [])
-    assert await read_topic(settings.topic_runs) == []
-    assert await read_topic(settings.topic_deliveries) == []
+    assert await read_topic(settings.kafka.topic_runs) == []
+    assert await read_topic(settings.kafka.topic_deliveries) == []
 
 
 async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -> None:
@@ -223,9 +231,9 @@ async def test_run_lifecycle_events(settings: Settings, read_topic: ReadTopic) -
         await publisher.run_marked_unknown("run-m", "agent host vanished")
         with pytest.raises(PublishRejected, match="reason must not be empty"):
             await publisher.run_marked_unknown("run-m", "")
-    events = await read_topic(settings.topic_runs)
+    events = await read_topic(settings.kafka.topic_runs)
     assert sorted(e.type for e in events) == ["run.failed", "run.marked_unknown", "run.started"]
-    assert await read_topic(settings.topic_deliveries) == []
+    assert await read_topic(settings.kafka.topic_deliveries) == []
 
 
 @pytest.mark.parametrize(
@@ -285,21 +293,23 @@ async def test_a_recipient_the_worker_would_refuse_is_refused_at_publish(
 ) -> None:
     """An address literal (in any spelling a resolver takes) or localhost is known to be
     refused without DNS: the SDK says so before anything is written, naming the setting."""
-    closed = settings.model_copy(update={"allowed_networks": [], "allowed_hosts": []})
+    closed = changed(settings, {"channels.allowed_networks": [], "channels.allowed_hosts": []})
     spec = DeliverySpec(channel="webhook", recipient=f"http://{host}:8080/hooks", payload={})
     async with Publisher(closed) as publisher:
         with pytest.raises(PublishRejected) as refused:
             await publisher.run_succeeded("run-blocked", "h", [spec])
     assert says in str(refused.value)
-    assert "LEDGER_ALLOWED_NETWORKS" in str(refused.value)
-    assert await read_topic(settings.topic_runs) == []
-    assert await read_topic(settings.topic_deliveries) == []
+    assert "LEDGER_CHANNELS__ALLOWED_NETWORKS" in str(refused.value)
+    assert await read_topic(settings.kafka.topic_runs) == []
+    assert await read_topic(settings.kafka.topic_deliveries) == []
 
 
 async def test_an_allowed_network_or_host_may_be_published_to(
     settings: Settings, read_topic: ReadTopic
 ) -> None:
-    by_host = settings.model_copy(update={"allowed_networks": [], "allowed_hosts": ["localhost"]})
+    by_host = changed(
+        settings, {"channels.allowed_networks": [], "channels.allowed_hosts": ["localhost"]}
+    )
     async with Publisher(by_host) as publisher:
         await publisher.run_succeeded(
             "run-allowed",
@@ -308,4 +318,4 @@ async def test_an_allowed_network_or_host_may_be_published_to(
         )
     async with Publisher(settings) as publisher:  # 127.0.0.0/8 allowed by the tests
         await publisher.run_succeeded("run-allowed-2", "h", specs(1))
-    assert len(await read_topic(settings.topic_deliveries)) == 2
+    assert len(await read_topic(settings.kafka.topic_deliveries)) == 2

@@ -6,8 +6,10 @@ import pytest
 from pydantic import ValidationError
 
 from clients import DeliverySpec
-from config.settings import Settings
+from config.channels import slack_settings
+from config.settings import Settings, with_channel
 from events.channels import check_recipient, slack_recipient
+from events.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -38,11 +40,13 @@ def test_invalid_recipients_say_what_is_wrong(recipient: str, says: str) -> None
 
 
 def test_tokens_are_secret_and_checked() -> None:
-    settings = Settings(slack_tokens={"acme": "xoxb-1"}, slack_api_url="http://127.0.0.1:9/api")
+    settings = with_channel(
+        Settings(), "slack", {"tokens": {"acme": "xoxb-1"}, "api_url": "http://127.0.0.1:9/api"}
+    )
     assert "xoxb-1" not in repr(settings)
     assert "xoxb-1" not in settings.model_dump_json()
-    assert settings.slack_api_url.endswith("/api/")
-    with pytest.raises(ValidationError, match="workspace 'a b' must be"):
-        Settings(slack_tokens={"a b": "xoxb-1"})
-    with pytest.raises(ValidationError, match="http"):
-        Settings(slack_api_url="slack.com/api")
+    assert slack_settings(settings.channels).api_url.endswith("/api/")
+    with pytest.raises(ConfigError, match="workspace 'a b' must be"):
+        slack_settings(with_channel(Settings(), "slack", {"tokens": {"a b": "xoxb-1"}}).channels)
+    with pytest.raises(ConfigError, match="http"):
+        slack_settings(with_channel(Settings(), "slack", {"api_url": "slack.com/api"}).channels)

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from clients import DeliverySpec, Publisher
 from clients.kafka_security import client_options
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery_state import Status
 from events.errors import LedgerError
 from events.ports import free_port
@@ -41,12 +41,13 @@ def as_user(
     settings: Settings, secure: SecureBroker, name: str, mechanism: str = "SCRAM-SHA-512"
 ) -> Settings:
     """``settings`` (this test's topics, group, endpoints) as another SASL user."""
-    return settings.model_copy(
-        update={
-            "sasl_username": name,
-            "sasl_password": SecretStr(secure.users[name]),
-            "sasl_mechanism": mechanism,
-        }
+    return changed(
+        settings,
+        {
+            "kafka.sasl_username": name,
+            "kafka.sasl_password": SecretStr(secure.users[name]),
+            "kafka.sasl_mechanism": mechanism,
+        },
     )
 
 
@@ -70,12 +71,14 @@ async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
     await grant(settings, role_acls(settings, "agent", "User:agent"))
     reader = as_user(settings, secure_broker, "reader")
     producer = AIOKafkaProducer(
-        bootstrap_servers=reader.bootstrap_servers, **client_options(reader)
+        bootstrap_servers=reader.kafka.bootstrap_servers, **client_options(reader.kafka)
     )
     await producer.start()
     try:
         with pytest.raises(TopicAuthorizationFailedError):
-            await producer.send_and_wait(settings.topic_deliveries, b"forged outcome", key=b"k")
+            await producer.send_and_wait(
+                settings.kafka.topic_deliveries, b"forged outcome", key=b"k"
+            )
     finally:
         await producer.stop()
 
@@ -135,13 +138,13 @@ async def test_every_client_works_over_sasl_ssl_each_as_its_role(
     # The continuity guard reads the worker group's offsets as the worker (Describe on
     # its group); a reader principal is refused that.
     for who, allowed in ((worker, True), (reader, False)):
-        guard = ContinuityGuard(who, who.topic_deliveries, who.worker_group)
+        guard = ContinuityGuard(who, who.kafka.topic_deliveries, who.worker.group)
         try:
             if allowed:
-                await guard.on_assigned(range(who.partitions))
+                await guard.on_assigned(range(who.kafka.partitions))
             else:
                 with pytest.raises(Exception, match="GroupAuthorizationFailed"):
-                    await guard.on_assigned(range(who.partitions))
+                    await guard.on_assigned(range(who.kafka.partitions))
         finally:
             await guard.stop()
 
@@ -197,13 +200,13 @@ async def test_a_client_without_valid_credentials_is_refused_in_one_line(
 ) -> None:
     wrong = "wrong-password-0123456789"
     updates: dict[str, dict[str, object]] = {
-        "no credentials": {"security_protocol": "SSL", "sasl_username": None,
-                           "sasl_password": None},
-        "wrong password": {"sasl_username": "agent", "sasl_password": SecretStr(wrong)},
-        "plaintext": {"security_protocol": "PLAINTEXT", "sasl_username": None,
-                      "sasl_password": None, "ssl_cafile": None},
+        "no credentials": {"kafka.security_protocol": "SSL", "kafka.sasl_username": None,
+                           "kafka.sasl_password": None},
+        "wrong password": {"kafka.sasl_username": "agent", "kafka.sasl_password": wrong},
+        "plaintext": {"kafka.security_protocol": "PLAINTEXT", "kafka.sasl_username": None,
+                      "kafka.sasl_password": None, "kafka.ssl_cafile": None},
     }  # fmt: skip
-    who = settings.model_copy(update=updates[client])
+    who = changed(settings, updates[client])
     for args in (("topics", "create"), ("replay", "--format", "jsonl"), ("worker",)):
         began = time.monotonic()
         done = ledger(who, *args, timeout=60)

@@ -25,16 +25,14 @@ PORT = TEST_BROKER_PORT + 10  # a broker of its own, beside the suite's
 
 def own_settings(root: Path) -> Settings:
     return Settings(
-        broker_port=PORT,
-        controller_port=PORT + 1,
+        kafka={"broker_port": PORT, "controller_port": PORT + 1, "partitions": 2},
+        channels={"allowed_networks": ["127.0.0.0/8"]},
         data_dir=root,
-        partitions=2,
-        allowed_networks=["127.0.0.0/8"],
     )
 
 
 async def replayed_run_ids(settings: Settings) -> list[str]:
-    topics = [settings.topic_runs, settings.topic_deliveries]
+    topics = [settings.kafka.topic_runs, settings.kafka.topic_deliveries]
     return [r.event.run_id async for r in replay(settings, topics, ReplayFilter()) if r.event]
 
 
@@ -91,11 +89,13 @@ def test_taken_port_is_one_clear_error(tmp_path: Path) -> None:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        settings = Settings(broker_port=port, controller_port=port + 1, data_dir=tmp_path)
+        settings = Settings(
+            kafka={"broker_port": port, "controller_port": port + 1}, data_dir=tmp_path
+        )
         with pytest.raises(LedgerError) as caught:
             LocalBroker(settings).start()
     assert f"127.0.0.1:{port} is already in use" in caught.value.message
-    assert "LEDGER_BROKER_PORT" in caught.value.hint
+    assert "LEDGER_KAFKA__BROKER_PORT" in caught.value.hint
 
 
 def test_corrupt_data_dir_is_one_clear_error(tmp_path: Path) -> None:
@@ -114,8 +114,8 @@ def test_cli_without_java_says_so(tmp_path: Path) -> None:
         os.environ,
         PATH=str(Path(sys.executable).parent),
         LEDGER_DATA_DIR=str(tmp_path),
-        LEDGER_BROKER_PORT=str(PORT),
-        LEDGER_CONTROLLER_PORT=str(PORT + 1),
+        LEDGER_KAFKA__BROKER_PORT=str(PORT),
+        LEDGER_KAFKA__CONTROLLER_PORT=str(PORT + 1),
     )
     done = subprocess.run(
         [sys.executable, "-m", "ledger", "broker", "start"],
@@ -155,13 +155,15 @@ def test_exposed_broker_keeps_its_unauthenticated_listeners_on_loopback(
 ) -> None:
     base = PORT + 2  # +12..+14 of this worker's 20 ports
     settings = Settings(
-        broker_host=host,
-        broker_port=base,
-        controller_port=base + 1,
-        broker_sasl_ssl_port=base + 2,
-        bootstrap_servers=f"127.0.0.1:{base}",
+        kafka={
+            "broker_host": host,
+            "broker_port": base,
+            "controller_port": base + 1,
+            "broker_sasl_ssl_port": base + 2,
+            "bootstrap_servers": f"127.0.0.1:{base}",
+        },
+        channels={"allowed_networks": ["127.0.0.0/8"]},
         data_dir=tmp_path,
-        allowed_networks=["127.0.0.0/8"],
     )
     broker = LocalBroker(settings)
     broker.start()
@@ -183,15 +185,17 @@ def test_exposed_broker_keeps_its_unauthenticated_listeners_on_loopback(
         # name it advertises (a wildcard advertises this machine's name).
         users = broker.layout.security.users()
         client = Settings(
-            bootstrap_servers=f"{broker.listeners.sasl_ssl_advertised}:{base + 2}",
-            security_protocol="SASL_SSL",
-            sasl_mechanism="SCRAM-SHA-512",
-            sasl_username="admin",
-            sasl_password=users["admin"],
-            ssl_cafile=broker.layout.security.ca_file,
+            kafka={
+                "bootstrap_servers": f"{broker.listeners.sasl_ssl_advertised}:{base + 2}",
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-512",
+                "sasl_username": "admin",
+                "sasl_password": users["admin"],
+                "ssl_cafile": broker.layout.security.ca_file,
+            },
             data_dir=tmp_path,
         )
-        assert metadata_ok(client.bootstrap_servers, 10.0, client_options(client))
+        assert metadata_ok(client.kafka.bootstrap_servers, 10.0, client_options(client.kafka))
     finally:
         broker.stop()
 
@@ -200,9 +204,9 @@ def test_cli_refuses_a_non_loopback_broker_without_authentication(tmp_path: Path
     env = dict(
         os.environ,
         LEDGER_DATA_DIR=str(tmp_path),
-        LEDGER_BROKER_HOST="0.0.0.0",
-        LEDGER_BROKER_PORT=str(PORT + 2),
-        LEDGER_CONTROLLER_PORT=str(PORT + 3),
+        LEDGER_KAFKA__BROKER_HOST="0.0.0.0",
+        LEDGER_KAFKA__BROKER_PORT=str(PORT + 2),
+        LEDGER_KAFKA__CONTROLLER_PORT=str(PORT + 3),
     )
     try:
         done = subprocess.run(
@@ -215,12 +219,14 @@ def test_cli_refuses_a_non_loopback_broker_without_authentication(tmp_path: Path
         )
     finally:  # the code before the fix started it: never leave one behind
         LocalBroker(
-            Settings(broker_port=PORT + 2, controller_port=PORT + 3, data_dir=tmp_path)
+            Settings(
+                kafka={"broker_port": PORT + 2, "controller_port": PORT + 3}, data_dir=tmp_path
+            )
         ).stop()
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith("error: refusing to bind the local broker to 0.0.0.0 (not loopback)")
     assert lines[1].startswith("hint:")
-    assert "LEDGER_BROKER_SASL_SSL_PORT" in lines[1]
+    assert "LEDGER_KAFKA__BROKER_SASL_SSL_PORT" in lines[1]
     assert len(lines) == 2
     assert not (tmp_path / "kafka" / "config" / "server.properties").exists()

@@ -6,18 +6,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from config.settings import Settings
+from config.settings import Settings, changed
 
 
 def ledger(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.update(
         {
-            "LEDGER_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "LEDGER_TOPIC_RUNS": settings.topic_runs,
-            "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
-            "LEDGER_TOPIC_DEADLETTER": settings.topic_deadletter,
-            "LEDGER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
+            "LEDGER_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+            "LEDGER_KAFKA__TOPIC_RUNS": settings.kafka.topic_runs,
+            "LEDGER_KAFKA__TOPIC_DELIVERIES": settings.kafka.topic_deliveries,
+            "LEDGER_KAFKA__TOPIC_DEADLETTER": settings.kafka.topic_deadletter,
+            "LEDGER_CHANNELS__ALLOWED_NETWORKS": '["127.0.0.0/8"]',
         }
     )
     return subprocess.run(
@@ -101,7 +101,7 @@ def test_bad_input_is_refused_with_one_line(settings: Settings) -> None:
 
 
 def test_no_broker_is_one_line(settings: Settings) -> None:
-    env_settings = settings.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})
+    env_settings = changed(settings, {"kafka.bootstrap_servers": "127.0.0.1:1"})
     done = ledger(env_settings, "replay")
     assert done.returncode == 1
     assert "error: no Kafka broker answers at 127.0.0.1:1" in done.stderr
@@ -109,24 +109,25 @@ def test_no_broker_is_one_line(settings: Settings) -> None:
 
 
 def test_a_lease_too_short_for_the_lease_rule_is_refused_with_one_line() -> None:
-    done = ledger_worker(LEDGER_LEASE_SECONDS="5", LEDGER_SEND_DEADLINE_S="10")
+    done = ledger_worker(LEDGER_WORKER__LEASE_S="5", LEDGER_CHANNELS__SEND_DEADLINE_S="10")
     assert done.returncode == 2  # a bad setting is bad input
     assert (
-        "error: invalid settings: LEDGER_LEASE_SECONDS=5 must exceed LEDGER_SEND_DEADLINE_S=10"
-        in done.stderr
+        "error: invalid settings: LEDGER_WORKER__LEASE_S=5 must exceed "
+        "LEDGER_CHANNELS__SEND_DEADLINE_S=10" in done.stderr
     )
     assert "Traceback" not in done.stderr
 
 
 def test_a_send_deadline_for_a_channel_that_is_not_installed_is_refused_with_one_line() -> None:
     done = ledger_worker(
-        LEDGER_SEND_DEADLINES='{"pigeon": 20}',
-        LEDGER_WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg==",
-        LEDGER_BOOTSTRAP_SERVERS="127.0.0.1:9",
+        LEDGER_CHANNELS__SEND_DEADLINES='{"pigeon": 20}',
+        LEDGER_CHANNELS__WEBHOOK_SECRET="whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg==",
+        LEDGER_KAFKA__BOOTSTRAP_SERVERS="127.0.0.1:9",
     )
     assert done.returncode != 0
     assert (
-        "error: LEDGER_SEND_DEADLINES names channels that are not installed: pigeon" in done.stderr
+        "error: LEDGER_CHANNELS__SEND_DEADLINES names channels that are not installed: pigeon"
+        in done.stderr
     )
     assert "hint: see `ledger channels`" in done.stderr
     assert "Traceback" not in done.stderr

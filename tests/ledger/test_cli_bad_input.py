@@ -19,7 +19,7 @@ from typer._click import Context
 from typer.core import TyperGroup
 
 from clients.outcome_signing import new_pair
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger.cli import app
 from ledger.stack import settings_env
 
@@ -30,8 +30,8 @@ ROOT = Path(os.environ.get("LEDGER_TEST_CLI_TREE") or Path(__file__).resolve().p
 NO_BROKER = "127.0.0.1:1"
 # Outcome signing is on by default: commands that get as far as the broker have a pair.
 _SIGNING, _VERIFY = new_pair()
-KEYS = {"LEDGER_OUTCOME_SIGNING_KEY": _SIGNING, "LEDGER_OUTCOME_VERIFY_KEYS": f'["{_VERIFY}"]'}
-SECRET = {"LEDGER_WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="}
+KEYS = {"LEDGER_SIGNING__SIGNING_KEY": _SIGNING, "LEDGER_SIGNING__VERIFY_KEYS": f'["{_VERIFY}"]'}
+SECRET = {"LEDGER_CHANNELS__WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="}
 ESC = "\x1b"
 
 
@@ -47,16 +47,20 @@ class Case:
 
 # By command path. test_every_command_has_cases fails when a new command has none.
 CASES: dict[str, list[Case]] = {
-    "broker start": [Case((), 2, "LEDGER_BROKER_PORT: ", {"LEDGER_BROKER_PORT": "99999"})],
-    "broker stop": [Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"})],
-    "broker status": [Case((), 2, "LEDGER_CONTROLLER_PORT: ", {"LEDGER_CONTROLLER_PORT": "x"})],
+    "broker start": [
+        Case((), 2, "LEDGER_KAFKA__BROKER_PORT: ", {"LEDGER_KAFKA__BROKER_PORT": "99999"})
+    ],
+    "broker stop": [Case((), 2, "LEDGER_KAFKA__PARTITIONS: ", {"LEDGER_KAFKA__PARTITIONS": "abc"})],
+    "broker status": [
+        Case((), 2, "LEDGER_KAFKA__CONTROLLER_PORT: ", {"LEDGER_KAFKA__CONTROLLER_PORT": "x"})
+    ],
     "broker logs": [
         Case((), 1, "no broker log at "),
         Case(("-n", "0"), 2, "Invalid value for '--lines'"),
     ],
     "topics create": [
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
-        Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"}),
+        Case((), 2, "LEDGER_KAFKA__PARTITIONS: ", {"LEDGER_KAFKA__PARTITIONS": "abc"}),
     ],
     "publish": [
         Case(
@@ -93,13 +97,13 @@ CASES: dict[str, list[Case]] = {
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
     "channels": [
         Case(("--jsn",), 2, "No such option: --jsn"),
-        Case((), 2, "LEDGER_CHANNEL_SETTINGS: ", {"LEDGER_CHANNEL_SETTINGS": "{not json"}),
+        Case((), 2, "LEDGER_CHANNELS__SETTINGS: ", {"LEDGER_CHANNELS__SETTINGS": "{not json"}),
         # A channel's entry is checked by its plugin; the value is never repeated.
         Case(
             ("--json",),
             2,
-            "LEDGER_CHANNEL_SETTINGS[webhook]: channel 'webhook' takes no settings",
-            {"LEDGER_CHANNEL_SETTINGS": '{"webhook": {"token": "xoxb-not-shown"}}'},
+            "LEDGER_CHANNELS__SETTINGS[webhook]: channel 'webhook' takes no settings",
+            {"LEDGER_CHANNELS__SETTINGS": '{"webhook": {"token": "xoxb-not-shown"}}'},
         ),
     ],
     "acls show": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
@@ -122,12 +126,17 @@ CASES: dict[str, list[Case]] = {
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--channel", "general"), 2, "'general' is not a Slack conversation ID"),
         Case(("--ratelimit-pct", "101"), 2, "Invalid value for '--ratelimit-pct'"),
-        Case((), 2, "LEDGER_SLACK_TOKENS: not valid JSON", {"LEDGER_SLACK_TOKENS": "xoxb"}),
         Case(
             (),
             2,
-            "LEDGER_SLACK_TOKENS: workspace 'a b' must be",
-            {"LEDGER_SLACK_TOKENS": '{"a b": "xoxb-1"}'},
+            "LEDGER_CHANNELS__SETTINGS: not valid JSON",
+            {"LEDGER_CHANNELS__SETTINGS": "xoxb"},
+        ),
+        Case(
+            (),
+            2,
+            "LEDGER_CHANNELS__SETTINGS[slack].tokens: Value error, workspace 'a b' must be",
+            {"LEDGER_CHANNELS__SETTINGS": '{"slack": {"tokens": {"a b": "xoxb-1"}}}'},
         ),
     ],
     "fake-mail": [
@@ -142,21 +151,21 @@ CASES: dict[str, list[Case]] = {
         Case(
             (),
             2,
-            "LEDGER_CHANNEL_SETTINGS[email_api]: Value error, api_url, api_key and from_address",
-            {"LEDGER_CHANNEL_SETTINGS": '{"email_api": {"api_url": "https://mail.example"}}'},
+            "LEDGER_CHANNELS__SETTINGS[email_api]: Value error, api_url, api_key and from_address",
+            {"LEDGER_CHANNELS__SETTINGS": '{"email_api": {"api_url": "https://mail.example"}}'},
         ),
         Case(
             (),
             2,
-            "LEDGER_CHANNEL_SETTINGS[email_api].from_address",
+            "LEDGER_CHANNELS__SETTINGS[email_api].from_address",
             {
-                "LEDGER_CHANNEL_SETTINGS": '{"email_api": {"api_url": "https://m.example", '
+                "LEDGER_CHANNELS__SETTINGS": '{"email_api": {"api_url": "https://m.example", '
                 '"api_key": "k", "from_address": "Ledger <l@example.org>"}}'
             },
         ),
-        Case((), 2, "LEDGER_CHANNEL_SETTINGS", {"LEDGER_CHANNEL_SETTINGS": "{not json"}),
+        Case((), 2, "LEDGER_CHANNELS__SETTINGS", {"LEDGER_CHANNELS__SETTINGS": "{not json"}),
     ],
-    "init": [Case((), 2, "LEDGER_PARTITIONS: ", {"LEDGER_PARTITIONS": "abc"})],
+    "init": [Case((), 2, "LEDGER_KAFKA__PARTITIONS: ", {"LEDGER_KAFKA__PARTITIONS": "abc"})],
     "project": [
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}", KEYS),
         Case((), 2, "outcome signing is on but this reader has no verify key"),
@@ -195,17 +204,18 @@ CASES: dict[str, list[Case]] = {
     "worker": [
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}", SECRET | KEYS),
         Case((), 2, "outcome signing is on but this worker has no signing key", SECRET),
-        Case((), 2, "webhook secret is empty", {"LEDGER_WEBHOOK_SECRET": ""} | KEYS),
+        Case((), 2, "webhook secret is empty", {"LEDGER_CHANNELS__WEBHOOK_SECRET": ""} | KEYS),
         Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),
         Case(("--metrics-port", "99999"), 2, "Invalid value for '--metrics-port'"),
         Case(
             (),
             2,
-            "invalid settings: LEDGER_LEASE_SECONDS=5 must exceed LEDGER_SEND_DEADLINE_S=10",
-            {"LEDGER_LEASE_SECONDS": "5", "LEDGER_SEND_DEADLINE_S": "10"},
+            "invalid settings: LEDGER_WORKER__LEASE_S=5 must exceed "
+            "LEDGER_CHANNELS__SEND_DEADLINE_S=10",
+            {"LEDGER_WORKER__LEASE_S": "5", "LEDGER_CHANNELS__SEND_DEADLINE_S": "10"},
         ),
         # Someone else owns secret parsing; whatever it refuses must be one line.
-        Case((), 2, "", {"LEDGER_WEBHOOK_SECRET": "whsec_%%%"} | KEYS),
+        Case((), 2, "", {"LEDGER_CHANNELS__WEBHOOK_SECRET": "whsec_%%%"} | KEYS),
     ],
 }
 
@@ -246,7 +256,9 @@ def ledger(
 def base_env(tmp: Path, **extra: str) -> dict[str, str]:
     """An environment with no broker reachable and a data dir of the test's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    env.update(LEDGER_BOOTSTRAP_SERVERS=NO_BROKER, LEDGER_DATA_DIR=str(tmp / "data"), **extra)
+    env.update(
+        LEDGER_KAFKA__BOOTSTRAP_SERVERS=NO_BROKER, LEDGER_DATA_DIR=str(tmp / "data"), **extra
+    )
     env.pop("FORCE_COLOR", None)
     return env
 
@@ -332,7 +344,7 @@ def test_filters_that_match_nothing_say_so(settings: Settings) -> None:
     assert everything.returncode == 0, everything.stderr
     assert everything.stdout == ""
     assert everything.stderr == (
-        f"no events in {settings.topic_runs}, {settings.topic_deliveries}\n"
+        f"no events in {settings.kafka.topic_runs}, {settings.kafka.topic_deliveries}\n"
     )
 
 
@@ -341,8 +353,8 @@ def test_a_partition_beyond_the_topics_is_a_usage_error(settings: Settings) -> N
     assert_one_line(
         done,
         2,
-        f"partition 99 does not exist ({settings.topic_runs} has 4, "
-        f"{settings.topic_deliveries} has 4)",
+        f"partition 99 does not exist ({settings.kafka.topic_runs} has 4, "
+        f"{settings.kafka.topic_deliveries} has 4)",
     )
     assert done.stderr.splitlines()[1] == "hint: partitions are numbered from 0 to 3"
 
@@ -389,7 +401,7 @@ def test_worker_logs_have_no_terminal_codes_off_a_terminal(
 ) -> None:
     """Logs into a file while stdout is a terminal: no colour codes in the file. Neither
     stream a terminal: no spinner (cursor) codes in either."""
-    env = settings_env(settings.model_copy(update={"data_dir": tmp_path / "data"}))
+    env = settings_env(changed(settings, {"data_dir": tmp_path / "data"}))
     outputs = {
         "tty": run_worker(env, tmp_path, "tty", "INFO", "[^Worker]: Ready", on_tty=True),
         "file": run_worker(env, tmp_path, "file", "WARNING", "ledger worker", on_tty=False),

@@ -48,7 +48,7 @@ def test_dedupe_honours_the_key_for_its_window_only(
 
 def test_ledger_fake_email_api_serves_until_interrupted() -> None:
     settings = {"api_url": "http://127.0.0.1:1", "api_key": API_KEY, "from_address": SENDER}
-    channels = {"LEDGER_CHANNEL_SETTINGS": json.dumps({"email_api": settings})}
+    channels = {"LEDGER_CHANNELS__SETTINGS": json.dumps({"email_api": settings})}
     with fake_server("fake-email-api", "--port", "0", "--dedupe", env=channels) as (process, urls):
         api = urls["api"]
         headers = {**AUTH, "idempotency-key": "k2"}

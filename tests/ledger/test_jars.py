@@ -60,7 +60,7 @@ def test_a_cache_with_an_advised_version_is_incomplete(tmp_path: Path) -> None:
 
 def test_the_fetched_jars_are_the_pinned_versions(broker: Settings) -> None:
     """What the suite's broker runs on: every pin, and no second copy of a pinned artifact."""
-    libs, _ = ensure_jars(broker.cache_dir, broker.kafka_version)
+    libs, _ = ensure_jars(broker.cache_dir, broker.kafka.version)
     names = sorted(p.name for p in libs.glob("*.jar"))
     assert missing_jars(libs) == [], names
     for pin in PINS:
@@ -77,7 +77,7 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
     """
     into_codec, from_codec = unique(f"codec-{codec}-in"), unique(f"codec-{codec}-out")
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=broker.bootstrap_servers, **client_options(broker)
+        bootstrap_servers=broker.kafka.bootstrap_servers, **client_options(broker.kafka)
     )
     await admin.start()
     try:
@@ -92,10 +92,10 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
     values = [f"{codec}-{n}-".encode() * 50 for n in range(20)]
     for topic, client_codec in ((into_codec, "gzip"), (from_codec, codec)):
         producer = AIOKafkaProducer(
-            bootstrap_servers=broker.bootstrap_servers,
+            bootstrap_servers=broker.kafka.bootstrap_servers,
             compression_type=client_codec,
             linger_ms=20,
-            **client_options(broker),
+            **client_options(broker.kafka),
         )
         await producer.start()
         try:
@@ -106,10 +106,10 @@ async def test_the_broker_recompresses_with_each_pinned_codec(broker: Settings, 
             await producer.stop()
         consumer = AIOKafkaConsumer(
             topic,
-            bootstrap_servers=broker.bootstrap_servers,
+            bootstrap_servers=broker.kafka.bootstrap_servers,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            **client_options(broker),
+            **client_options(broker.kafka),
         )
         await consumer.start()
         try:

@@ -25,7 +25,7 @@ GARBAGE = b"\x00not json"
 async def published(settings: Settings) -> list[Event]:
     """The incident scenario plus one undecodable record, in one transaction."""
     events = incident_log()
-    await publish(settings, events, raw=[(settings.topic_deliveries, GARBAGE)])
+    await publish(settings, events, raw=[(settings.kafka.topic_deliveries, GARBAGE)])
     return list(events)
 
 
@@ -46,7 +46,7 @@ async def test_exports_round_trip(
     assert ordered(decoded) == expected
     errors = [line for line in lines if "error" in line]
     assert len(errors) == 1
-    assert errors[0]["topic"] == settings.topic_deliveries
+    assert errors[0]["topic"] == settings.kafka.topic_deliveries
 
     csv_path = tmp_path / "events.csv"
     done = ledger(settings, "replay", "--format", "csv", "-o", str(csv_path))
@@ -63,10 +63,10 @@ async def test_exports_round_trip(
             assert row["run_id"] == event.run_id
             assert row["idempotency_key"] == (getattr(event, "idempotency_key", None) or "")
     # Positions are the broker's: every record read back directly sits where the export says.
-    raw = await read_topic(settings.topic_deliveries, raw=True)
+    raw = await read_topic(settings.kafka.topic_deliveries, raw=True)
     where = {(m.partition, m.offset): m.value for m in raw}
     for row in rows:
-        if row["topic"] == settings.topic_deliveries:
+        if row["topic"] == settings.kafka.topic_deliveries:
             value = where[(int(row["partition"]), int(row["offset"]))]
             assert (row["event"] or None) == (None if value == GARBAGE else value.decode())
 
@@ -117,11 +117,11 @@ async def test_filters(settings: Settings) -> None:
     assert everything.count("UNDECODABLE") == 1
 
     # Offsets bound the read per partition: [from, to).
-    whole = ledger(settings, "replay", "--json", "-t", settings.topic_deliveries, "-p", "0")
+    whole = ledger(settings, "replay", "--json", "-t", settings.kafka.topic_deliveries, "-p", "0")
     offsets = [json.loads(line)["offset"] for line in whole.stdout.splitlines()]
     assert len(offsets) >= 3
     sliced = ledger(
-        settings, "replay", "--json", "-t", settings.topic_deliveries, "-p", "0",
+        settings, "replay", "--json", "-t", settings.kafka.topic_deliveries, "-p", "0",
         "--from-offset", str(offsets[1]), "--to-offset", str(offsets[-1]),
     )  # fmt: skip
     assert [json.loads(line)["offset"] for line in sliced.stdout.splitlines()] == offsets[1:-1]
@@ -154,33 +154,42 @@ async def test_dead_letters_replay_decoded(settings: Settings, tmp_path: Path) -
     what was refused, where it came from, who refused it and why (never its bytes)."""
     letter = DeadLetter.of(
         reason="value nests deeper than 64 levels",
-        topic=settings.topic_deliveries,
+        topic=settings.kafka.topic_deliveries,
         partition=3,
         offset=41,
         key=b"k",
         value=b"[" * 5000 + b"]" * 5000,
         detected_by="w1@host",
     )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         await producer.send_and_wait(
-            settings.topic_deadletter, letter.model_dump_json().encode(), key=b"k"
+            settings.kafka.topic_deadletter, letter.model_dump_json().encode(), key=b"k"
         )
     finally:
         await producer.stop()
-    origin = f"of {settings.topic_deliveries}/3@41 by w1@host: value nests deeper than 64 levels"
-    line = ledger(settings, "replay", "-t", settings.topic_deadletter)
+    origin = (
+        f"of {settings.kafka.topic_deliveries}/3@41 by w1@host: value nests deeper than 64 levels"
+    )
+    line = ledger(settings, "replay", "-t", settings.kafka.topic_deadletter)
     assert line.returncode == 0, line.stderr
     assert f"deadletter {origin}" in line.stdout
     assert "UNDECODABLE" not in line.stdout
     assert "[[[[" not in line.stdout
-    jsonl = ledger(settings, "replay", "-t", settings.topic_deadletter, "--format", "jsonl")
+    jsonl = ledger(settings, "replay", "-t", settings.kafka.topic_deadletter, "--format", "jsonl")
     [record] = [json.loads(x) for x in jsonl.stdout.splitlines()]
     assert DeadLetter.model_validate(record["deadletter"]) == letter
     csv_path = tmp_path / "letters.csv"
     done = ledger(
-        settings, "replay", "-t", settings.topic_deadletter, "--format", "csv", "-o", str(csv_path)
+        settings,
+        "replay",
+        "-t",
+        settings.kafka.topic_deadletter,
+        "--format",
+        "csv",
+        "-o",
+        str(csv_path),
     )
     assert done.returncode == 0, done.stderr
     with csv_path.open(newline="", encoding="utf-8") as f:

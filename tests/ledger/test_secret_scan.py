@@ -28,7 +28,7 @@ from pydantic import SecretStr
 
 from clients import DeliverySpec, Publisher
 from clients.aiokafka_internals import refresh_metadata
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from events.delivery_state import Status
 from events.ports import free_port
 from ledger.simulator.background import BackgroundSimulator
@@ -86,7 +86,7 @@ class Scan:
 async def scan_topics(settings: Settings, scan: Scan) -> None:
     """Every record of every topic on the broker, uncommitted ones too, as raw bytes."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         isolation_level="read_uncommitted",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -122,7 +122,7 @@ async def scan_topics(settings: Settings, scan: Scan) -> None:
                         scan.blob(where, name.encode() + b"=" + (value or b""))
         else:
             raise AssertionError("topics not read to their end")
-        assert {settings.topic_runs, settings.topic_deliveries} <= set(topics)
+        assert {settings.kafka.topic_runs, settings.kafka.topic_deliveries} <= set(topics)
     finally:
         await consumer.stop()
 
@@ -164,18 +164,19 @@ def flow_settings(base: Settings, receiver: BackgroundSimulator) -> Settings:
     """The flow's settings: a global secret, an endpoint in rotation, a dashboard token."""
     with_lookup = receiver.settings(base)
     endpoints = {
-        **with_lookup.webhook_endpoints,
+        **with_lookup.channels.webhook_endpoints,
         f"{receiver.base_url}/hooks/team": WebhookEndpoint(
             secrets=[SecretStr(ROTATED_OUT), SecretStr(ENDPOINT)],
             lookup_url=receiver.webhook_lookup_url,
         ),
     }
-    return with_lookup.model_copy(
-        update={
-            "webhook_secret": SecretStr(GLOBAL),
-            "webhook_endpoints": endpoints,
-            "dashboard_token": SecretStr(TOKEN),
-        }
+    return changed(
+        with_lookup,
+        {
+            "channels.webhook_secret": SecretStr(GLOBAL),
+            "channels.webhook_endpoints": endpoints,
+            "dashboard.token": SecretStr(TOKEN),
+        },
     )
 
 
@@ -207,10 +208,10 @@ async def publish_runs(
             requests = await publisher.run_succeeded(run_id, f"sha256:{run_id}", specs)
             keys += [r.idempotency_key for r in requests]
     # A record no one can decode: the worker dead-letters it (the dead letters are scanned).
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
-        await producer.send_and_wait(settings.topic_deliveries, b"\xff not json", key=b"junk")
+        await producer.send_and_wait(settings.kafka.topic_deliveries, b"\xff not json", key=b"junk")
     finally:
         await producer.stop()
     return keys, run_ids
@@ -218,7 +219,11 @@ async def publish_runs(
 
 def replay_outputs(settings: Settings, tmp: Path, scan: Scan) -> Iterator[str]:
     """``ledger replay`` in every format, over every ledger topic; yields what it printed."""
-    topics = [settings.topic_runs, settings.topic_deliveries, settings.topic_deadletter]
+    topics = [
+        settings.kafka.topic_runs,
+        settings.kafka.topic_deliveries,
+        settings.kafka.topic_deadletter,
+    ]
     picked = [arg for topic in topics for arg in ("-t", topic)]
     for fmt in REPLAY_FORMATS[:-1]:
         done = ledger_command(settings, "replay", *picked, "-f", fmt)
@@ -273,7 +278,7 @@ async def test_no_secret_appears_anywhere_a_demo_sized_flow_leaves_traces(
     stack = Stack(tmp_path / "logs")
     try:
         metrics_port = free_port()
-        worker = worker_factory.start("scan-w1", worker_metrics_port=metrics_port)
+        worker = worker_factory.start("scan-w1", changes={"worker.metrics_port": metrics_port})
         keys, run_ids = await publish_runs(settings, receiver)
         projector = stack.start("projector", ["project"], settings)
 
@@ -317,7 +322,7 @@ async def test_no_secret_appears_anywhere_a_demo_sized_flow_leaves_traces(
     named = {"dashboard": shown, **dict(zip(REPLAY_FORMATS, replayed, strict=True))}
     for what, text in named.items():
         assert all(run_id in text for run_id in run_ids), (what, text[:2000])
-    assert scan.per_topic.get(settings.topic_deadletter, 0) >= 1, scan.per_topic
+    assert scan.per_topic.get(settings.kafka.topic_deadletter, 0) >= 1, scan.per_topic
     assert scan.records >= RUNS * 5
     assert scan.files >= 4
     assert scan.responses >= 20
@@ -329,4 +334,6 @@ async def test_no_secret_appears_anywhere_a_demo_sized_flow_leaves_traces(
     )
     print(f"records per topic: {sorted(scan.per_topic.items())}")
     assert scan.hits == [], scan.hits
-    assert os.environ.get("LEDGER_WEBHOOK_SECRET") != GLOBAL  # the flow's own, not the env's
+    assert (
+        os.environ.get("LEDGER_CHANNELS__WEBHOOK_SECRET") != GLOBAL
+    )  # the flow's own, not the env's

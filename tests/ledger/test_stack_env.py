@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -17,22 +18,25 @@ OLD, NEW = "whsec_b2xkLWVuZHBvaW50LXNlY3JldA", "whsec_bmV3LWVuZHBvaW50LXNlY3JldA
 PRINT_SECRETS = """
 from config.settings import Settings
 s = Settings()
-print(s.webhook_secret.get_secret_value() if s.webhook_secret else None)
-for prefix, endpoint in s.webhook_endpoints.items():
+secret = s.channels.webhook_secret
+print(secret.get_secret_value() if secret else None)
+for prefix, endpoint in s.channels.webhook_endpoints.items():
     print(prefix, *[x.get_secret_value() for x in endpoint.signing_secrets()], endpoint.lookup_url)
 """
 
 
 def test_a_child_process_gets_every_secret_in_the_clear(tmp_path: object) -> None:
     settings = Settings(
-        webhook_secret=SecretStr(GLOBAL),
-        webhook_endpoints={
-            "https://hooks.example.test/a": WebhookEndpoint(
-                secrets=[SecretStr(OLD), SecretStr(NEW)], lookup_url="https://l.example.test/"
-            ),
-            "https://hooks.example.test/b": WebhookEndpoint(secret=SecretStr(OLD)),
-            "https://hooks.example.test/c": WebhookEndpoint(),
-        },
+        channels={
+            "webhook_secret": SecretStr(GLOBAL),
+            "webhook_endpoints": {
+                "https://hooks.example.test/a": WebhookEndpoint(
+                    secrets=[SecretStr(OLD), SecretStr(NEW)], lookup_url="https://l.example.test/"
+                ),
+                "https://hooks.example.test/b": WebhookEndpoint(secret=SecretStr(OLD)),
+                "https://hooks.example.test/c": WebhookEndpoint(),
+            },
+        }
     )
     done = subprocess.run(
         [sys.executable, "-c", PRINT_SECRETS],
@@ -51,5 +55,8 @@ def test_a_child_process_gets_every_secret_in_the_clear(tmp_path: object) -> Non
 
 
 def test_without_a_global_secret_the_child_has_none_either() -> None:
-    env = settings_env(Settings(webhook_secret=None))
-    assert "LEDGER_WEBHOOK_SECRET" not in env
+    env = settings_env(Settings(channels={"webhook_secret": None}))
+    # tests/conftest.py sets one in this process: the child does not inherit it.
+    assert "LEDGER_CHANNELS__WEBHOOK_SECRET" in os.environ
+    assert "LEDGER_CHANNELS__WEBHOOK_SECRET" not in env
+    assert not any(name.startswith("LEDGER_CHANNELS__WEBHOOK_SECRET") for name in env)

@@ -259,7 +259,7 @@ async def publish(
 ) -> None:
     """Append events (and raw ``(topic, bytes)`` records) in one Kafka transaction."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
         transactional_id=f"test-{uuid.uuid4().hex}",
         enable_idempotence=True,
         acks="all",
@@ -273,9 +273,9 @@ async def publish(
             futures = []
             for event in events:
                 topic = (
-                    settings.topic_runs
+                    settings.kafka.topic_runs
                     if isinstance(event, ExecutionEvent)
-                    else settings.topic_deliveries
+                    else settings.kafka.topic_deliveries
                 )
                 value = encode(event)
                 headers = (
@@ -300,16 +300,16 @@ async def visible(settings: Settings) -> None:
     partitions a moment later, and until then the last stable offset lags behind.
     """
     committed = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed"
+        bootstrap_servers=settings.kafka.bootstrap_servers, isolation_level="read_committed"
     )
-    everything = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+    everything = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await committed.start()
     await everything.start()
     try:
         parts = [
             TopicPartition(topic, n)
-            for topic in (settings.topic_runs, settings.topic_deliveries)
-            for n in range(settings.partitions)
+            for topic in (settings.kafka.topic_runs, settings.kafka.topic_deliveries)
+            for n in range(settings.kafka.partitions)
         ]
         for _ in range(100):
             if await committed.end_offsets(parts) == await everything.end_offsets(parts):

@@ -21,7 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import DeliverySpec, Publisher
-from config.settings import Settings
+from config.settings import Settings, changed
 from ledger.stack import settings_env
 from projections import open_store
 from projections.dashboard import serve
@@ -56,7 +56,7 @@ def ledger_status(settings: Settings, dsn: str) -> subprocess.CompletedProcess[s
 async def dashboard(live_projection: LiveProjection) -> AsyncIterator[str]:
     """The dashboard over the live projection, on the real clock (as in tests/dashboard,
     with the server's own clock instead of a fixed one); yields its URL."""
-    settings = live_projection.settings.model_copy(update={"dashboard_port": 0})
+    settings = changed(live_projection.settings, {"dashboard.port": 0})
     store = open_store(live_projection.dsn)
     store.prepare("read")
     stop = asyncio.Event()

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events import RunStarted
 from events.errors import LedgerError
 from projections.backends import open_store
@@ -50,8 +50,11 @@ def test_balance_shares_partitions_by_record_count() -> None:
 
 async def _log(settings: Settings) -> None:
     events = [*incident_log(), *fleet(60)]
-    raw = [(settings.topic_runs, UNDECODABLE[0]), (settings.topic_deliveries, UNDECODABLE[1])]
-    raw += [(settings.topic_runs, UNDECODABLE[2])]
+    raw = [
+        (settings.kafka.topic_runs, UNDECODABLE[0]),
+        (settings.kafka.topic_deliveries, UNDECODABLE[1]),
+    ]
+    raw += [(settings.kafka.topic_runs, UNDECODABLE[2])]
     await publish(settings, events, raw)
 
 
@@ -106,7 +109,7 @@ async def test_a_worker_killed_mid_batch_fails_the_rebuild_and_merges_nothing(
 ) -> None:
     await _log(settings)
     dsn = dsn_factory()
-    dying = settings.model_copy(update={"faults": frozenset({PROJECTOR_MID_BATCH})})
+    dying = changed(settings, {"faults": frozenset({PROJECTOR_MID_BATCH})})
     with pytest.raises(LedgerError) as failed:
         await rebuild(dying, dsn, workers=2)
     line = failed.value.message

@@ -30,10 +30,10 @@ def ledger_env(settings: Settings, faults: list[str] | None = None) -> dict[str,
     env = dict(os.environ)
     env.update(
         {
-            "LEDGER_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "LEDGER_TOPIC_RUNS": settings.topic_runs,
-            "LEDGER_TOPIC_DELIVERIES": settings.topic_deliveries,
-            "LEDGER_TOPIC_DEADLETTER": settings.topic_deadletter,
+            "LEDGER_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+            "LEDGER_KAFKA__TOPIC_RUNS": settings.kafka.topic_runs,
+            "LEDGER_KAFKA__TOPIC_DELIVERIES": settings.kafka.topic_deliveries,
+            "LEDGER_KAFKA__TOPIC_DEADLETTER": settings.kafka.topic_deadletter,
             "LEDGER_DATA_DIR": str(settings.data_dir),
             "LEDGER_FAULTS": json.dumps(faults or []),
         }
@@ -122,12 +122,14 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
         (b"r-deep", b"[" * 5000 + b"]" * 5000),
         (b"r-shape", b'{"type": "run.succeeded", "schema_version": 1}'),
     ]
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         positions = []
         for key, value in bad:
-            sent = await producer.send_and_wait(settings.topic_runs, value, key=key, partition=0)
+            sent = await producer.send_and_wait(
+                settings.kafka.topic_runs, value, key=key, partition=0
+            )
             positions.append((sent.partition, sent.offset))
     finally:
         await producer.stop()
@@ -139,7 +141,7 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
 
         async def dead_lettered() -> bool:
             assert process.poll() is None, process.communicate()
-            return len(await read_topic(settings.topic_deadletter, raw=True)) >= 3
+            return len(await read_topic(settings.kafka.topic_deadletter, raw=True)) >= 3
 
         await wait_for(dead_lettered, 60, "three dead letters from the projector")
         await wait_for(lambda: _has_run(dsn, "run-after-bad"), 60, "the good run in the projection")
@@ -147,11 +149,11 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
         interrupt(process)
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)
+        for m in await read_topic(settings.kafka.topic_deadletter, raw=True)
     ]
     by_position = {(d.original_partition, d.original_offset): d for d in letters}
     assert sorted(by_position) == sorted(positions)
-    assert all(d.original_topic == settings.topic_runs for d in letters)
+    assert all(d.original_topic == settings.kafka.topic_runs for d in letters)
     assert all(d.detected_by == "projector" for d in letters)
     reasons = [by_position[p].reason for p in positions]
     assert "not JSON" in reasons[0]
@@ -160,7 +162,7 @@ async def test_bad_records_on_the_runs_topic_are_dead_lettered_by_the_live_proje
     assert [by_position[p].original_value() for p in positions] == [v for _, v in bad]
     # A re-read of the log (rebuild, verify) does not dead-letter them again.
     await rebuild(settings, f"sqlite://{tmp_path / 'rebuilt.sqlite3'}")
-    assert len(await read_topic(settings.topic_deadletter, raw=True)) == 3
+    assert len(await read_topic(settings.kafka.topic_deadletter, raw=True)) == 3
 
 
 async def _has_run(dsn: str, run_id: str) -> bool:

@@ -45,7 +45,7 @@ async def test_incident_log_folds_into_the_ledger_tables(
         occurred_at=at(5),
     )
     await publish(
-        settings, [*incident_log(), orphan], raw=[(settings.topic_deliveries, b"{not json")]
+        settings, [*incident_log(), orphan], raw=[(settings.kafka.topic_deliveries, b"{not json")]
     )
     dsn = dsn_factory()
     stats = await rebuild(settings, dsn)
@@ -105,7 +105,7 @@ async def test_incident_log_folds_into_the_ledger_tables(
 async def test_rebuilding_twice_gives_identical_dumps(
     settings: Settings, dsn_factory: DsnFactory
 ) -> None:
-    await publish(settings, incident_log(), raw=[(settings.topic_runs, b"\xff")])
+    await publish(settings, incident_log(), raw=[(settings.kafka.topic_runs, b"\xff")])
     first, second = dsn_factory(), dsn_factory()
     await rebuild(settings, first, batch_size=3)
     await rebuild(settings, second, batch_size=1000)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from clients import DeliverySpec
-from config.settings import WebhookEndpoint
+from config.settings import WebhookEndpoint, changed
 from events.delivery_state import Status
 from events.ports import free_port
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
@@ -83,12 +83,13 @@ async def test_a_worker_delivers_to_the_readme_example_and_settles_unknown_by_lo
     worker_factory: WorkerFactory, example_receiver: ExampleReceiver, ledger_view: LedgerView
 ) -> None:
     base = example_receiver.base
-    worker_factory.settings = worker_factory.settings.model_copy(
-        update={
-            "webhook_endpoints": {
+    worker_factory.settings = changed(
+        worker_factory.settings,
+        {
+            "channels.webhook_endpoints": {
                 f"{base}/hooks/": WebhookEndpoint(lookup_url=f"{base}/hooks/lookup")
             }
-        }
+        },
     )
     settings = worker_factory.settings
     crashing = worker_factory.start("w1", faults=("worker.after_response",))

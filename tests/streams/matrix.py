@@ -4,8 +4,10 @@ tests share: publish, wait for states, point workers at a receiver, settle exact
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from clients import DeliverySpec, Publisher
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery_state import DeliveryState, Status
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection
@@ -83,11 +85,12 @@ def use(
     *,
     lookup: bool = True,
     receiver_dedupes: bool = False,
-    **overrides: object,
+    changes: Mapping[str, object] | None = None,
 ) -> Settings:
-    """Point the workers at ``receiver`` and start the live projection beside them."""
+    """Point the workers at ``receiver`` and start the live projection beside them
+    (``changes``: other settings, by dotted name)."""
     settings = receiver.settings(factory.settings, lookup=lookup, receiver_dedupes=receiver_dedupes)
-    factory.settings = settings.model_copy(update=overrides)
+    factory.settings = changed(settings, changes or {})
     projection.settings = factory.settings
     projection.start()
     return factory.settings

@@ -19,7 +19,7 @@ from aiohttp import web
 from pydantic import JsonValue, Secret
 
 from clients import DeliverySpec, Publisher, PublishRejected
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.channels import channel_names, forget_discovered
 from events.delivery_state import Status
 from events.ports import free_port
@@ -27,6 +27,7 @@ from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 from tests.readme import readme_block
 
 TOKEN = "acme-t0ken-not-for-logs"
+
 
 def install_plugin(root: Path) -> None:
     """A package and its ``.dist-info`` on a path entry: what pip would leave behind."""
@@ -94,8 +95,8 @@ async def test_a_plugin_from_an_entry_point_delivers_once_per_key(
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         config = Secret[dict[str, JsonValue]]({"token": TOKEN})
-        settings: Settings = worker_factory.settings.model_copy(
-            update={"channel_settings": {"acme": config}}
+        settings: Settings = changed(
+            worker_factory.settings, {"channels.settings": {"acme": config}}
         )
         worker_factory.settings = settings
 

@@ -22,7 +22,7 @@ async def commit_offsets(
 ) -> None:
     """Commit ``offsets`` for ``group``, as a worker (or the guard) of that group would."""
     committer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+        bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group, enable_auto_commit=False
     )
     await committer.start()
     try:
@@ -33,11 +33,11 @@ async def commit_offsets(
 
 
 async def test_offset_jumps_are_checked_against_committed_records(settings: Settings) -> None:
-    topic = settings.topic_deliveries
+    topic = settings.kafka.topic_deliveries
     group = f"test-continuity-{uuid.uuid4().hex[:8]}"
-    plain = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    plain = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     txn = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, transactional_id=f"t-{group}"
+        bootstrap_servers=settings.kafka.bootstrap_servers, transactional_id=f"t-{group}"
     )
     await plain.start()
     await txn.start()
@@ -109,10 +109,10 @@ async def test_a_stream_that_stops_short_of_the_end_is_rewound_to_the_tail(
 ) -> None:
     """No jump to note: the stream is never handed the records past its start (the demo's
     two requests left PENDING after a SIGKILL). The stalled tail is verified all the same."""
-    topic = settings.topic_deliveries
+    topic = settings.kafka.topic_deliveries
     group = f"test-tail-{uuid.uuid4().hex[:8]}"
     txn = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, transactional_id=f"t-{group}"
+        bootstrap_servers=settings.kafka.bootstrap_servers, transactional_id=f"t-{group}"
     )
     await txn.start()
     try:
@@ -174,14 +174,14 @@ async def test_a_skip_followed_by_a_crash_is_delivered_by_the_next_worker(
             [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("s"), payload={})],
         )
     key = requested[0].idempotency_key
-    records = await read_topic(settings.topic_deliveries, raw=True)
+    records = await read_topic(settings.kafka.topic_deliveries, raw=True)
     request = next(m for m in records if m.key == key.encode())
-    tp = TopicPartition(settings.topic_deliveries, request.partition)
+    tp = TopicPartition(settings.kafka.topic_deliveries, request.partition)
     end = request.offset + 1
     # A previous owner verified nothing past the request, then committed past it without
     # handing it to its agent (the faust skip), and died.
-    await commit_offsets(settings, settings.worker_group, {tp: end})
-    await commit_offsets(settings, f"{settings.worker_group}.continuity", {tp: end - 1})
+    await commit_offsets(settings, settings.worker.group, {tp: end})
+    await commit_offsets(settings, f"{settings.worker.group}.continuity", {tp: end - 1})
     worker = worker_factory.start("w1")
 
     async def confirmed() -> bool:
@@ -200,9 +200,9 @@ async def test_a_partition_kept_across_a_pause_is_read_again_from_where_this_wor
     """A worker paused past its session keeps its partitions in its own view; another
     worker processed and committed them meanwhile. faust does not recover a partition it
     sees as kept, so the records in between must go through this worker's stream."""
-    topic = settings.topic_deliveries
+    topic = settings.kafka.topic_deliveries
     group = f"test-kept-{uuid.uuid4().hex[:8]}"
-    plain = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    plain = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await plain.start()
     try:
         offsets = [(await plain.send_and_wait(topic, b"k", partition=3)).offset for _ in range(4)]
@@ -230,9 +230,9 @@ async def test_a_rebalance_while_a_jump_is_being_read_drops_that_read(
 ) -> None:
     """CI: a worker died with KeyError when its partitions were reassigned while ``verify``
     awaited the broker for one of them; it then went on to a partition it had just lost."""
-    topic = settings.topic_deliveries
+    topic = settings.kafka.topic_deliveries
     group = f"test-epoch-{uuid.uuid4().hex[:8]}"
-    plain = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    plain = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await plain.start()
     try:
         ends = {}

@@ -30,7 +30,9 @@ from tests.fixtures.folds import projection_fold
 # Three attempts at most, so histories of 50 steps reach the end of the retry policy.
 CTX = core_context(
     settle_s=15.0,
-    settings=Settings(claim_grace_seconds=2.0, retry_policies={"webhook": {"max_attempts": 3}}),
+    settings=Settings(
+        worker={"claim_grace_s": 2.0}, channels={"retry_policies": {"webhook": {"max_attempts": 3}}}
+    ),
 )
 
 # What one send does at the receiver, and what the sender learns: (accepted, result).

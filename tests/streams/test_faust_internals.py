@@ -37,7 +37,9 @@ YIELDS = 1_000
 @pytest.fixture
 async def worker(tmp_path: Path) -> Worker:
     """A worker built, not started (no broker needed)."""
-    return create_app(Settings(data_dir=tmp_path, webhook_secret="whsec_" + "A" * 32), "faust")
+    return create_app(
+        Settings(channels={"webhook_secret": "whsec_" + "A" * 32}, data_dir=tmp_path), "faust"
+    )
 
 
 async def test_a_value_written_outside_an_event_is_the_tables(worker: Worker) -> None:
@@ -136,7 +138,7 @@ def traced_app(settings: Settings, app_id: str, datadir: Path, partitions: int) 
     """A TracingApp (consumer group ``app_id``) with its table; no agent yet."""
     app = TracingApp(
         app_id,
-        broker=f"kafka://{settings.bootstrap_servers}",
+        broker=f"kafka://{settings.kafka.bootstrap_servers}",
         store="rocksdb://",
         datadir=str(datadir),
         processing_guarantee="at_least_once",
@@ -192,7 +194,7 @@ async def test_every_offset_commit_passes_through_commit_offsets(
     through it, and when it returns True they are at the broker."""
     offsets = tracing_app.committed_offsets
     assert offsets, f"no commit passed through _commit_offsets: {tracing_app.steps}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:
         at_broker = await admin.list_consumer_group_offsets(tracing_app.conf.id)

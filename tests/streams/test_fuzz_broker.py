@@ -146,7 +146,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
     worker = worker_factory.start("w1")
     live_projection.start()
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings_.bootstrap_servers, max_request_size=4 * 1024 * 1024
+        bootstrap_servers=settings_.kafka.bootstrap_servers, max_request_size=4 * 1024 * 1024
     )
     positions: dict[tuple[str, int, int], Hostile] = {}
     expected: dict[str, JsonValue] = {}
@@ -156,7 +156,11 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
         async with Publisher(settings_) as publisher:
             for index, item in enumerate(stream):
                 if isinstance(item, Hostile):
-                    topic = settings_.topic_runs if item.runs else settings_.topic_deliveries
+                    topic = (
+                        settings_.kafka.topic_runs
+                        if item.runs
+                        else settings_.kafka.topic_deliveries
+                    )
                     try:
                         sent = await producer.send_and_wait(topic, item.value, key=item.key)
                     except MessageSizeTooLargeError:
@@ -179,7 +183,7 @@ async def test_hostile_records_on_both_topics_are_dead_lettered_and_valid_ones_d
 
     async def letters() -> dict[tuple[str, int, int], list[DeadLetter]]:
         found: dict[tuple[str, int, int], list[DeadLetter]] = {}
-        for message in await read_topic(settings_.topic_deadletter, raw=True):
+        for message in await read_topic(settings_.kafka.topic_deadletter, raw=True):
             letter = DeadLetter.model_validate_json(message.value)
             where = (letter.original_topic, letter.original_partition, letter.original_offset)
             found.setdefault(where, []).append(letter)

@@ -72,15 +72,16 @@ class Harness:
     async def write(self, records: list[HostileRecord]) -> None:
         """The hostile records, raw, each between valid deliveries published by the SDK."""
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers, max_request_size=2 * 1024 * 1024
+            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            max_request_size=2 * 1024 * 1024,
         )
         await producer.start()
         try:
             for record in records:
                 topic = (
-                    self.settings.topic_runs
+                    self.settings.kafka.topic_runs
                     if record.topic == "runs"
-                    else self.settings.topic_deliveries
+                    else self.settings.kafka.topic_deliveries
                 )
                 meta = await producer.send_and_wait(topic, record.value, key=record.key)
                 self.written[(topic, meta.partition, meta.offset)] = record
@@ -104,15 +105,19 @@ class Harness:
             try:
                 decoded = decode(record.value)
             except EventDecodeError:
-                refused[where] = "runs" if where[0] == self.settings.topic_runs else "deliveries"
+                refused[where] = (
+                    "runs" if where[0] == self.settings.kafka.topic_runs else "deliveries"
+                )
                 continue
             key = getattr(decoded, "idempotency_key", None) or decoded.run_id
             if record.key != key.encode():
-                refused[where] = "runs" if where[0] == self.settings.topic_runs else "deliveries"
+                refused[where] = (
+                    "runs" if where[0] == self.settings.kafka.topic_runs else "deliveries"
+                )
         return refused
 
     async def letters(self) -> list[DeadLetter]:
-        raw = await self.read_topic(self.settings.topic_deadletter, raw=True)
+        raw = await self.read_topic(self.settings.kafka.topic_deadletter, raw=True)
         return [DeadLetter.model_validate_json(m.value) for m in raw]
 
     async def settle(self) -> None:
@@ -149,7 +154,8 @@ class Harness:
         mine = {
             (d.original_topic, d.original_partition, d.original_offset): d
             for d in letters
-            if (d.detected_by == "projector") == (d.original_topic == self.settings.topic_runs)
+            if (d.detected_by == "projector")
+            == (d.original_topic == self.settings.kafka.topic_runs)
         }
         for where in refused:
             assert where in mine, f"refused record {where} has no dead letter from its reader"

@@ -22,7 +22,7 @@ from clients.outcome_signing import (
     private_key,
     public_key,
 )
-from config.settings import Settings
+from config.settings import Settings, changed
 from events import DeadLetter, encode
 from events.delivery import DeliveryConfirmed, DeliveryRequested
 from ledger.simulator.faults import Fault, FaultKind
@@ -68,14 +68,14 @@ def test_a_signature_verifies_only_with_its_pair_and_only_where_one_is_needed() 
 @pytest.mark.parametrize(
     ("field", "value", "says"),
     [
-        ("outcome_signing_key", "not base64!", "the outcome signing key is not base64"),
-        ("outcome_signing_key", base64.b64encode(b"short").decode(), "is 5 bytes, not the 32"),
-        ("outcome_verify_keys", ["x" * 44], "an outcome verify key is"),
+        ("signing_key", "not base64!", "the outcome signing key is not base64"),
+        ("signing_key", base64.b64encode(b"short").decode(), "is 5 bytes, not the 32"),
+        ("verify_keys", ["x" * 44], "an outcome verify key is"),
     ],
 )
 def test_a_bad_key_is_named_and_not_repeated(field: str, value: object, says: str) -> None:
     with pytest.raises(ValueError, match=says) as refused:
-        Settings(**{field: value})  # type: ignore[arg-type]
+        Settings(signing={field: value})
     if isinstance(value, str) and len(value) > 8:
         assert value not in str(refused.value)
 
@@ -101,14 +101,12 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     read_topic: ReadTopic,
 ) -> None:
     receiver = receiver_factory(dedupe=False)
-    settings = receiver.settings(worker_factory.settings).model_copy(
-        update={
-            "outcome_signing_key": SecretStr(SIGNING),
-            "outcome_verify_keys": [VERIFY],
-        }
+    settings = changed(
+        receiver.settings(worker_factory.settings),
+        {"signing.signing_key": SecretStr(SIGNING), "signing.verify_keys": [VERIFY]},
     )
     worker_factory.settings = settings
-    reader = settings.model_copy(update={"outcome_signing_key": None})  # readers: no key
+    reader = changed(settings, {"signing.signing_key": None})  # readers: no key
     live_projection.settings = reader
     async with Publisher(settings) as publisher:
         [rejected, delivered] = await publisher.run_succeeded(
@@ -135,14 +133,16 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     # Forged: unsigned, and signed with a key that is not the workers'.
     forged = forged_confirmation(rejected)
     other = forged.model_copy(update={"event_id": uuid.uuid4()})
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         key = rejected.idempotency_key.encode()
-        unsigned = await producer.send_and_wait(settings.topic_deliveries, encode(forged), key=key)
+        unsigned = await producer.send_and_wait(
+            settings.kafka.topic_deliveries, encode(forged), key=key
+        )
         value = encode(other)
         wrong = await producer.send_and_wait(
-            settings.topic_deliveries,
+            settings.kafka.topic_deliveries,
             value,
             key=key,
             headers=OutcomeSigner(private_key(OTHER_SIGNING)).headers(value),
@@ -153,7 +153,7 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     async def dead_lettered() -> dict[int, DeadLetter]:
         letters = [
             DeadLetter.model_validate_json(m.value)
-            for m in await read_topic(settings.topic_deadletter, raw=True)
+            for m in await read_topic(settings.kafka.topic_deadletter, raw=True)
         ]
         return {d.original_offset: d for d in letters if d.original_partition == unsigned.partition}
 
@@ -176,7 +176,7 @@ async def test_a_forged_outcome_is_dead_lettered_and_moves_nothing(
     # Every outcome the worker wrote carries a signature.
     signed = [
         m
-        for m in await read_topic(settings.topic_deliveries, raw=True)
+        for m in await read_topic(settings.kafka.topic_deliveries, raw=True)
         if m.offset not in (unsigned.offset, wrong.offset) or m.partition != unsigned.partition
     ]
     outcomes = [m for m in signed if b'"delivery.requested"' not in m.value]
@@ -198,15 +198,15 @@ async def test_a_worker_that_checks_but_cannot_sign_refuses_to_start(
 ) -> None:
     for update, says in (
         (
-            {"outcome_verify_keys": [VERIFY], "outcome_signing_key": None},
+            {"signing.verify_keys": [VERIFY], "signing.signing_key": None},
             "outcome signing is on but this worker has no signing key",
         ),
         (
-            {"outcome_verify_keys": [VERIFY], "outcome_signing_key": SecretStr(OTHER_SIGNING)},
-            "is not the pair of any LEDGER_OUTCOME_VERIFY_KEYS",
+            {"signing.verify_keys": [VERIFY], "signing.signing_key": OTHER_SIGNING},
+            "is not the pair of any LEDGER_SIGNING__VERIFY_KEYS",
         ),
     ):
-        worker_factory.settings = worker_factory.settings.model_copy(update=update)
+        worker_factory.settings = changed(worker_factory.settings, update)
         worker = worker_factory.start("w1")
         code = await asyncio.to_thread(worker.process.wait, 60)
         output = worker.output()

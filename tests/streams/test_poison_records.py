@@ -30,11 +30,11 @@ class SharedFields(TypedDict):
 
 async def publish_raw(settings: Settings, values: list[tuple[bytes, bytes]]) -> list[int]:
     """Write (key, value) records to the deliveries topic as they are; their offsets."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         sent = [
-            await producer.send_and_wait(settings.topic_deliveries, value, key=key)
+            await producer.send_and_wait(settings.kafka.topic_deliveries, value, key=key)
             for key, value in values
         ]
     finally:
@@ -96,14 +96,14 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
         assert live_projection.process is not None
         assert live_projection.process.poll() is None, live_projection.log.read_text()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)
+        letters = await read_topic(settings.kafka.topic_deadletter, raw=True)
         confirmed = all(k in states and states[k].status is Status.CONFIRMED for k in good)
         return confirmed and len(letters) >= len(poisons)
 
     await wait_for(done, 90, "the good deliveries CONFIRMED and the poisons dead-lettered")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)
+        for m in await read_topic(settings.kafka.topic_deadletter, raw=True)
     ]
     refused = dict(poisons)
     by_key = {}
@@ -115,7 +115,7 @@ async def test_extreme_but_valid_requests_do_not_stop_the_worker_or_the_projecto
         by_key[key] = letter
     assert set(by_key) == set(refused)
     for letter in by_key.values():
-        assert letter.original_topic == settings.topic_deliveries
+        assert letter.original_topic == settings.kafka.topic_deliveries
         assert "\n" not in letter.reason
     for key in good:
         assert receiver.accepted(key) == 1

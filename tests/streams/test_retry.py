@@ -61,7 +61,7 @@ def test_invalid_policies_are_refused() -> None:
 
 def test_rules_for_gives_channel_defaults_and_overrides() -> None:
     fast = RetryPolicy(base_delay_s=0.01, max_attempts=2)
-    rules = rules_for(Settings(), {"provider": fast})
+    rules = rules_for(Settings().channels, {"provider": fast})
     assert rules("webhook") == DEFAULT_POLICIES["webhook"]
     assert rules("provider") is fast
     with pytest.raises(KeyError, match="sms"):
@@ -69,13 +69,13 @@ def test_rules_for_gives_channel_defaults_and_overrides() -> None:
 
 
 def test_policies_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"max_attempts": 3}}')
-    webhook = rules_for(Settings())("webhook")
+    monkeypatch.setenv("LEDGER_CHANNELS__RETRY_POLICIES", '{"webhook": {"max_attempts": 3}}')
+    webhook = rules_for(Settings().channels)("webhook")
     # The field given replaces the channel's default; the others stay the channel's.
     assert webhook.max_attempts == 3
     assert webhook.base_delay_s == DEFAULT_POLICIES["webhook"].base_delay_s == 2.0
-    assert rules_for(Settings())("provider") == DEFAULT_POLICIES["provider"]
-    monkeypatch.setenv("LEDGER_RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
+    assert rules_for(Settings().channels)("provider") == DEFAULT_POLICIES["provider"]
+    monkeypatch.setenv("LEDGER_CHANNELS__RETRY_POLICIES", '{"webhook": {"jitter": 2}}')
     with pytest.raises(ValueError, match="jitter"):
         Settings()
 
@@ -85,4 +85,4 @@ def test_an_installed_plugin_channel_gets_the_field_defaults(
 ) -> None:
     # Before, its first retry raised KeyError and left the delivery UNKNOWN for good.
     monkeypatch.setattr("streams.retry.channel_names", lambda: ["acme"])
-    assert rules_for(Settings())("acme") == RetryPolicy()
+    assert rules_for(Settings().channels)("acme") == RetryPolicy()

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from clients import DeliverySpec, Publisher
 from clients.outcome_keys import StoredKeys
+from config.settings import changed
 from events import DeadLetter, encode
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
@@ -29,7 +30,7 @@ from tests.streams.test_outcome_signing import forged_confirmation
 def ledger(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``ledger ARGS`` with no LEDGER_ variable but the data directory (and ``env``)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    base |= {"LEDGER_DATA_DIR": str(data_dir), "LEDGER_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    base |= {"LEDGER_DATA_DIR": str(data_dir), "LEDGER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     return subprocess.run(
         [sys.executable, "-m", "ledger", *args],
         env=base | env,
@@ -47,7 +48,9 @@ def test_a_worker_or_projector_without_keys_refuses_to_start(tmp_path: Path) -> 
         (("project",), "outcome signing is on but this reader has no verify key"),
     ):
         done = ledger(
-            tmp_path / "data", *args, LEDGER_WEBHOOK_SECRET=os.environ["LEDGER_WEBHOOK_SECRET"]
+            tmp_path / "data",
+            *args,
+            LEDGER_CHANNELS__WEBHOOK_SECRET=os.environ["LEDGER_CHANNELS__WEBHOOK_SECRET"],
         )
         assert done.returncode == 2, done.stderr
         assert f"error: {says}" in done.stderr
@@ -74,8 +77,8 @@ def test_ledger_init_writes_a_private_pair_once(tmp_path: Path) -> None:
 
 def test_signing_turned_off_warns_at_every_start(tmp_path: Path) -> None:
     for _ in range(2):
-        done = ledger(tmp_path / "data", "project", LEDGER_OUTCOME_SIGNING="false")
-        assert "outcome signing is OFF (LEDGER_OUTCOME_SIGNING=false)" in done.stderr
+        done = ledger(tmp_path / "data", "project", LEDGER_SIGNING__OUTCOMES="false")
+        assert "outcome signing is OFF (LEDGER_SIGNING__OUTCOMES=false)" in done.stderr
         assert "no Kafka broker answers" in done.stderr  # it went on, to the broker
 
 
@@ -90,8 +93,9 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
     it is dead-lettered, and the delivery is sent, once, to a receiver that does not
     dedupe (before, the forged event settled it and nothing was sent)."""
     receiver = receiver_factory(dedupe=False)
-    settings = receiver.settings(worker_factory.settings).model_copy(
-        update={"outcome_signing_key": None, "outcome_verify_keys": []}
+    settings = changed(
+        receiver.settings(worker_factory.settings),
+        {"signing.signing_key": None, "signing.verify_keys": []},
     )
     initialised = ledger(settings.data_dir, "init")
     assert initialised.returncode == 0, initialised.stderr
@@ -102,11 +106,11 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
             "h",
             [DeliverySpec(channel="webhook", recipient=receiver.webhook_url("d"), payload={})],
         )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         forged = await producer.send_and_wait(
-            settings.topic_deliveries,
+            settings.kafka.topic_deliveries,
             encode(forged_confirmation(request)),
             key=request.idempotency_key.encode(),
         )
@@ -127,7 +131,7 @@ async def test_with_only_the_data_directory_a_forged_outcome_moves_nothing(
     assert receiver.accepted(request.idempotency_key) == 1
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)
+        for m in await read_topic(settings.kafka.topic_deadletter, raw=True)
     ]
     # Dead letters are at least once (a rebalance before the worker's commit sends the
     # same one again); a reader dedupes on the original position.

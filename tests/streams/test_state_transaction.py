@@ -17,7 +17,9 @@ from tests.fixtures.core import applied, requested
 @pytest.fixture
 async def worker(tmp_path: Path) -> Worker:
     """A worker built, not started: its table and its producer's buffer, no broker."""
-    return create_app(Settings(data_dir=tmp_path, webhook_secret="whsec_" + "A" * 32), "tx")
+    return create_app(
+        Settings(channels={"webhook_secret": "whsec_" + "A" * 32}, data_dir=tmp_path), "tx"
+    )
 
 
 def status(tx: StateTransaction) -> TransactionStatus:

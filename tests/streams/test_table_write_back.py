@@ -35,14 +35,16 @@ async def publish_runs(settings: Settings, recipient: str) -> list[str]:
 
 async def lag(settings: Settings) -> int:
     """Records of the deliveries topic the worker group has not committed yet."""
-    partitions = [TopicPartition(settings.topic_deliveries, p) for p in range(settings.partitions)]
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+    partitions = [
+        TopicPartition(settings.kafka.topic_deliveries, p) for p in range(settings.kafka.partitions)
+    ]
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     await consumer.start()
     try:
         committed = await admin.list_consumer_group_offsets(
-            settings.worker_group, partitions=partitions
+            settings.worker.group, partitions=partitions
         )
         ends = await consumer.end_offsets(partitions)
     finally:

@@ -56,7 +56,7 @@ async def test_happy_path_every_delivery_confirmed_once(
         ],
     )
     port = free_port()
-    worker = worker_factory.start("w1", worker_metrics_port=port)
+    worker = worker_factory.start("w1", changes={"worker.metrics_port": port})
 
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
@@ -80,7 +80,7 @@ async def test_happy_path_every_delivery_confirmed_once(
     assert sends[(("channel", "webhook"), ("outcome", "confirmed"))] == 2
     assert sends[(("channel", "provider"), ("outcome", "sent"))] == 1  # queued: SENT, then lookup
     assert samples[("ledger_worker_send_seconds_count", (("channel", "provider"),))] == 1
-    assert samples[("ledger_worker_owned_partitions", ())] == settings.partitions
+    assert samples[("ledger_worker_owned_partitions", ())] == settings.kafka.partitions
     assert samples[("ledger_worker_dead_lettered_total", ())] == 0
 
 
@@ -99,7 +99,7 @@ async def test_a_recipient_on_an_internal_address_fails_blocked_and_is_never_con
             DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={}),
         ],
     )
-    worker = worker_factory.start("w1", allowed_networks=[])
+    worker = worker_factory.start("w1", changes={"channels.allowed_networks": []})
 
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
@@ -131,7 +131,9 @@ async def test_a_worker_on_uvloop_delivers_and_says_so(
             DeliverySpec(channel="provider", recipient=receiver.provider_url, payload={}),
         ],
     )
-    worker = worker_factory.start("w1", event_loop="uvloop", http_pool=pool)
+    worker = worker_factory.start(
+        "w1", changes={"event_loop": "uvloop", "channels.http_pool": pool}
+    )
 
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]

@@ -1,7 +1,7 @@
 """The worker's batching settings reach its producers and its faust app (issue 12, part 6).
 
-``LEDGER_WORKER_LINGER_MS`` is how long the worker's producers wait for company before a
-batch leaves; ``LEDGER_WORKER_STANDBY_REPLICAS`` is faust's warm table copies. Takeover
+``LEDGER_WORKER__LINGER_S`` is how long the worker's producers wait for company before a
+batch leaves; ``LEDGER_WORKER__STANDBY_REPLICAS`` is faust's warm table copies. Takeover
 without a standby (the default) is exercised by the failure matrix and continuity tests,
 where a worker joins or is SIGKILLed and the survivor rebuilds the table from the changelog.
 """
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from clients.aiokafka_internals import fetch_options
-from config.settings import Settings
+from config.settings import Settings, changed
 from streams.app import create_app
 from streams.faust_internals import new_worker_consumer
 from streams.outcome_producer import OutcomeProducer
@@ -33,12 +33,12 @@ async def timed_append(settings: Settings) -> float:
 
 async def test_outcome_appends_wait_for_the_configured_linger(settings: Settings) -> None:
     """A lone append is acknowledged no sooner than the linger lets its batch leave."""
-    lingering = settings.model_copy(update={"worker_linger_ms": 600.0})
+    lingering = changed(settings, {"worker.linger_s": 0.6})
     assert await timed_append(lingering) >= 0.5
 
 
 async def test_no_linger_sends_at_once(settings: Settings) -> None:
-    eager = settings.model_copy(update={"worker_linger_ms": 0.0})
+    eager = changed(settings, {"worker.linger_s": 0.0})
     assert await timed_append(eager) < 0.5
 
 
@@ -47,10 +47,9 @@ def test_faust_app_gets_linger_and_standby(
     tmp_path: object, linger_ms: float, standby: int
 ) -> None:
     settings = Settings(
+        worker={"linger_s": linger_ms / 1000, "standby_replicas": standby},
+        channels={"webhook_secret": "whsec_" + "A" * 32},
         data_dir=tmp_path,
-        worker_linger_ms=linger_ms,
-        worker_standby_replicas=standby,
-        webhook_secret="whsec_" + "A" * 32,
     )
     worker = create_app(settings, "batching")
     assert worker.app.conf.producer_linger == pytest.approx(linger_ms / 1000)
@@ -63,12 +62,12 @@ def test_faust_app_gets_linger_and_standby(
 async def test_the_worker_consumer_gets_the_fetch_wait(
     tmp_path: object, wait_ms: float, min_bytes: int, max_wait_ms: int
 ) -> None:
-    """``LEDGER_WORKER_FETCH_WAIT_MS`` reaches the aiokafka consumer faust builds for the
+    """``LEDGER_WORKER__FETCH_WAIT_S`` reaches the aiokafka consumer faust builds for the
     agent (0 keeps faust's: answered at the first byte, 1.5 s at most)."""
     settings = Settings(
+        worker={"fetch_wait_s": wait_ms / 1000},
+        channels={"webhook_secret": "whsec_" + "A" * 32},
         data_dir=tmp_path,
-        worker_fetch_wait_ms=wait_ms,
-        webhook_secret="whsec_" + "A" * 32,
     )
     worker = create_app(settings, "fetching")
     consumer = new_worker_consumer(worker.app)  # as faust builds it, in its own thread

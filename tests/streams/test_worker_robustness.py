@@ -52,14 +52,14 @@ async def after_the_bad_records(
     async def done() -> bool:
         assert worker.alive(), worker.output()[-3000:]
         states = await ledger_view()
-        letters = await read_topic(settings.topic_deadletter, raw=True)
+        letters = await read_topic(settings.kafka.topic_deadletter, raw=True)
         confirmed = key in states and states[key].status is Status.CONFIRMED
         return confirmed and len(letters) >= dead_letters
 
     await wait_for(done, 90, f"the good delivery CONFIRMED and {dead_letters} dead letters")
     letters = [
         DeadLetter.model_validate_json(m.value)
-        for m in await read_topic(settings.topic_deadletter, raw=True)
+        for m in await read_topic(settings.kafka.topic_deadletter, raw=True)
     ]
     return key, worker, {(d.original_partition, d.original_offset): d for d in letters}
 
@@ -72,14 +72,14 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
 ) -> None:
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = settings
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     await producer.start()
     try:
         garbage = await producer.send_and_wait(
-            settings.topic_deliveries, b"\x00not json", key=b"k1", partition=0
+            settings.kafka.topic_deliveries, b"\x00not json", key=b"k1", partition=0
         )
         invalid = await producer.send_and_wait(
-            settings.topic_deliveries,
+            settings.kafka.topic_deliveries,
             b'{"type": "delivery.requested", "schema_version": 2}',
             key=b"k2",
             partition=0,
@@ -90,7 +90,7 @@ async def test_bad_records_are_dead_lettered_and_processing_continues(
         settings, worker_factory, receiver, ledger_view, read_topic, "run-after-bad"
     )
     first = by_offset[(0, garbage.offset)]
-    assert first.original_topic == settings.topic_deliveries
+    assert first.original_topic == settings.kafka.topic_deliveries
     assert "not JSON" in first.reason
     assert first.original_value() == b"\x00not json"
     second = by_offset[(0, invalid.offset)]
@@ -129,16 +129,16 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
         **common,
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, max_request_size=2 * 1024 * 1024
+        bootstrap_servers=settings.kafka.bootstrap_servers, max_request_size=2 * 1024 * 1024
     )
     await producer.start()
     try:
         deep = await producer.send_and_wait(
-            settings.topic_deliveries, b"[" * 5000 + b"]" * 5000, key=b"d1", partition=0
+            settings.kafka.topic_deliveries, b"[" * 5000 + b"]" * 5000, key=b"d1", partition=0
         )
         for request in (huge, creds):
             await producer.send_and_wait(
-                settings.topic_deliveries,
+                settings.kafka.topic_deliveries,
                 encode(request),
                 key=request.idempotency_key.encode(),  # its own partition, as claims use
             )
@@ -158,7 +158,7 @@ async def test_a_deep_record_is_dead_lettered_and_a_refused_request_fails_unsent
 
     await wait_for(both_failed, 60, "both refused requests FAILED")
     states = await ledger_view()
-    size, limit = len(canonical_json(huge.payload)), settings.max_payload_bytes
+    size, limit = len(canonical_json(huge.payload)), settings.publisher.max_payload_bytes
     too_big, with_creds = states[huge.idempotency_key], states[creds.idempotency_key]
     assert too_big.last_error_class is ErrorClass.REFUSED_REQUEST
     assert f"payload is {size} bytes, over the limit of {limit}" in (too_big.last_reason or "")

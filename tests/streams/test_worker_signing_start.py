@@ -20,12 +20,12 @@ SHORT = "whsec_" + "U2VDckV0WHlaLXR3ZW50eS10aHJlZSE="
 
 
 def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[str]:
-    keep = ("LEDGER_OUTCOME_SIGNING_KEY", "LEDGER_OUTCOME_VERIFY_KEYS")  # signing is on
+    keep = ("LEDGER_SIGNING__SIGNING_KEY", "LEDGER_SIGNING__VERIFY_KEYS")  # signing is on
     base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_") or k in keep}
     base.update(
         {
             # Nothing listens there: a worker that got as far as connecting would hang.
-            "LEDGER_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+            "LEDGER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1",
             "LEDGER_DATA_DIR": str(tmp_path),
             **env,
         }
@@ -50,12 +50,15 @@ def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[st
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({}, "no webhook signing secret: LEDGER_WEBHOOK_SECRET is not set"),
-        ({"LEDGER_WEBHOOK_SECRET": REFUSED}, "LEDGER_WEBHOOK_SECRET: webhook secret is not"),
+        ({}, "no webhook signing secret: LEDGER_CHANNELS__WEBHOOK_SECRET is not set"),
+        (
+            {"LEDGER_CHANNELS__WEBHOOK_SECRET": REFUSED},
+            "LEDGER_CHANNELS__WEBHOOK_SECRET: webhook secret is not",
+        ),
         (
             {
-                "LEDGER_WEBHOOK_SECRET": GOOD,
-                "LEDGER_WEBHOOK_ENDPOINTS": json.dumps(
+                "LEDGER_CHANNELS__WEBHOOK_SECRET": GOOD,
+                "LEDGER_CHANNELS__WEBHOOK_ENDPOINTS": json.dumps(
                     {"https://hooks.example.test/team": {"secret": REFUSED}}
                 ),
             },
@@ -63,24 +66,24 @@ def start_worker(tmp_path: object, **env: str) -> subprocess.CompletedProcess[st
         ),
         (
             {
-                "LEDGER_WEBHOOK_ENDPOINTS": json.dumps(
+                "LEDGER_CHANNELS__WEBHOOK_ENDPOINTS": json.dumps(
                     {
                         "https://a.example.test/": {"secrets": [GOOD]},
                         "https://b.example.test/hooks": {},
                     }
                 )
             },
-            "LEDGER_WEBHOOK_SECRET is not set and endpoint 'https://b.example.test:443/hooks' "
-            "has none of its own",
+            "LEDGER_CHANNELS__WEBHOOK_SECRET is not set and endpoint "
+            "'https://b.example.test:443/hooks' has none of its own",
         ),
         (
-            {"LEDGER_WEBHOOK_SECRET": ONE_BYTE},
-            "LEDGER_WEBHOOK_SECRET: webhook secret is 1 bytes; at least 24 are required",
+            {"LEDGER_CHANNELS__WEBHOOK_SECRET": ONE_BYTE},
+            "LEDGER_CHANNELS__WEBHOOK_SECRET: webhook secret is 1 bytes; at least 24 are required",
         ),
         (
             {
-                "LEDGER_WEBHOOK_SECRET": GOOD,
-                "LEDGER_WEBHOOK_ENDPOINTS": json.dumps(
+                "LEDGER_CHANNELS__WEBHOOK_SECRET": GOOD,
+                "LEDGER_CHANNELS__WEBHOOK_ENDPOINTS": json.dumps(
                     {"https://hooks.example.test/team": {"secrets": [GOOD, SHORT]}}
                 ),
             },

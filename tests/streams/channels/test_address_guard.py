@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from config.settings import Settings, address_policy
+from config.settings import Settings, address_policy, changed
 from events.addresses import AddressPolicy
 from events.outcomes import ErrorClass
 from ledger.simulator.background import BackgroundSimulator
@@ -90,7 +90,7 @@ def test_public_addresses_pass_and_allow_lists_open_exactly_what_they_name() -> 
 
 def test_a_bad_allow_list_entry_is_named() -> None:
     with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33' is not an IP network"):
-        Settings(allowed_networks=["10.0.0.0/33"])
+        Settings(channels={"allowed_networks": ["10.0.0.0/33"]})
 
 
 @pytest.fixture
@@ -121,8 +121,10 @@ async def test_no_spelling_of_loopback_reaches_the_internal_service(
     internal_service: tuple[socket.socket, int], host: str
 ) -> None:
     listener, port = internal_service
-    async with create_http_client(Settings(http_connect_timeout_s=1.0)) as client:
-        result = await WebhookChannel(client, Settings()).send(
+    async with create_http_client(
+        Settings(channels={"http_connect_timeout_s": 1.0}).channels
+    ) as client:
+        result = await WebhookChannel(client, Settings().channels).send(
             outbound(f"http://{host}:{port}/admin")
         )
     assert result.outcome is SendOutcome.REJECTED, result
@@ -136,19 +138,19 @@ async def test_allowed_explicitly_the_same_receiver_gets_the_delivery(
 ) -> None:
     settings = receiver.settings(Settings())
     delivery = outbound(receiver.webhook_url("guarded"))
-    async with create_http_client(settings) as client:
-        refused = await WebhookChannel(client, settings).send(delivery)
-        looked_up = await WebhookChannel(client, settings).lookup(delivery)
-        by_provider = await ProviderChannel(client, deadline_s=settings.send_deadline_s).send(
-            outbound(receiver.provider_url, channel="provider")
-        )
+    async with create_http_client(settings.channels) as client:
+        refused = await WebhookChannel(client, settings.channels).send(delivery)
+        looked_up = await WebhookChannel(client, settings.channels).lookup(delivery)
+        by_provider = await ProviderChannel(
+            client, deadline_s=settings.channels.send_deadline_s
+        ).send(outbound(receiver.provider_url, channel="provider"))
     assert refused.error_class is ErrorClass.BLOCKED_ADDRESS
     assert looked_up.outcome == "lookup_error"
     assert by_provider.error_class is ErrorClass.BLOCKED_ADDRESS
     assert receiver.requests() == []  # neither the send, the lookup nor the provider call
-    allowed = settings.model_copy(update={"allowed_networks": ["127.0.0.1/32"]})
-    async with create_http_client(allowed) as client:
-        sent = await WebhookChannel(client, allowed).send(delivery)
+    allowed = changed(settings, {"channels.allowed_networks": ["127.0.0.1/32"]})
+    async with create_http_client(allowed.channels) as client:
+        sent = await WebhookChannel(client, allowed.channels).send(delivery)
     assert sent.outcome is SendOutcome.CONFIRMED, sent
     assert receiver.accepted(delivery.idempotency_key) == 1
 
@@ -163,22 +165,22 @@ async def test_an_endpoints_own_allow_list_opens_its_origin_and_nothing_else(
     base = receiver.settings(Settings())
     endpoints = {
         url: endpoint.model_copy(update={"allowed_networks": ["127.0.0.1/32"]})
-        for url, endpoint in base.webhook_endpoints.items()
+        for url, endpoint in base.channels.webhook_endpoints.items()
     }
-    settings = base.model_copy(update={"webhook_endpoints": endpoints})
-    assert settings.allowed_networks == []
+    settings = changed(base, {"channels.webhook_endpoints": endpoints})
+    assert settings.channels.allowed_networks == []
     delivery = outbound(receiver.webhook_url("own"))
     internal = outbound(f"http://127.0.0.1:{port}/admin")
-    async with create_http_client(settings) as client:
-        sent = await WebhookChannel(client, settings).send(delivery)
-        looked_up = await WebhookChannel(client, settings).lookup(delivery)
-        refused = await WebhookChannel(client, settings).send(internal)
+    async with create_http_client(settings.channels) as client:
+        sent = await WebhookChannel(client, settings.channels).send(delivery)
+        looked_up = await WebhookChannel(client, settings.channels).lookup(delivery)
+        refused = await WebhookChannel(client, settings.channels).send(internal)
     assert sent.outcome is SendOutcome.CONFIRMED, sent
     assert looked_up.outcome == "found", looked_up
     assert receiver.accepted(delivery.idempotency_key) == 1
     assert refused.error_class is ErrorClass.BLOCKED_ADDRESS, refused
     assert connections(listener) == 0
-    policy = address_policy(settings)
+    policy = address_policy(settings.channels)
     receiver_port = int(receiver.base_url.rsplit(":", 1)[1])
     assert policy.refuses_literal("127.0.0.1", receiver_port) is None
     assert "loopback" in (policy.refuses_literal("127.0.0.1", port) or "")
@@ -187,5 +189,9 @@ async def test_an_endpoints_own_allow_list_opens_its_origin_and_nothing_else(
 def test_a_bad_endpoint_allow_list_entry_is_named() -> None:
     with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33' is not an IP network"):
         Settings(
-            webhook_endpoints={"https://hooks.internal/": {"allowed_networks": ["10.0.0.0/33"]}}
+            channels={
+                "webhook_endpoints": {
+                    "https://hooks.internal/": {"allowed_networks": ["10.0.0.0/33"]}
+                }
+            }
         )

@@ -28,7 +28,9 @@ from tests.fixtures.private import readable_by_others
 from tests.streams.channels.browser_support import chromium_of_this_process
 from tests.streams.channels.support import outbound
 
-FAST = Settings(send_deadline_s=4.0, http_timeout_s=1.0, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={"send_deadline_s": 4.0, "http_timeout_s": 1.0, "allowed_networks": ["127.0.0.0/8"]}
+)
 LOOPBACK = AddressPolicy(["127.0.0.0/8"])
 SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 
@@ -36,11 +38,11 @@ SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 @pytest.fixture
 async def channel(fake_form: BackgroundFakeForm, tmp_path: Path) -> AsyncIterator[BrowserChannel]:
     config = BrowserSettings.model_validate({"targets": {TARGET: form_target(fake_form.app.url)}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         browser = BrowserChannel(
             http,
             config,
-            deadline_s=FAST.send_deadline_s,
+            deadline_s=FAST.channels.send_deadline_s,
             screenshots=tmp_path / "shots",
             policy=LOOPBACK,
             metrics=WorkerMetrics(),
@@ -325,7 +327,7 @@ async def test_credentials_in_a_start_url_stay_out_of_the_evidence(
     target["start_url"] += f"?X-Amz-Signature={secret}&sig={secret}&lang=en"
     target["lookup"]["url"] += f"&access_token={secret}"
     config = BrowserSettings.model_validate({"targets": {TARGET: target}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = BrowserChannel(
             http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK
         )

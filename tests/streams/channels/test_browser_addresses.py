@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.channels import builtin
 from events.channels.browser_targets import BrowserSettings
 from events.outcomes import ErrorClass
@@ -36,7 +36,9 @@ from tests.streams.channels.browser_support import (
 from tests.streams.channels.support import outbound
 
 # The form's exact address only: 127.0.0.2 is loopback, outside it, so refused.
-ONLY_THE_FORM = Settings(send_deadline_s=6.0, http_timeout_s=1.0, allowed_networks=["127.0.0.1"])
+ONLY_THE_FORM = Settings(
+    channels={"send_deadline_s": 6.0, "http_timeout_s": 1.0, "allowed_networks": ["127.0.0.1"]}
+)
 SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
 
 
@@ -58,10 +60,14 @@ async def channel_for(
     target: dict[str, Any], data_dir: Path, **browser: Any
 ) -> AsyncIterator[BrowserChannel]:
     """The channel as a worker builds it (its adapter, the worker's settings)."""
-    settings = ONLY_THE_FORM.model_copy(update={"data_dir": data_dir})
+    settings = changed(ONLY_THE_FORM, {"data_dir": data_dir})
     config = BrowserSettings.model_validate({"targets": {TARGET: target}, **browser})
-    async with create_http_client(settings) as http:
-        channel = adapter(AdapterBuild(builtin.browser, http, settings, config))
+    async with create_http_client(settings.channels) as http:
+        channel = adapter(
+            AdapterBuild(
+                builtin.browser, http, settings.channels, settings.worker, settings.data_dir, config
+            )
+        )
         try:
             yield channel
         finally:

@@ -32,10 +32,12 @@ from tests.fixtures.email_api import (
 from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 
 ChannelFor = Callable[..., EmailApiChannel]
@@ -44,11 +46,11 @@ ChannelFor = Callable[..., EmailApiChannel]
 @pytest.fixture
 async def channel_for() -> AsyncIterator[ChannelFor]:
     """An adapter for a fake, with EmailApiSettings fields."""
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
 
         def make(fake: BackgroundFakeEmailApi, **fields: JsonValue) -> EmailApiChannel:
             config = EmailApiSettings.model_validate(fake.channel_settings(**fields))
-            return EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
+            return EmailApiChannel(http, config, deadline_s=FAST.channels.send_deadline_s)
 
         yield make
 
@@ -182,14 +184,14 @@ async def test_the_fake_dedupes_only_when_told(
 
 
 async def test_without_settings_nothing_is_sent() -> None:
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = EmailApiChannel(http, EmailApiSettings(), deadline_s=1.0)
         result = await channel.send(delivery())
     assert (result.outcome, result.error_class) == (
         SendOutcome.REJECTED,
         ErrorClass.INVALID_RECIPIENT,
     )
-    assert "LEDGER_CHANNEL_SETTINGS[email_api]" in result.evidence
+    assert "LEDGER_CHANNELS__SETTINGS[email_api]" in result.evidence
 
 
 def test_settings_and_recipients_are_checked() -> None:
@@ -219,7 +221,13 @@ async def test_the_24h_key_rule_applies_only_where_declared_and_within_its_windo
         for declared in (False, True):
             settings = EmailApiSettings.model_validate({**config, "provider_dedupes": declared})
             channel = EmailApiChannel(http, settings, deadline_s=1.0)
-            ctx = worker_context(FAST, worker_id="w", producer="p", channels={"email_api": channel})
+            ctx = worker_context(
+                FAST.worker,
+                FAST.channels,
+                worker_id="w",
+                producer="p",
+                channels={"email_api": channel},
+            )
             rule = ctx.dedupe_rule("email_api", RECIPIENT)
             assert rule == (key_rule if declared else None)
     assert rule is not None

@@ -59,11 +59,13 @@ async def test_a_403_body_with_a_token_leaves_only_the_status_and_a_redacted_exc
     internal: str,
 ) -> None:
     settings = Settings(
-        allowed_networks=["127.0.0.0/8"],
-        webhook_secret=SecretStr("whsec_dGVzdC1ldmlkZW5jZS1zZWNyZXQtMjRi"),
+        channels={
+            "allowed_networks": ["127.0.0.0/8"],
+            "webhook_secret": SecretStr("whsec_dGVzdC1ldmlkZW5jZS1zZWNyZXQtMjRi"),
+        }
     )
-    async with create_http_client(settings) as client:
-        result = await WebhookChannel(client, settings).send(outbound(internal))
+    async with create_http_client(settings.channels) as client:
+        result = await WebhookChannel(client, settings.channels).send(outbound(internal))
     assert result.outcome is SendOutcome.REJECTED
     assert result.http_status == 403
     assert "-> 403" in result.evidence

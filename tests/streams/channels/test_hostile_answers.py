@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from pydantic import SecretStr
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed, with_channel
 from events.addresses import AddressPolicy
 from events.channels.browser_targets import BrowserSettings
 from events.channels.email_api import EmailApiSettings
@@ -28,7 +27,9 @@ from streams.channels.webhook import WebhookChannel
 from tests.fixtures.form import TARGET, form_target
 from tests.streams.channels.support import outbound
 
-FAST = Settings(send_deadline_s=4.0, http_timeout_s=2.0, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={"send_deadline_s": 4.0, "http_timeout_s": 2.0, "allowed_networks": ["127.0.0.0/8"]}
+)
 HOSTILE = b"[" * 60_000
 
 
@@ -66,11 +67,12 @@ def classified(result: SendResult | LookupResult) -> None:
 
 async def test_webhook_send_and_lookup(hostile: str) -> None:
     url = f"{hostile}/hooks/a"
-    settings = FAST.model_copy(
-        update={"webhook_endpoints": {f"{hostile}/hooks/": WebhookEndpoint(lookup_url=hostile)}}
+    settings = changed(
+        FAST,
+        {"channels.webhook_endpoints": {f"{hostile}/hooks/": WebhookEndpoint(lookup_url=hostile)}},
     )
-    async with create_http_client(settings) as http:
-        channel = WebhookChannel(http, settings)
+    async with create_http_client(settings.channels) as http:
+        channel = WebhookChannel(http, settings.channels)
         sent = await channel.send(delivery(url, "webhook"))
         looked = await channel.lookup(delivery(url, "webhook"))
     # A 2xx from the receiver itself confirms; the unreadable body only lacks an id.
@@ -82,8 +84,8 @@ async def test_webhook_send_and_lookup(hostile: str) -> None:
 
 async def test_provider_send_and_lookup(hostile: str) -> None:
     url = f"{hostile}/provider/messages"
-    async with create_http_client(FAST) as http:
-        channel = ProviderChannel(http, deadline_s=FAST.send_deadline_s)
+    async with create_http_client(FAST.channels) as http:
+        channel = ProviderChannel(http, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery(url, "provider"))
         looked = await channel.lookup(delivery(url, "provider"))
     assert sent.outcome is SendOutcome.SENT
@@ -94,14 +96,11 @@ async def test_provider_send_and_lookup(hostile: str) -> None:
 
 
 async def test_slack_send_and_lookup(hostile: str) -> None:
-    settings = FAST.model_copy(
-        update={
-            "slack_api_url": f"{hostile}/api/",
-            "slack_tokens": {"acme": SecretStr("xoxb-test-token")},
-        }
+    settings = with_channel(
+        FAST, "slack", {"api_url": f"{hostile}/api/", "tokens": {"acme": "xoxb-test-token"}}
     )
-    async with create_http_client(settings) as http:
-        channel = SlackChannel(http, settings)
+    async with create_http_client(settings.channels) as http:
+        channel = SlackChannel(http, settings.channels, settings.worker)
         sent = await channel.send(delivery("acme/C0LEDGER01", "slack"))
         looked = await channel.lookup(delivery("acme/C0LEDGER01", "slack"))
     assert sent.outcome is SendOutcome.UNKNOWN, sent  # 200, but was it posted?
@@ -114,8 +113,8 @@ async def test_email_api_send_and_lookup(hostile: str) -> None:
     config = EmailApiSettings.model_validate(
         {"api_url": hostile, "api_key": "k" * 32, "from_address": "ledger@example.org"}
     )
-    async with create_http_client(FAST) as http:
-        channel = EmailApiChannel(http, config, deadline_s=FAST.send_deadline_s)
+    async with create_http_client(FAST.channels) as http:
+        channel = EmailApiChannel(http, config, deadline_s=FAST.channels.send_deadline_s)
         sent = await channel.send(delivery("ops@example.org", "email_api"))
         looked = await channel.lookup(delivery("ops@example.org", "email_api"))
     assert sent.outcome is SendOutcome.SENT
@@ -127,11 +126,11 @@ async def test_email_api_send_and_lookup(hostile: str) -> None:
 
 async def test_browser_list_lookup(hostile: str, tmp_path: Path) -> None:
     config = BrowserSettings.model_validate({"targets": {TARGET: form_target(hostile)}})
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         channel = BrowserChannel(
             http,
             config,
-            deadline_s=FAST.send_deadline_s,
+            deadline_s=FAST.channels.send_deadline_s,
             screenshots=tmp_path,
             policy=AddressPolicy(["127.0.0.0/8"]),
         )

@@ -1,4 +1,4 @@
-"""Both connection pools under httpx (``LEDGER_HTTP_POOL``) keep the same guarantees.
+"""Both connection pools under httpx (``LEDGER_CHANNELS__HTTP_POOL``) keep the same guarantees.
 
 The rest of tests/streams/channels runs on whichever pool the settings pick; these run the
 properties that depend on the pool's internals on both, against raw sockets on 127.0.0.1:
@@ -32,14 +32,16 @@ Raw = Callable[[Callable[[socket.socket], None]], str]
 OK = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r\n\r\n{"id":"r1"}'
 
 
-def settings_for(pool: str, **update: object) -> Settings:
+def settings_for(pool: str) -> Settings:
     return Settings(
-        http_pool=pool,
-        http_timeout_s=1.0,
-        http_connect_timeout_s=0.5,
-        send_deadline_s=2.0,
-        allowed_networks=["127.0.0.0/8"],
-    ).model_copy(update=update)
+        channels={
+            "http_pool": pool,
+            "http_timeout_s": 1.0,
+            "http_connect_timeout_s": 0.5,
+            "send_deadline_s": 2.0,
+            "allowed_networks": ["127.0.0.0/8"],
+        }
+    )
 
 
 @pytest.mark.parametrize("pool", POOLS)
@@ -49,9 +51,9 @@ async def test_a_refused_write_sends_no_byte_and_closes_the_connection(
     seen: list[bytes] = []
     base = raw_server(lambda conn: seen.append(read_request(conn)))
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
+    async with create_http_client(settings.channels) as client:
         guard = WriteGuard(check=lambda: "fenced")
-        result = await WebhookChannel(client, settings).send(outbound(f"{base}/h"), guard)
+        result = await WebhookChannel(client, settings.channels).send(outbound(f"{base}/h"), guard)
     assert (result.outcome, result.error_class) == (SendOutcome.NOT_SENT, ErrorClass.FENCED)
     assert not guard.written
     for _ in range(100):
@@ -75,8 +77,8 @@ async def test_a_pooled_connection_the_server_closed_is_not_written_to(
 
     base = raw_server(answer_then_close)
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
-        channel = WebhookChannel(client, settings)
+    async with create_http_client(settings.channels) as client:
+        channel = WebhookChannel(client, settings.channels)
         first = await channel.send(outbound(f"{base}/h"))
         # Blocking on purpose: the server's close arrives while the loop does not run, so
         # the pool still holds the connection as open and must notice before writing.
@@ -131,8 +133,8 @@ async def test_any_disallowed_address_blocks_the_name_and_only_the_first_is_used
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     settings = settings_for(pool)
     try:
-        async with create_http_client(settings) as client:
-            channel = WebhookChannel(client, settings)
+        async with create_http_client(settings.channels) as client:
+            channel = WebhookChannel(client, settings.channels)
             blocked = await channel.send(outbound(f"http://mixed.test:{listen_port}/h"))
             assert (blocked.outcome, blocked.error_class) == (
                 SendOutcome.REJECTED,
@@ -158,8 +160,8 @@ async def test_a_reset_after_the_request_is_unknown_and_a_refused_connect_is_not
     base = raw_server(reset)
     refused_port = free_port()  # nothing listens there
     settings = settings_for(pool)
-    async with create_http_client(settings) as client:
-        channel = WebhookChannel(client, settings)
+    async with create_http_client(settings.channels) as client:
+        channel = WebhookChannel(client, settings.channels)
         after = await channel.send(outbound(f"{base}/h"))
         before = await channel.send(outbound(f"http://127.0.0.1:{refused_port}/h"))
     assert (after.outcome, after.error_class) == (

@@ -17,13 +17,19 @@ from streams.channels.http import create_http_client
 from streams.channels.provider import ProviderChannel
 from tests.streams.channels.support import outbound, read_request
 
-FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
+)
 
 
 @pytest.fixture
 async def channel() -> AsyncIterator[ProviderChannel]:
-    async with create_http_client(FAST) as http:
-        yield ProviderChannel(http, deadline_s=FAST.send_deadline_s)
+    async with create_http_client(FAST.channels) as http:
+        yield ProviderChannel(http, deadline_s=FAST.channels.send_deadline_s)
 
 
 async def test_queued_is_sent_and_lookup_confirms_once_delivered(

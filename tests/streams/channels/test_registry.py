@@ -32,7 +32,7 @@ async def test_registry_closes_only_a_client_it_created() -> None:
 
 
 async def test_settings_for_a_channel_that_is_not_installed_stop_the_start() -> None:
-    settings = Settings.model_validate({"channel_settings": {"pigeon": {"token": "t0ps3cret"}}})
+    settings = Settings(channels={"settings": {"pigeon": {"token": "t0ps3cret"}}})
     async with httpx.AsyncClient() as client:
         with pytest.raises(ConfigError, match="not installed: pigeon") as caught:
             build_channels(settings, client)
@@ -40,15 +40,21 @@ async def test_settings_for_a_channel_that_is_not_installed_stop_the_start() -> 
 
 
 async def test_a_deadline_for_a_channel_that_is_not_installed_stops_the_start() -> None:
-    settings = Settings.model_validate({"send_deadlines": {"pigeon": 20}})
+    settings = Settings(channels={"send_deadlines": {"pigeon": 20}})
     async with httpx.AsyncClient() as client:
-        with pytest.raises(ConfigError, match=r"LEDGER_SEND_DEADLINES .* not installed: pigeon"):
+        with pytest.raises(
+            ConfigError, match=r"LEDGER_CHANNELS__SEND_DEADLINES .* not installed: pigeon"
+        ):
             build_channels(settings, client)
 
 
 async def test_each_adapter_gets_its_own_channels_deadline() -> None:
-    settings = Settings.model_validate(
-        {"send_deadline_s": 3, "send_deadlines": {"browser": 9, "slack": 4}, "http_timeout_s": 2}
+    settings = Settings(
+        channels={
+            "send_deadline_s": 3,
+            "send_deadlines": {"browser": 9, "slack": 4},
+            "http_timeout_s": 2,
+        }
     )
     async with httpx.AsyncClient() as client:
         channels = build_channels(settings, client)

@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 from typing import Unpack
 
 import pytest
-from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
-from config.settings import Settings
+from config.settings import Settings, with_channel
 from events.outcomes import ErrorClass
 from ledger.simulator.slack import BOT_ID
 from streams.channels import slack as slack_module
@@ -28,18 +27,20 @@ from tests.fixtures.slack import (
 from tests.streams.channels.support import DeliveryChanges, outbound
 
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 
 
 @pytest.fixture
 async def channel(fake_slack: BackgroundFakeSlack) -> AsyncIterator[SlackChannel]:
     settings = fake_slack.settings(FAST)
-    async with create_http_client(settings) as http:
-        yield SlackChannel(http, settings)
+    async with create_http_client(settings.channels) as http:
+        yield SlackChannel(http, settings.channels, settings.worker)
 
 
 def delivery(
@@ -97,9 +98,9 @@ async def test_lookup_beyond_the_page_bound_is_an_error_not_not_found(
     fake_slack: BackgroundFakeSlack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(slack_module, "PAGE_SIZE", 1)
-    settings = fake_slack.settings(FAST).model_copy(update={"slack_lookup_max_pages": 2})
-    async with create_http_client(settings) as http:
-        channel = SlackChannel(http, settings)
+    settings = with_channel(fake_slack.settings(FAST), "slack", {"lookup_max_pages": 2})
+    async with create_http_client(settings.channels) as http:
+        channel = SlackChannel(http, settings.channels, settings.worker)
         for _ in range(3):
             await channel.send(delivery(fake_slack))
         result = await channel.lookup(delivery(fake_slack))
@@ -184,23 +185,25 @@ async def test_a_workspace_without_a_token_is_not_sent(
     fake_slack_factory: FakeSlackFactory,
 ) -> None:
     fake = fake_slack_factory()
-    settings = fake.settings(FAST).model_copy(update={"slack_tokens": {}})
-    async with create_http_client(settings) as http:
-        result = await SlackChannel(http, settings).send(delivery(fake))
+    settings = with_channel(fake.settings(FAST), "slack", {"tokens": {}})
+    async with create_http_client(settings.channels) as http:
+        result = await SlackChannel(http, settings.channels, settings.worker).send(delivery(fake))
     assert (result.outcome, result.error_class) == (
         SendOutcome.REJECTED,
         ErrorClass.INVALID_RECIPIENT,
     )
-    assert "LEDGER_SLACK_TOKENS" in result.evidence
+    assert "LEDGER_CHANNELS__SETTINGS" in result.evidence
     assert fake.fake.calls() == []
 
 
 async def test_a_wrong_token_fails_and_is_never_shown(fake_slack: BackgroundFakeSlack) -> None:
-    settings = fake_slack.settings(FAST).model_copy(
-        update={"slack_tokens": {"acme": SecretStr("xoxb-not-the-right-one")}}
+    settings = with_channel(
+        fake_slack.settings(FAST), "slack", {"tokens": {"acme": "xoxb-not-the-right-one"}}
     )
-    async with create_http_client(settings) as http:
-        result = await SlackChannel(http, settings).send(delivery(fake_slack))
+    async with create_http_client(settings.channels) as http:
+        result = await SlackChannel(http, settings.channels, settings.worker).send(
+            delivery(fake_slack)
+        )
     assert result.outcome is SendOutcome.REJECTED
     assert "invalid_auth" in result.evidence
     assert "xoxb" not in result.evidence
@@ -236,12 +239,16 @@ async def test_another_apps_message_with_the_key_is_not_ours(
 
 async def test_our_bot_is_learnt_once_per_workspace(fake_slack: BackgroundFakeSlack) -> None:
     settings = fake_slack.settings(FAST)
-    async with create_http_client(settings) as http:
-        looker = SlackChannel(http, settings)  # never posted: asks auth.test, once
+    async with create_http_client(settings.channels) as http:
+        looker = SlackChannel(
+            http, settings.channels, settings.worker
+        )  # never posted: asks auth.test, once
         for _ in range(3):
             assert (await looker.lookup(delivery(fake_slack))).outcome == "not_found"
         assert len(fake_slack.fake.calls("auth.test")) == 1
-        sender = SlackChannel(http, settings)  # its post's answer names our bot
+        sender = SlackChannel(
+            http, settings.channels, settings.worker
+        )  # its post's answer names our bot
         d = delivery(fake_slack)
         await sender.send(d)
         assert (await sender.lookup(d)).outcome == "found"
@@ -253,8 +260,10 @@ async def test_a_token_auth_test_refuses_is_a_lookup_error(
 ) -> None:
     fake_slack.fake.fault("error", method="auth.test", error="token_revoked")
     settings = fake_slack.settings(FAST)
-    async with create_http_client(settings) as http:
-        result = await SlackChannel(http, settings).lookup(delivery(fake_slack))
+    async with create_http_client(settings.channels) as http:
+        result = await SlackChannel(http, settings.channels, settings.worker).lookup(
+            delivery(fake_slack)
+        )
     assert result.outcome == "lookup_error", result.evidence
     assert "token_revoked" in result.evidence
     assert TOKEN not in result.evidence

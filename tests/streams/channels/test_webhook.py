@@ -13,7 +13,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from events.errors import LedgerError
 from events.keys import canonical_json
 from events.outcomes import ErrorClass
@@ -24,17 +24,23 @@ from streams.channels.http import create_http_client
 from streams.channels.webhook import WebhookChannel
 from tests.streams.channels.support import AddressInfo, outbound, read_request
 
-FAST = Settings(http_timeout_s=0.5, http_connect_timeout_s=0.5, allowed_networks=["127.0.0.0/8"])
+FAST = Settings(
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
+)
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         yield http
 
 
 def channel_for(receiver: BackgroundSimulator, client: httpx.AsyncClient) -> WebhookChannel:
-    return WebhookChannel(client, receiver.settings(FAST))
+    return WebhookChannel(client, receiver.settings(FAST).channels)
 
 
 async def test_2xx_confirms_with_the_receivers_id_and_a_verified_signature(
@@ -91,21 +97,24 @@ async def test_endpoint_secret_by_longest_prefix(
 ) -> None:
     secret = "whsec_" + base64.b64encode(b"secret-for-team-a-28-bytes!!").decode()
     receiver = receiver_factory(hook_secrets={"team-a": secret})
-    settings = FAST.model_copy(
-        update={
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/": WebhookEndpoint(),
                 f"{receiver.base_url}/hooks/team-a": WebhookEndpoint(secret=secret),
             }
-        }
+        },
     )
-    channel = WebhookChannel(client, settings)
+    channel = WebhookChannel(client, settings.channels)
     team_a = await channel.send(outbound(receiver.webhook_url("team-a")))
     other = await channel.send(outbound(receiver.webhook_url("other")))
     assert team_a.outcome is SendOutcome.CONFIRMED
     assert other.outcome is SendOutcome.CONFIRMED
     # Without the endpoint entry the default secret is used, and the receiver says 401.
-    wrong = await WebhookChannel(client, FAST).send(outbound(receiver.webhook_url("team-a")))
+    wrong = await WebhookChannel(client, FAST.channels).send(
+        outbound(receiver.webhook_url("team-a"))
+    )
     assert wrong.outcome is SendOutcome.REJECTED
     assert wrong.http_status == 401
     assert wrong.error_class is ErrorClass.HTTP_4XX
@@ -113,9 +122,11 @@ async def test_endpoint_secret_by_longest_prefix(
 
 def test_bad_secret_fails_at_construction_without_echoing_it() -> None:
     # "abcde" is refused by the standardwebhooks library itself (5 base64 characters).
-    settings = Settings(webhook_endpoints={"http://x/": WebhookEndpoint(secret="whsec_abcde")})
+    settings = Settings(
+        channels={"webhook_endpoints": {"http://x/": WebhookEndpoint(secret="whsec_abcde")}}
+    )
     with pytest.raises(LedgerError, match="http://x:80/") as caught:
-        WebhookChannel(httpx.AsyncClient(), settings)
+        WebhookChannel(httpx.AsyncClient(), settings.channels)
     assert "abcde" not in str(caught.value)
     assert caught.value.hint
 
@@ -156,7 +167,9 @@ async def test_dns_failure_is_not_sent(
         return real(host, port, family, type, proto, flags)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    result = await WebhookChannel(client, FAST).send(outbound("http://receiver.invalid/hook"))
+    result = await WebhookChannel(client, FAST.channels).send(
+        outbound("http://receiver.invalid/hook")
+    )
     assert result.outcome is SendOutcome.NOT_SENT
     assert result.error_class is ErrorClass.DNS_FAILURE
 
@@ -178,7 +191,9 @@ async def test_connect_timeout_is_not_sent(client: httpx.AsyncClient) -> None:
         # The backlog is full once the first filler's handshake completed (listen(0)
         # queues one); the rest stay unanswered, and so will the channel's connect.
         select.select([], fillers, [], 5.0)
-        result = await WebhookChannel(client, FAST).send(outbound(f"http://127.0.0.1:{port}/h"))
+        result = await WebhookChannel(client, FAST.channels).send(
+            outbound(f"http://127.0.0.1:{port}/h")
+        )
     finally:
         for sock in [*fillers, listener]:
             sock.close()
@@ -292,18 +307,21 @@ async def test_lookup_found_not_found_error_and_unsupported(
     receiver.refuse()
     assert (await channel.lookup(sent)).outcome == "lookup_error"
     receiver.resume()
-    no_lookup = WebhookChannel(client, receiver.settings(FAST, lookup=False))
+    no_lookup = WebhookChannel(client, receiver.settings(FAST, lookup=False).channels)
     unsupported = await no_lookup.lookup(sent)
     assert unsupported.outcome == "unsupported"
     assert "no lookup URL" in unsupported.evidence
     # Dedupe at the receiver is declared per endpoint, never assumed.
     assert no_lookup.receiver_dedupes(sent.recipient) is False
-    declared = FAST.model_copy(
-        update={
-            "webhook_endpoints": {receiver.webhook_url(""): WebhookEndpoint(receiver_dedupes=True)}
-        }
+    declared = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
+                receiver.webhook_url(""): WebhookEndpoint(receiver_dedupes=True)
+            }
+        },
     )
-    assert WebhookChannel(client, declared).receiver_dedupes(sent.recipient) is True
+    assert WebhookChannel(client, declared.channels).receiver_dedupes(sent.recipient) is True
 
 
 async def test_status_then_cut_body_still_confirms(
@@ -314,7 +332,7 @@ async def test_status_then_cut_body_still_confirms(
         conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"id": ')
 
     base = raw_server(answer_then_cut)
-    result = await WebhookChannel(client, FAST).send(outbound(f"{base}/hook"))
+    result = await WebhookChannel(client, FAST.channels).send(outbound(f"{base}/hook"))
     assert result.outcome is SendOutcome.CONFIRMED  # the receiver's 2xx stands
     assert "body read failed" in result.evidence
 
@@ -330,7 +348,7 @@ async def test_garbage_response_is_unknown_protocol_error(
 
     base = raw_server(garbage)
     delivery = outbound(f"{base}/hook")
-    result = await WebhookChannel(client, FAST).send(delivery)
+    result = await WebhookChannel(client, FAST.channels).send(delivery)
     assert result.outcome is SendOutcome.UNKNOWN
     assert result.error_class is ErrorClass.PROTOCOL_ERROR
     # What went over the wire: the Standard Webhooks headers and the canonical JSON body.

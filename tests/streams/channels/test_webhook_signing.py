@@ -15,7 +15,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from config.settings import Settings, WebhookEndpoint
+from config.settings import Settings, WebhookEndpoint, changed
 from events.errors import LedgerError
 from events.outcomes import ErrorClass
 from ledger.simulator.background import BackgroundSimulator
@@ -36,22 +36,24 @@ CUSTOMER = whsec(b"customer-endpoint-secret")
 UNPADDED = whsec(b"unpadded-26-byte-key-here!").rstrip("=")
 OLD, NEW = whsec(b"rotation-old-secret-24-by"), whsec(b"rotation-new-secret-24-by")
 FAST = Settings(
-    http_timeout_s=0.5,
-    http_connect_timeout_s=0.5,
-    allowed_networks=["127.0.0.0/8"],
-    webhook_secret=GLOBAL,
+    channels={
+        "http_timeout_s": 0.5,
+        "http_connect_timeout_s": 0.5,
+        "allowed_networks": ["127.0.0.0/8"],
+        "webhook_secret": GLOBAL,
+    }
 )
 Factory = Callable[..., BackgroundSimulator]
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with create_http_client(FAST) as http:
+    async with create_http_client(FAST.channels) as http:
         yield http
 
 
 def with_endpoints(**endpoints: WebhookEndpoint) -> Settings:
-    return FAST.model_copy(update={"webhook_endpoints": endpoints})
+    return changed(FAST, {"channels.webhook_endpoints": endpoints})
 
 
 def verifies(secret: str, body: bytes, headers: dict[str, str]) -> bool:
@@ -68,15 +70,16 @@ async def test_an_unpadded_secret_the_library_accepts_signs_and_verifies(
 ) -> None:
     assert len(UNPADDED.removeprefix("whsec_")) % 4 != 0
     receiver = receiver_factory(webhook_secret=GLOBAL, hook_secrets={"team": UNPADDED})
-    settings = FAST.model_copy(
-        update={
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=UNPADDED)
             }
-        }
+        },
     )
     delivery = outbound(receiver.webhook_url("team"))
-    result = await WebhookChannel(client, settings).send(delivery)
+    result = await WebhookChannel(client, settings.channels).send(delivery)
     assert result.outcome is SendOutcome.CONFIRMED, result.evidence
     [request] = receiver.requests(key=delivery.idempotency_key)
     assert request.signature_ok is True
@@ -90,7 +93,7 @@ async def test_during_a_rotation_every_active_secret_signs(
     settings = with_endpoints(
         **{f"{receiver.base_url}/hooks/": WebhookEndpoint(secrets=[OLD, NEW])}
     )
-    channel = WebhookChannel(client, settings)
+    channel = WebhookChannel(client, settings.channels)
     for name in ("old", "new"):
         result = await channel.send(outbound(receiver.webhook_url(name)))
         assert result.outcome is SendOutcome.CONFIRMED, (name, result.evidence)
@@ -116,7 +119,7 @@ async def test_during_a_rotation_every_active_secret_signs(
 def test_a_lookalike_recipient_is_not_signed_with_the_endpoints_secret(recipient: str) -> None:
     channel = WebhookChannel(
         httpx.AsyncClient(),
-        with_endpoints(**{"https://api.customer.test": WebhookEndpoint(secret=CUSTOMER)}),
+        with_endpoints(**{"https://api.customer.test": WebhookEndpoint(secret=CUSTOMER)}).channels,
     )
     body, headers = channel.signed_request(outbound(recipient), int(time.time()))
     assert not verifies(CUSTOMER, body, headers)
@@ -138,7 +141,9 @@ def test_a_lookalike_recipient_is_not_signed_with_the_endpoints_secret(recipient
 def test_a_path_prefix_matches_on_segment_boundaries(recipient: str, customers: bool) -> None:
     channel = WebhookChannel(
         httpx.AsyncClient(),
-        with_endpoints(**{"https://api.customer.test/hooks": WebhookEndpoint(secret=CUSTOMER)}),
+        with_endpoints(
+            **{"https://api.customer.test/hooks": WebhookEndpoint(secret=CUSTOMER)}
+        ).channels,
     )
     body, headers = channel.signed_request(outbound(recipient), int(time.time()))
     assert verifies(CUSTOMER, body, headers) is customers
@@ -152,7 +157,9 @@ async def test_a_neighbouring_path_gets_its_own_secret_at_a_real_receiver(
     receiver = receiver_factory(webhook_secret=GLOBAL, hook_secrets={"team": CUSTOMER})
     channel = WebhookChannel(
         client,
-        with_endpoints(**{f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=CUSTOMER)}),
+        with_endpoints(
+            **{f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=CUSTOMER)}
+        ).channels,
     )
     for name in ("team", "teamevil"):
         result = await channel.send(outbound(receiver.webhook_url(name)))
@@ -163,15 +170,16 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
     receiver_factory: Factory, client: httpx.AsyncClient
 ) -> None:
     receiver = receiver_factory(webhook_secret=GLOBAL, hook_secrets={"team": CUSTOMER})
-    settings = FAST.model_copy(
-        update={
-            "webhook_secret": None,
-            "webhook_endpoints": {
+    settings = changed(
+        FAST,
+        {
+            "channels.webhook_secret": None,
+            "channels.webhook_endpoints": {
                 f"{receiver.base_url}/hooks/team": WebhookEndpoint(secret=CUSTOMER)
             },
-        }
+        },
     )
-    channel = WebhookChannel(client, settings)
+    channel = WebhookChannel(client, settings.channels)
     assert (await channel.send(outbound(receiver.webhook_url("team")))).outcome is (
         SendOutcome.CONFIRMED
     )
@@ -179,7 +187,7 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
     result = await channel.send(stray)
     assert result.outcome is SendOutcome.REJECTED
     assert result.error_class is ErrorClass.INVALID_RECIPIENT
-    assert "LEDGER_WEBHOOK_SECRET" in result.evidence
+    assert "LEDGER_CHANNELS__WEBHOOK_SECRET" in result.evidence
     assert receiver.requests(key=stray.idempotency_key) == []
 
 
@@ -193,7 +201,7 @@ async def test_without_a_global_secret_a_recipient_outside_every_endpoint_is_not
 )
 def test_a_bad_endpoint_key_is_refused_at_start_without_repeating_it(key: str, says: str) -> None:
     with pytest.raises(LedgerError) as caught:
-        WebhookChannel(httpx.AsyncClient(), with_endpoints(**{key: WebhookEndpoint()}))
+        WebhookChannel(httpx.AsyncClient(), with_endpoints(**{key: WebhookEndpoint()}).channels)
     assert says in caught.value.message
     assert "TopSecret" not in caught.value.message + caught.value.hint
 
@@ -206,4 +214,4 @@ def test_two_keys_for_one_endpoint_are_refused() -> None:
         }
     )
     with pytest.raises(LedgerError, match="configured twice"):
-        WebhookChannel(httpx.AsyncClient(), settings)
+        WebhookChannel(httpx.AsyncClient(), settings.channels)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.outcomes import ErrorClass
 from streams.channels.base import SendOutcome
 from streams.channels.http import create_http_client
@@ -23,10 +23,12 @@ from streams.channels.write_guard import WriteGuard
 from tests.streams.channels.support import outbound, read_request
 
 DEADLINE = Settings(
-    http_timeout_s=1.0,
-    http_connect_timeout_s=0.5,
-    send_deadline_s=1.0,
-    allowed_networks=["127.0.0.0/8"],
+    channels={
+        "http_timeout_s": 1.0,
+        "http_connect_timeout_s": 0.5,
+        "send_deadline_s": 1.0,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
 )
 Raw = Callable[[Callable[[socket.socket], None]], str]
 
@@ -42,7 +44,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with create_http_client(DEADLINE) as http:
+    async with create_http_client(DEADLINE.channels) as http:
         yield http
 
 
@@ -54,7 +56,7 @@ async def test_a_refusing_guard_writes_nothing(raw_server: Raw, client: httpx.As
 
     base = raw_server(record)
     guard = WriteGuard(check=lambda: "the lease has 0.5s left")
-    result = await WebhookChannel(client, DEADLINE).send(outbound(f"{base}/hook"), guard)
+    result = await WebhookChannel(client, DEADLINE.channels).send(outbound(f"{base}/hook"), guard)
     assert result.outcome is SendOutcome.NOT_SENT
     assert result.error_class is ErrorClass.FENCED
     assert "the lease has 0.5s left" in result.evidence
@@ -81,7 +83,7 @@ async def test_an_allowing_guard_sends_the_fencing_token(
 
     guard = WriteGuard(check=check)
     delivery = outbound(f"{base}/hook")
-    result = await WebhookChannel(client, DEADLINE).send(delivery, guard)
+    result = await WebhookChannel(client, DEADLINE.channels).send(delivery, guard)
     assert result.outcome is SendOutcome.CONFIRMED
     assert checks == [1]
     assert guard.written
@@ -103,11 +105,11 @@ async def test_a_trickled_body_is_cut_at_the_deadline_and_the_status_stands(
 
     base = raw_server(trickle)
     began = time.monotonic()
-    result = await WebhookChannel(client, DEADLINE).send(outbound(f"{base}/hook"))
+    result = await WebhookChannel(client, DEADLINE.channels).send(outbound(f"{base}/hook"))
     took = time.monotonic() - began
     assert result.outcome is SendOutcome.CONFIRMED  # the 200 arrived: accepted
     assert "deadline" in result.evidence
-    assert took < DEADLINE.send_deadline_s + 0.5, f"held {took:.1f}s past a 1s deadline"
+    assert took < DEADLINE.channels.send_deadline_s + 0.5, f"held {took:.1f}s past a 1s deadline"
 
 
 async def test_no_status_within_the_deadline_after_writing_is_unknown(
@@ -124,8 +126,8 @@ async def test_no_status_within_the_deadline_after_writing_is_unknown(
 
     base = raw_server(headers_never_complete)
     began = time.monotonic()
-    result = await WebhookChannel(client, DEADLINE).send(outbound(f"{base}/hook"))
-    assert time.monotonic() - began < DEADLINE.send_deadline_s + 0.5
+    result = await WebhookChannel(client, DEADLINE.channels).send(outbound(f"{base}/hook"))
+    assert time.monotonic() - began < DEADLINE.channels.send_deadline_s + 0.5
     assert result.outcome is SendOutcome.UNKNOWN
     assert result.error_class is ErrorClass.TIMEOUT_AFTER_WRITE
 
@@ -133,7 +135,15 @@ async def test_no_status_within_the_deadline_after_writing_is_unknown(
 async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> None:
     # One pooled connection, held by a request that never gets its answer: the second
     # request waits for the pool past its deadline, having written nothing.
-    one = DEADLINE.model_copy(update={"send_concurrency": 1, "http_timeout_s": 5.0})
+    # The pool's own timeouts are long (5 s): the 1 s deadline is what ends the wait.
+    one = changed(
+        DEADLINE,
+        {
+            "channels.send_concurrency": 1,
+            "channels.http_timeout_s": 5.0,
+            "channels.send_deadline_s": 5.0,
+        },
+    )
     seen: list[bytes] = []
 
     def hold(conn: socket.socket) -> None:
@@ -141,9 +151,9 @@ async def test_the_deadline_before_any_write_is_not_sent(raw_server: Raw) -> Non
         time.sleep(2.5)
 
     base = raw_server(hold)
-    async with create_http_client(one) as pool_of_one:
-        channel = WebhookChannel(pool_of_one, DEADLINE)
-        patient = WebhookChannel(pool_of_one, one.model_copy(update={"send_deadline_s": 5.0}))
+    async with create_http_client(one.channels) as pool_of_one:
+        channel = WebhookChannel(pool_of_one, DEADLINE.channels)
+        patient = WebhookChannel(pool_of_one, one.channels)
         first = asyncio.ensure_future(patient.send(outbound(f"{base}/hook")))
         await until(lambda: bool(seen))
         second = await channel.send(outbound(f"{base}/hook"))

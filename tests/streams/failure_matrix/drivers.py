@@ -22,7 +22,7 @@ from pydantic import JsonValue, Secret, SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
 from clients import DeliverySpec
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery import DeliveryEvent, DeliveryReconciled, DeliveryUnknown
 from events.delivery_state import DeliveryState
 from events.keys import idempotency_key
@@ -413,9 +413,9 @@ class SmtpDriver(Driver):
             overrides["receiver_dedupes_message_id"] = True
         # The smtp default waits a minute after a 4xx (greylisting); a test cannot.
         fast = RetryPolicy(base_delay_s=0.5, max_delay_s=2.0)
-        policies = {**settings.retry_policies, "smtp": fast}
+        policies = {**settings.channels.retry_policies, "smtp": fast}
         pointed = self.mail.settings(settings, **overrides)
-        return pointed.model_copy(update={"retry_policies": policies})
+        return changed(pointed, {"channels.retry_policies": policies})
 
     def spec(self, run_id: str, n: int = 0) -> DeliverySpec:
         # A recipient per delivery: the server's faults and counts go by recipient.
@@ -502,13 +502,14 @@ class BrowserDriver(Driver):
         config = Secret[dict[str, JsonValue]](
             {"targets": {TARGET: form_target(self.app.url, lookup=self.lookup)}}
         )
-        return settings.model_copy(
-            update={
-                "channel_settings": {"browser": config},
-                "allowed_networks": ["127.0.0.0/8"],
-                "send_deadline_s": BROWSER_DEADLINE_S,
-                "lease_seconds": 12.0,
-            }
+        return changed(
+            settings,
+            {
+                "channels.settings": {"browser": config},
+                "channels.allowed_networks": ["127.0.0.0/8"],
+                "channels.send_deadline_s": BROWSER_DEADLINE_S,
+                "worker.lease_s": 12.0,
+            },
         )
 
     def spec(self, run_id: str, n: int = 0) -> DeliverySpec:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from events.delivery_state import DeliveryState, Status
 from tests.fixtures.broker import ReadTopic, fresh_topics
 from tests.fixtures.projection import LiveProjection
@@ -56,9 +56,10 @@ class Stack(Generic[D]):
     # The worker every row of a shared stack uses (a stack of its own starts its own).
     worker: WorkerProcess | None = None
 
-    def configure(self, **overrides: object) -> Settings:
-        """The workers started from now on run with ``overrides``; their settings."""
-        self.workers.settings = self.settings.model_copy(update=overrides)
+    def configure(self, changes: Mapping[str, object]) -> Settings:
+        """The workers started from now on run with ``changes`` (settings by dotted name);
+        their settings."""
+        self.workers.settings = changed(self.settings, changes)
         return self.workers.settings
 
     async def publish(self, run_id: str, faults: tuple[Fault | None, ...] = (None,)) -> list[str]:
@@ -133,7 +134,7 @@ class StackPool:
             settings, f"sqlite://{tmp / 'live.sqlite3'}", tmp / "project.log"
         )
         projection.start()
-        view = ledger_view_of(read_topic, settings.topic_deliveries)
+        view = ledger_view_of(read_topic, settings.kafka.topic_deliveries)
         stack = Stack(driver, settings, workers, projection, view)
         if start_worker:
             stack.worker = workers.start("w1")

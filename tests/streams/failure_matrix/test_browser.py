@@ -25,7 +25,9 @@ async def test_browser_login_page_submits_nothing_and_fails_after_its_attempts(
     stack = await browser_stack(stack_pool, "browser-login", read_topic)
     # Two quick attempts: a login page is "nothing submitted", so each is retried.
     quick = RetryPolicy(base_delay_s=0.5, max_attempts=2)
-    stack.configure(retry_policies={**stack.settings.retry_policies, "browser": quick})
+    stack.configure(
+        {"channels.retry_policies": {**stack.settings.channels.retry_policies, "browser": quick}}
+    )
     stack.driver.app.login_required(True)  # the form redirects to its login page
     [key] = await stack.publish("run-b6")
     stack.workers.start("w1")
@@ -43,15 +45,17 @@ async def test_browser_submit_slower_than_the_global_deadline_is_confirmed_under
     stack_pool: StackPool, read_topic: ReadTopic
 ) -> None:
     # The global deadline (1.5 s) would time the submit out after the write (UNKNOWN, then
-    # a lookup); the browser's own deadline (LEDGER_SEND_DEADLINES) lets the page answer.
+    # a lookup); the browser's own deadline (LEDGER_CHANNELS__SEND_DEADLINES) lets the page answer.
     stack = await browser_stack(stack_pool, "browser-deadline", read_topic)
     stack.configure(
-        send_deadline_s=1.5,
-        http_timeout_s=1.0,
-        send_deadlines={"browser": 3 * BROWSER_DEADLINE_S},
-        # Slack beyond deadline + margin for a Chromium launch on a loaded machine:
-        # with 4.5 s the lease rule once refused the send (attempt 2, correctly).
-        lease_seconds=3 * BROWSER_DEADLINE_S + 15,
+        {
+            "channels.send_deadline_s": 1.5,
+            "channels.http_timeout_s": 1.0,
+            "channels.send_deadlines": {"browser": 3 * BROWSER_DEADLINE_S},
+            # Slack beyond deadline + margin for a Chromium launch on a loaded machine:
+            # with 4.5 s the lease rule once refused the send (attempt 2, correctly).
+            "worker.lease_s": 3 * BROWSER_DEADLINE_S + 15,
+        }
     )
     [key] = await stack.publish("run-b7")
     stack.driver.app.fault("slow", key=key, delay_s=3.0)  # accepted, answered 3 s later

@@ -3,7 +3,7 @@
 Workers run under libfaketime (Debian's ``faketime``) with wall clocks far apart; the
 receiver does NOT dedupe. A worker decides on the broker's clock as its heartbeats
 measure it (streams/broker_clock.py), so a time one worker wrote means the same to the
-next; a worker further off than LEDGER_CLOCK_SKEW_LIMIT_S does not act at all.
+next; a worker further off than LEDGER_WORKER__CLOCK_SKEW_LIMIT_S does not act at all.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def test_two_workers_forty_seconds_apart_accept_nothing_twice(
     A started had passed 25 s ago, so it looked up at once, found nothing twice and sent
     again while the first request was still being processed: accepted twice."""
     receiver = webhook.driver.receiver
-    settings = webhook.configure(lookup_settle_s=15.0, lease_seconds=6.0)
+    settings = webhook.configure({"worker.lookup_settle_s": 15.0, "worker.lease_s": 6.0})
     keys = await publish(settings, "run-clocks", hooks(receiver, 12, "c"))
     for key in keys:
         receiver.fault("delay", key=key, delay_s=12.0, accept_first=False)

@@ -251,7 +251,7 @@ TABLE: list[Case] = [
 
 
 async def events_of(stack: Stack[Driver], read_topic: ReadTopic) -> list[DeliveryEvent]:
-    events = await read_topic(stack.settings.topic_deliveries)
+    events = await read_topic(stack.settings.kafka.topic_deliveries)
     assert all_deliveries(events)
     return list(events)
 

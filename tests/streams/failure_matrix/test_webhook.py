@@ -28,7 +28,7 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
 ) -> None:
     receiver, settings = webhook.driver.receiver, webhook.settings
     webhook.workers.start("w1")
-    txid = f"agent-{settings.topic_runs}"
+    txid = f"agent-{settings.kafka.topic_runs}"
     script = (
         "import asyncio\nfrom clients import DeliverySpec, Publisher\nfrom config import Settings\n"
         "async def main():\n"

@@ -42,7 +42,7 @@ async def test_a_worker_paused_past_its_lease_sends_nothing_when_it_wakes(
     webhook: Stack[WebhookDriver],
 ) -> None:
     receiver = webhook.driver.receiver
-    settings = webhook.configure(send_concurrency=2)
+    settings = webhook.configure({"channels.send_concurrency": 2})
     w1, w2 = webhook.workers.start("w1"), webhook.workers.start("w2")
     await owning(w1, w2)
     receiver.fault("delay", count=32, delay_s=1.0)  # every send in flight for a second
@@ -65,7 +65,7 @@ async def test_a_worker_joining_while_the_send_queue_outlasts_the_lease(
     webhook: Stack[WebhookDriver],
 ) -> None:
     receiver = webhook.driver.receiver
-    settings = webhook.configure(send_concurrency=2)
+    settings = webhook.configure({"channels.send_concurrency": 2})
     w1 = webhook.workers.start("w1")
     receiver.fault("delay", count=30, delay_s=1.0)  # 30 sends, 2 at a time: a 15 s queue
     keys = await publish(settings, "run-join", hooks(receiver, 30, "j"))
@@ -107,7 +107,7 @@ async def test_a_body_trickled_past_the_lease_is_cut_at_the_deadline(
         [request] = receiver.requests(key=key, method="POST")
         assert request.ended is not None
         held = request.ended - request.at
-        assert held < webhook.settings.send_deadline_s + 1.0, f"request held {held:.1f}s"
+        assert held < webhook.settings.channels.send_deadline_s + 1.0, f"request held {held:.1f}s"
 
 
 @plain_receiver(delivered_after_s=None)  # the provider alone; it stays "queued"
@@ -116,9 +116,11 @@ async def test_sent_is_not_forever_and_a_provider_failure_is_final(
 ) -> None:
     receiver = webhook.driver.receiver
     settings = webhook.configure(
-        max_sent_polls=3,
-        lookup_backoff_s=0.3,
-        lookup_backoff_max_s=1.0,
+        {
+            "worker.max_sent_polls": 3,
+            "worker.lookup_backoff_s": 0.3,
+            "worker.lookup_backoff_max_s": 1.0,
+        }
     )
     keys = await publish(
         settings,
