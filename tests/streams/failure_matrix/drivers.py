@@ -8,7 +8,6 @@ this vocabulary, so a row is written once for every channel it applies to.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from streams.channels.smtp import message_id
 from tests.fixtures.email_api import API_KEY, RECIPIENT, BackgroundFakeEmailApi
 from tests.fixtures.form import TARGET, BackgroundFakeForm, form_target
 from tests.fixtures.mail import DOMAIN, ORIGIN_KEY
+from tests.fixtures.receiver import signing_secret
 from tests.fixtures.slack import CHANNEL, OTHER_APP, OTHER_TOKEN, WORKSPACE, start_fake_slack
 
 # An answer held this long is past the workers' deadline (1.5 s; the browser's 5 s below).
@@ -184,8 +184,7 @@ class WebhookDriver(Driver):
             hooks=hooks,
             dedupe=dedupe,
             delivered_after_s=delivered_after_s,
-            # Verifies with the secret the tests' workers sign with (LEDGER_WEBHOOK_SECRET).
-            webhook_secret=os.environ.get("LEDGER_WEBHOOK_SECRET"),
+            webhook_secret=signing_secret(),
         )
         self.receiver = BackgroundSimulator(config).start()
 
