@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from typing import Annotated
 
 import typer
@@ -13,16 +11,13 @@ from config.channels import channel_config
 from config.settings import Settings
 from events.channels import channel_plugin
 from events.channels.email_api import EmailApiSettings
-from events.errors import LedgerError
+from ledger.commands.serving import run_server, stop_on_signals
 from ledger.simulator.email_api import FakeEmailApi, FakeEmailApiConfig
 
 
 async def serve(config: FakeEmailApiConfig, as_json: bool) -> None:
     """Start the fake, print its API URL, and serve until SIGINT/SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with FakeEmailApi(config) as fake:
         if as_json:
             print(json.dumps({"api": fake.api_url}), flush=True)
@@ -73,9 +68,4 @@ def fake_email_api(
         dedupe=dedupe,
         lookup_by_key=lookup_by_key,
     )
-    try:
-        asyncio.run(serve(fake_config, as_json))
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-        ) from None
+    run_server(serve(fake_config, as_json), "pick another port with --port (0: any)")

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from typing import Annotated
 
 import typer
 
-from events.errors import LedgerError
+from ledger.commands.serving import run_server, stop_on_signals
 from ledger.simulator.form import FakeForm, FakeFormConfig
 
 
 async def serve(config: FakeFormConfig, as_json: bool) -> None:
     """Start the app, print its URLs, and serve until SIGINT/SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with FakeForm(config) as app:
         urls = {
             "form": f"{app.url}/form",
@@ -89,9 +84,4 @@ def fake_form(
         delay_s=delay,
         login_required=login_required,
     )
-    try:
-        asyncio.run(serve(config, as_json))
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-        ) from None
+    run_server(serve(config, as_json), "pick another port with --port (0: any)")

@@ -6,7 +6,6 @@ import asyncio
 import json
 import secrets
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from events.errors import LedgerError
+from ledger.commands.serving import run_server, stop_on_signals
 
 NO_AIOSMTPD = LedgerError(
     "the fake mail server needs aiosmtpd, which is not installed",
@@ -38,10 +38,7 @@ async def serve(
         if exc.name == "aiosmtpd" or (exc.name or "").startswith("aiosmtpd."):
             raise NO_AIOSMTPD from None
         raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     root = await asyncio.to_thread(_new_root)
     mix = MailFaultMix(seed=seed, drop_share=drop_share, tempfail_share=tempfail_share)
     smtp = await asyncio.to_thread(MailServer, root, port, mix)
@@ -129,10 +126,7 @@ def fake_mail(
     Every accepted message goes into a Maildir and a copy into the archive that dovecot
     serves; no dedupe. The printed settings are LEDGER_CHANNELS__SETTINGS[smtp]'s.
     """
-    try:
-        asyncio.run(serve(port, imap_port, seed, drop_pct / 100, tempfail_pct / 100, as_json))
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot listen: {exc.strerror or exc}",
-            "pick other ports with --port and --imap-port (0: any)",
-        ) from None
+    run_server(
+        serve(port, imap_port, seed, drop_pct / 100, tempfail_pct / 100, as_json),
+        "pick other ports with --port and --imap-port (0: any)",
+    )

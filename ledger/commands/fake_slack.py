@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from typing import Annotated
 
 import typer
 
 from config.channels import slack_settings
 from config.settings import Settings
-from events.errors import LedgerError
+from ledger.commands.serving import run_server, stop_on_signals
 from ledger.simulator.slack import FakeSlack, FakeSlackConfig, check_channel_ids
 
 
 async def serve(config: FakeSlackConfig, as_json: bool) -> None:
     """Start the fake, print its API URL, and serve until SIGINT/SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with FakeSlack(config) as fake:
         urls = {"api": fake.api_url}
         if as_json:
@@ -81,9 +76,4 @@ def fake_slack(
             "invalid_auth (set them to the workspaces and tokens the workers use)",
             err=True,
         )
-    try:
-        asyncio.run(serve(config, as_json))
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot listen: {exc.strerror or exc}", "pick another port with --port (0: any)"
-        ) from None
+    run_server(serve(config, as_json), "pick another port with --port (0: any)")

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
-import signal
 from typing import Annotated
 
 import typer
 
 from config.settings import Settings
-from events.errors import LedgerError
+from ledger.commands.serving import run_server, stop_on_signals
 from ledger.simulator import FaultMix, Simulator, SimulatorConfig
 
 
@@ -24,10 +22,7 @@ class Hooks(enum.StrEnum):
 
 async def serve(config: SimulatorConfig, mix: FaultMix | None, as_json: bool) -> None:
     """Start the simulator, print its URLs, and serve until SIGINT/SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with Simulator(config) as simulator:
         simulator.receiver.faults.set_mix(mix)
         urls = simulator.urls()
@@ -115,10 +110,4 @@ def fake_provider(
             "(set it to the secret the workers sign with)",
             err=True,
         )
-    try:
-        asyncio.run(serve(config, mix, as_json))
-    except OSError as exc:
-        raise LedgerError(
-            f"cannot listen: {exc.strerror or exc}",
-            "pick other ports with --port/--control-port (0: any)",
-        ) from None
+    run_server(serve(config, mix, as_json), "pick other ports with --port/--control-port (0: any)")

@@ -188,9 +188,18 @@ async def test_1000_concurrent_duplicates_over_two_receivers_run_each_key_once(
     first, second = (kit(handler, store_factory(), in_progress_wait_s=20) for _ in range(2))
 
     async def post(session: aiohttp.ClientSession, url: str, key: str) -> tuple[int, Any]:
-        headers = signed_headers(key, body, SECRET_A)
-        async with session.post(f"{url}/hooks", data=body, headers=headers) as answer:
-            return answer.status, await answer.json()
+        # A 503 (the store's pool not answering within its budget: seen on a loaded
+        # machine) runs no handler and is sent again, as a sender would; at most 5 times.
+        for _ in range(5):
+            headers = signed_headers(key, body, SECRET_A)
+            async with session.post(f"{url}/hooks", data=body, headers=headers) as answer:
+                if answer.status != 503:
+                    return answer.status, await answer.json()
+                unavailable.append(key)
+            await asyncio.sleep(0.5)
+        return 503, {}
+
+    unavailable: list[str] = []
 
     began = time.monotonic()
     async with (
@@ -214,4 +223,7 @@ async def test_1000_concurrent_duplicates_over_two_receivers_run_each_key_once(
         by_key.setdefault(answer["webhook_id"], set()).add(answer["id"])
     assert by_key == {key: {f"order-{key}-1"} for key in keys}
     assert [lookup.json()["id"] for lookup in lookups] == [f"order-{key}-1" for key in keys]
-    print(f"1,000 concurrent duplicate requests answered in {elapsed:.2f}s")
+    print(
+        f"1,000 concurrent duplicate requests answered in {elapsed:.2f}s "
+        f"({len(unavailable)} answers 503 sent again)"
+    )
