@@ -1,43 +1,19 @@
-"""What the failure-matrix tests share: publish, wait for states, point workers at a receiver.
-
-Every row runs twice: against the simulator's plain webhook receiver (no dedupe, so a second
-send is a second acceptance) and against receiver-kit apps in their normal mode (``kit``).
-For the kit the simulator counts the raw requests in front of it and the handler's runs
-behind it, so a row shows both: requests per key, and handler runs per key (exactly 1).
-A row without a webhook delivery runs against the plain receiver only
-(``@PLAIN_ONLY``).
+"""What the failure-matrix tests (tests/streams/failure_matrix/) and the other real-worker
+tests share: publish, wait for states, point workers at a receiver, settle exactly once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import pytest
 
 from clients import DeliverySpec, Publisher
 from config.settings import Settings, changed
 from events.delivery_state import DeliveryState, Status
 from ledger.simulator.background import BackgroundSimulator
 from tests.fixtures.projection import LiveProjection
-from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory, WorkerProcess, wait_for
 
 TIMEOUT = 90
-PLAIN_ONLY = pytest.mark.parametrize("receiver_factory", ["plain"], indirect=True)
-
-
-@pytest.fixture(name="receiver_factory", params=["plain", "kit"])
-def plain_and_kit_receivers(
-    request: pytest.FixtureRequest, receiver_factory: ReceiverFactory
-) -> Any:
-    """The fixture of the same name, its webhook receivers plain or receiver-kit apps."""
-    hooks = request.param
-
-    def make(**config: Any) -> BackgroundSimulator:
-        return receiver_factory(hooks=hooks, **config)
-
-    return make
 
 
 async def publish(settings: Settings, run_id: str, specs: list[DeliverySpec]) -> list[str]:

@@ -20,11 +20,11 @@ import pytest
 from events.delivery_state import Status
 from events.outcomes import LookupOutcome
 from ledger.stack import settings_env
-from tests.fixtures.projection import LiveProjection
-from tests.fixtures.receiver import ReceiverFactory
-from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
-from tests.streams.matrix import publish, settled_once, until, use
-from tests.streams.test_failure_matrix_windows import hooks, owning
+from tests.fixtures.worker import wait_for
+from tests.streams.failure_matrix.drivers import WebhookDriver
+from tests.streams.failure_matrix.stacks import PLAIN_ONLY, Stack
+from tests.streams.failure_matrix.test_windows import hooks, owning
+from tests.streams.matrix import publish, settled_once, until
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 pytestmark = pytest.mark.skipif(
@@ -42,34 +42,27 @@ def skewed(seconds: int) -> dict[str, str]:
     }
 
 
+@PLAIN_ONLY
 @pytest.mark.timeout(240)
 async def test_two_workers_forty_seconds_apart_accept_nothing_twice(
-    worker_factory: WorkerFactory,
-    receiver_factory: ReceiverFactory,
-    ledger_view: LedgerView,
-    live_projection: LiveProjection,
+    webhook: Stack[WebhookDriver],
 ) -> None:
     """Worker A (20 s behind) sends; the receiver reads each request at once but records
     its key only 12 s later, after A gave up (UNKNOWN). Then B (20 s ahead) joins and A
     leaves: B owns the UNKNOWNs and looks them up. On its own clock the 15 s settle window
     A started had passed 25 s ago, so it looked up at once, found nothing twice and sent
     again while the first request was still being processed: accepted twice."""
-    receiver = receiver_factory(dedupe=False)
-    settings = use(
-        worker_factory,
-        receiver,
-        live_projection,
-        changes={"worker.lookup_settle_s": 15.0, "worker.lease_s": 6.0},
-    )
+    receiver = webhook.driver.receiver
+    settings = webhook.configure({"worker.lookup_settle_s": 15.0, "worker.lease_s": 6.0})
     keys = await publish(settings, "run-clocks", hooks(receiver, 12, "c"))
     for key in keys:
         receiver.fault("delay", key=key, delay_s=12.0, accept_first=False)
-    behind = worker_factory.start("behind", env=skewed(-20))
-    await until(ledger_view, keys, {Status.UNKNOWN}, [behind], "all UNKNOWN after A's attempt")
-    ahead = worker_factory.start("ahead", env=skewed(+20))
+    behind = webhook.workers.start("behind", env=skewed(-20))
+    await until(webhook.view, keys, {Status.UNKNOWN}, [behind], "all UNKNOWN after A's attempt")
+    ahead = webhook.workers.start("ahead", env=skewed(+20))
     await owning(ahead)
     await asyncio.to_thread(behind.stop)
-    states = await settled_once(ledger_view, receiver, live_projection, keys, [ahead])
+    states = await settled_once(webhook.view, receiver, webhook.projection, keys, [ahead])
     for key in keys:
         # One POST (settled_once), A's, found by B's lookup after the settle window. (Not
         # ``attempt == 1``: on a loaded machine A's lease rule may refuse its first send,
@@ -81,20 +74,17 @@ async def test_two_workers_forty_seconds_apart_accept_nothing_twice(
     assert "not acting" not in ahead.output()
 
 
+@PLAIN_ONLY
 @pytest.mark.timeout(240)
 async def test_a_worker_a_minute_ahead_does_not_act_and_says_so(
-    worker_factory: WorkerFactory,
-    receiver_factory: ReceiverFactory,
-    ledger_view: LedgerView,
-    live_projection: LiveProjection,
+    webhook: Stack[WebhookDriver],
 ) -> None:
     """60 s ahead is past the 30 s limit: the worker claims and sends nothing, and says
     why in its log, in ``ledger status`` and in its metrics; when a worker with a good
     clock takes its partitions, every delivery arrives exactly once."""
-    receiver = receiver_factory(dedupe=False)
-    settings = use(worker_factory, receiver, live_projection)
-    keys = await publish(settings, "run-ahead", hooks(receiver, 6, "a"))
-    ahead = worker_factory.start("ahead", env=skewed(+60))
+    receiver = webhook.driver.receiver
+    keys = await publish(webhook.settings, "run-ahead", hooks(receiver, 6, "a"))
+    ahead = webhook.workers.start("ahead", env=skewed(+60))
     await owning(ahead)
 
     async def says_so() -> bool:
@@ -106,12 +96,12 @@ async def test_a_worker_a_minute_ahead_does_not_act_and_says_so(
     await wait_for(says_so, 30, "the worker saying it does not act")
     await asyncio.sleep(4)  # longer than the claim grace: nothing may move meanwhile
     assert receiver.requests(method="POST") == []
-    states = await ledger_view()
+    states = await webhook.view()
     assert all(states[k].status is Status.PENDING for k in keys)
     status = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "ledger", "status", "--json", "--dsn", live_projection.dsn],
-        env=settings_env(settings),
+        [sys.executable, "-m", "ledger", "status", "--json", "--dsn", webhook.projection.dsn],
+        env=settings_env(webhook.settings),
         capture_output=True,
         text=True,
         timeout=60,
@@ -123,7 +113,7 @@ async def test_a_worker_a_minute_ahead_does_not_act_and_says_so(
     assert report["clock_skew"] == [worker["worker_id"]]
     assert worker["acting"] is False
     assert 59 < -worker["clock_offset_s"] < 61
-    good = worker_factory.start("good")
+    good = webhook.workers.start("good")
     await owning(good)
     await asyncio.to_thread(ahead.stop)
-    await settled_once(ledger_view, receiver, live_projection, keys, [good])
+    await settled_once(webhook.view, receiver, webhook.projection, keys, [good])
