@@ -449,7 +449,14 @@ BODIES: dict[Row, Body] = {
 
 
 def table() -> list[Any]:
-    return [pytest.param(case, id=case.id) for case in TABLE]
+    """The cases; the rows that share a stack carry its name as their xdist group, so
+    ``scripts/test`` deals them to one process, where the stack is built once."""
+    return [
+        pytest.param(case, id=case.id)
+        if case.row in KILLS_A_WORKER
+        else pytest.param(case, id=case.id, marks=pytest.mark.xdist_group(case.stack_name))
+        for case in TABLE
+    ]
 
 
 @pytest.mark.parametrize("case", table())
