@@ -138,9 +138,7 @@ def test_the_cli_knows_every_command_of_every_command_module() -> None:
     command module of ledger/commands (one with an app), and exactly the commands each
     module's app defines."""
     commands_dir = Path(__file__).resolve().parents[1] / "ledger" / "commands"
-    modules = {
-        p.stem for p in commands_dir.glob("*.py") if "\napp = typer.Typer(" in p.read_text()
-    }
+    modules = {p.stem for p in commands_dir.glob("*.py") if "\napp = typer.Typer(" in p.read_text()}
     assert len(modules) >= 16
     assert {module for module, _ in COMMANDS.values()} == modules
     for module in sorted(modules):

@@ -123,6 +123,7 @@ class _State:
     login_required: bool = False
     redirect: str | None = None  # the form redirects here (302)
     reach: str | None = None  # the form's page reaches this origin
+    slow_load_s: float = 0.0  # the form's page finishes loading only after this long
 
 
 FORM_PAGE = """<!doctype html>
@@ -198,6 +199,7 @@ class FakeForm:
         app.router.add_get("/accepted", self._accepted)
         app.router.add_post("/faults", self._faults)
         app.router.add_get("/search", self._search)
+        app.router.add_get("/slow.png", self._slow_image)
         app.router.add_get("/login", self._login)
         app.router.add_post("/login", self._login)
         app.router.add_post("/switches", self._switches)
@@ -228,12 +230,17 @@ class FakeForm:
         with self._state.lock:
             self._state.login_required = required
 
-    def lure(self, *, redirect: str | None = None, reach: str | None = None) -> None:
+    def lure(
+        self, *, redirect: str | None = None, reach: str | None = None, slow_load_s: float = 0.0
+    ) -> None:
         """Make the form hostile: redirect to ``redirect``, or reach the origin ``reach``
-        from its page (iframe, image, fetch POST, WebSocket); None: no longer."""
+        from its page (iframe, image, fetch POST, WebSocket); None: no longer. With
+        ``slow_load_s`` the page's load event waits that long (an image of this server's that
+        answers late), as a page on a busy host does."""
         with self._state.lock:
             self._state.redirect = redirect
             self._state.reach = reach
+            self._state.slow_load_s = min(max(slow_load_s, 0.0), 300.0)
 
     def _login_redirect(self) -> None:
         with self._state.lock:
@@ -258,11 +265,20 @@ class FakeForm:
         self._login_redirect()
         with self._state.lock:
             redirect, reach = self._state.redirect, self._state.reach
+            slow = self._state.slow_load_s
         if redirect is not None:
             raise web.HTTPFound(redirect)
         key = html.escape(request.query.get("key", ""), quote=True)
         lure = _reaching(reach) if reach is not None else ""
+        if slow > 0:
+            lure += '<img src="/slow.png" alt="">'
         return web.Response(text=FORM_PAGE.format(key=key, lure=lure), content_type="text/html")
+
+    async def _slow_image(self, request: web.Request) -> web.Response:
+        with self._state.lock:
+            slow = self._state.slow_load_s
+        await asyncio.sleep(slow)
+        raise web.HTTPNotFound()
 
     def _take_fault(self, key: str) -> FormFault | None:
         with self._state.lock:

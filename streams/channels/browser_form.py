@@ -109,12 +109,26 @@ class FormAttempt:
         self.context: Any = None
         self.page: Page | None = None
         self.guard: GuardListener | None = None
+        self._navigated: set[tuple[str, int]] = set()  # the main frame's (host, port)s
 
     def refusals(self) -> str:
         """What the address guard refused during the attempt ("" if nothing)."""
         if self.guard is None or not self.guard.refusals:
             return ""
         return "; ".join(dict.fromkeys(self.guard.refusals))[:REFUSALS_CHARS]
+
+    def navigation_refused(self) -> bool:
+        """Whether the address guard refused a place the page itself was navigated to (the
+        start URL, or where it redirected): not only something the page asked for. A page
+        whose iframe was refused and whose load then timed out is a failed step, not a
+        blocked address."""
+        if self.guard is None:
+            return False
+        return not self._navigated.isdisjoint(self.guard.refused_at)
+
+    def _navigating(self, request: Any) -> None:
+        if request.is_navigation_request() and request.frame.parent_frame is None:
+            self._navigated.add(_host_port(request.url))
 
     async def submit(self, browser: Browser, guard: WriteGuard) -> SendResult:
         """Fill the form, pass the write guard, submit, and read what the page says."""
@@ -160,6 +174,7 @@ class FormAttempt:
         self.context.set_default_timeout(self._step_s * 1000)
         page: Page = await self.context.new_page()
         self.page = page
+        page.on("request", self._navigating)
         url = target.start_url
         token = str(delivery.fencing_token)
         for carrier, value in (
@@ -171,8 +186,8 @@ class FormAttempt:
         try:
             response = await page.goto(url)
         except Exception as exc:
-            if refused := self.refusals():
-                raise Blocked(f"GET {url}: {refused}") from exc
+            if self.navigation_refused():
+                raise Blocked(f"GET {url}: {self.refusals()}") from exc
             raise
         await check_not_login(page, target.login)
         if response is not None and not response.ok:
@@ -273,3 +288,9 @@ async def _put(page: Page, carrier: KeyCarrier, value: str, what: str) -> None:
     if found is None:
         raise NotSubmitted(f"no element {carrier.input} for {what}")
     await found.evaluate("(element, value) => { element.value = value; }", value)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return (parts.hostname or "").lower(), port

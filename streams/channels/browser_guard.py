@@ -82,6 +82,7 @@ class GuardListener:
         self._tasks: set[asyncio.Task[None]] = set()
         self._transports: set[asyncio.BaseTransport] = set()
         self.refusals: list[str] = []
+        self.refused_at: set[tuple[str, int]] = set()  # (host as the browser named it, port)
         self.url = ""
 
     async def start(self) -> GuardListener:
@@ -137,6 +138,7 @@ class GuardListener:
             except Refused as exc:
                 if exc.reply == NOT_ALLOWED and len(self.refusals) < MAX_REFUSALS:
                     self.refusals.append(exc.reason)
+                    self.refused_at.add((host.lower(), port))
                 log.info("browser address guard: %s:%d: %s", host, port, exc.reason)
                 writer.write(_reply(exc.reply))
                 await writer.drain()

@@ -125,6 +125,24 @@ async def test_the_pages_own_requests_to_a_refused_address_never_leave(
     assert_not_shown(failed.evidence)
 
 
+async def test_a_slow_page_whose_iframe_was_refused_is_a_failed_step_not_a_blocked_address(
+    lured: BackgroundFakeForm, refused: RefusedServer, tmp_path: Path
+) -> None:
+    # Seen in CI on a busy machine: the page's iframe was refused, then its load outlasted the
+    # step timeout, and the attempt was called REJECTED blocked_address, as if the form itself
+    # were at a refused address. The form was allowed; only its load was slow.
+    lured.app.lure(reach=refused.url, slow_load_s=4)
+    async with channel_for(form_target(lured.app.url), tmp_path, step_timeout_s=1) as channel:
+        result = await channel.send(delivery())
+    assert refused.connections == 0, f"the page reached the refused server: {refused.seen()}"
+    assert (result.outcome, result.error_class) == (
+        SendOutcome.NOT_SENT,
+        ErrorClass.PAGE_STEP_FAILED,
+    ), result
+    assert "127.0.0.2" in result.evidence, "the refusals stay in the evidence"
+    assert lured.app.posts == 0
+
+
 async def test_a_start_url_at_a_refused_address_is_not_opened(
     fake_form: BackgroundFakeForm, refused: RefusedServer, tmp_path: Path
 ) -> None:
