@@ -20,6 +20,8 @@ from clients.outcome_signing import (
     new_pair,
     outcome_signer,
     outcome_verifier,
+    private_key,
+    public_text,
 )
 from config.settings import Settings
 from events.errors import ConfigError
@@ -27,6 +29,8 @@ from events.errors import ConfigError
 KEY_DIR = "keys"
 SIGNING_FILE = "outcome-signing.key"
 VERIFY_FILE = "outcome-verify.key"
+OPERATOR_SIGNING_FILE = "operator-signing.key"
+OPERATOR_VERIFY_FILE = "operator-verify.key"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,24 @@ class StoredKeys:
         """Its public verify key (base64)."""
         return self.directory / VERIFY_FILE
 
+    @property
+    def operator_signing_path(self) -> Path:
+        """The operators' secret signing key (base64)."""
+        return self.directory / OPERATOR_SIGNING_FILE
+
+    @property
+    def operator_verify_path(self) -> Path:
+        """Its public verify key (base64)."""
+        return self.directory / OPERATOR_VERIFY_FILE
+
+    def operator_key(self) -> str | None:
+        """The stored operator signing key, if there is one."""
+        return _read(self.operator_signing_path)
+
+    def operator_verify_key(self) -> str | None:
+        """The stored operator verify key, if there is one."""
+        return _read(self.operator_verify_path)
+
     def signing_key(self) -> str | None:
         """The stored signing key, if there is one."""
         return _read(self.signing_path)
@@ -59,15 +81,22 @@ class StoredKeys:
         return _read(self.verify_path)
 
     def create(self) -> bool:
-        """Write a new pair unless one is stored; True when it wrote one."""
-        if self.signing_path.exists():
-            return False
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-        signing, verify = new_pair()
-        _write_private(self.verify_path, verify)
-        _write_private(self.signing_path, signing)  # last: its presence means "done"
-        return True
+        """Write the outcome pair and the operator pair, each unless it is stored; True
+        when it wrote either."""
+        wrote = False
+        for signing_path, verify_path in (
+            (self.signing_path, self.verify_path),
+            (self.operator_signing_path, self.operator_verify_path),
+        ):
+            if signing_path.exists():
+                continue
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.directory, 0o700)
+            signing, verify = new_pair()
+            _write_private(verify_path, verify)
+            _write_private(signing_path, signing)  # last: its presence means "done"
+            wrote = True
+        return wrote
 
 
 def _read(path: Path) -> str | None:
@@ -104,6 +133,43 @@ def verify_key_texts(settings: Settings) -> list[str]:
     return [*settings.signing.verify_keys, *([stored] if stored else [])]
 
 
+def operator_key_text(settings: Settings) -> str | None:
+    """The operators' signing key: the variable's, else the data directory's (None when
+    signing is off or no key is found)."""
+    if not settings.signing.outcomes:
+        return None
+    if settings.signing.operator_key is not None:
+        return settings.signing.operator_key.get_secret_value()
+    return StoredKeys.of(settings.data_dir).operator_key()
+
+
+def operator_verify_texts(settings: Settings) -> list[str]:
+    """Every public key a reader accepts operator signatures from."""
+    if not settings.signing.outcomes:
+        return []
+    stored = StoredKeys.of(settings.data_dir).operator_verify_key()
+    own = operator_key_text(settings)
+    texts = [*settings.signing.operator_verify_keys, *([stored] if stored else [])]
+    if own is not None:
+        texts.append(public_text(private_key(own)))
+    return texts
+
+
+def operator_signer_for(settings: Settings) -> OutcomeSigner | None:
+    """The signer of operator events (None when signing is off); ``ConfigError`` when
+    signing is on and there is no operator key here."""
+    if not settings.signing.outcomes:
+        return None
+    text = operator_key_text(settings)
+    if text is None:
+        raise ConfigError(
+            "acting as an operator needs the operator signing key, and there is none here",
+            f"run 'ledger init' (writes it into {settings.data_dir / KEY_DIR}), or set "
+            "LEDGER_SIGNING__OPERATOR_KEY",
+        )
+    return outcome_signer(text)
+
+
 def signer_for(settings: Settings) -> OutcomeSigner | None:
     """The worker's outcome signer (None when signing is off)."""
     return outcome_signer(signing_key_text(settings))
@@ -111,7 +177,9 @@ def signer_for(settings: Settings) -> OutcomeSigner | None:
 
 def verifier_for(settings: Settings) -> OutcomeVerifier | None:
     """The outcome check of a folding reader (None when outcome signing is off)."""
-    return outcome_verifier(verify_key_texts(settings), signing_key_text(settings))
+    return outcome_verifier(
+        verify_key_texts(settings), signing_key_text(settings), operator_verify_texts(settings)
+    )
 
 
 def require_outcome_keys(settings: Settings, *, signs: bool) -> None:

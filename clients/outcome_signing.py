@@ -11,6 +11,11 @@ public keys it is given: an outcome without a valid signature is no event of the
 the worker dead-letters it, the projector skips it. The public keys are not secret, so a
 reader can check but not sign. Several keys may be listed during a rotation.
 
+Operator events (events/operator.py: resolve, redrive) are signed the same way with an
+operator key, a separate pair held by whoever may act as an operator (the CLI, the
+dashboard): an operator key cannot sign an outcome and a worker key cannot sign an operator
+event, so neither an agent nor a worker can settle a delivery in an operator's name.
+
 Keys are 32 raw bytes, base64: ``ledger outcome-keys`` makes a pair.
 """
 
@@ -25,6 +30,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from config.keys import SIGNING_KEY, VERIFY_KEY, key_bytes
 from events.delivery import DeliveryEvent, DeliveryRequested
+from events.operator import OperatorEvent
 
 HEADER = "ledger-signature"
 Headers = Sequence[tuple[str, bytes]]
@@ -54,8 +60,11 @@ def new_pair() -> tuple[str, str]:
 
 
 def needs_signature(event: object) -> bool:
-    """Written by workers only: every delivery event but the agents' requests."""
-    return isinstance(event, DeliveryEvent) and not isinstance(event, DeliveryRequested)
+    """Written by workers only: every delivery event but the agents' requests and the
+    operators' actions."""
+    return isinstance(event, DeliveryEvent) and not isinstance(
+        event, DeliveryRequested | OperatorEvent
+    )
 
 
 class OutcomeSigner:
@@ -70,26 +79,36 @@ class OutcomeSigner:
 
 
 class OutcomeVerifier:
-    """Checks worker-written events against the given public keys."""
+    """Checks worker-written events against the workers' public keys, and operator
+    events against the operators'."""
 
-    def __init__(self, keys: Iterable[Ed25519PublicKey]) -> None:
+    def __init__(
+        self, keys: Iterable[Ed25519PublicKey], operator_keys: Iterable[Ed25519PublicKey] = ()
+    ) -> None:
         self._keys = tuple(keys)
+        self._operator_keys = tuple(operator_keys)
 
     def refuses(self, event: object, value: bytes, headers: Headers | None) -> str | None:
-        """Why this event is not a worker's (no or a bad signature), or None."""
-        if not needs_signature(event):
+        """Why this event is not a worker's, or not an operator's (no or a bad
+        signature), or None."""
+        if isinstance(event, OperatorEvent):
+            keys, whose = self._operator_keys, "operator"
+        elif needs_signature(event):
+            keys, whose = self._keys, "outcome"
+        else:
             return None
+        kind = getattr(event, "type", "event")
         signatures = [v for name, v in headers or () if name == HEADER]
         if not signatures:
-            return f"{getattr(event, 'type', 'event')} carries no outcome signature"
+            return f"{kind} carries no {whose} signature"
         for signature in signatures:
-            for key in self._keys:
+            for key in keys:
                 try:
                     key.verify(signature, value)
                 except InvalidSignature:
                     continue
                 return None
-        return f"{getattr(event, 'type', 'event')} has an outcome signature no verify key accepts"
+        return f"{kind} has an {whose} signature no verify key accepts ({whose} keys)"
 
 
 def outcome_signer(signing_key: str | None) -> OutcomeSigner | None:
@@ -97,10 +116,14 @@ def outcome_signer(signing_key: str | None) -> OutcomeSigner | None:
     return None if signing_key is None else OutcomeSigner(private_key(signing_key))
 
 
-def outcome_verifier(verify_keys: Iterable[str], signing_key: str | None) -> OutcomeVerifier | None:
+def outcome_verifier(
+    verify_keys: Iterable[str], signing_key: str | None, operator_keys: Iterable[str] = ()
+) -> OutcomeVerifier | None:
     """The check every folding reader makes: on when any key is configured (the verify
-    keys, and a worker's own public key), else off (None)."""
+    keys, and a worker's own public key), else off (None). ``operator_keys``: the public
+    keys operator events are checked against (none: every operator event is refused)."""
     keys = [public_key(k) for k in verify_keys]
     if signing_key is not None:
         keys.append(private_key(signing_key).public_key())
-    return OutcomeVerifier(keys) if keys else None
+    operators = [public_key(k) for k in operator_keys]
+    return OutcomeVerifier(keys, operators) if keys else None

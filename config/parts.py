@@ -301,14 +301,21 @@ class SigningSettings(Part):
     """Public keys (JSON list, several during a rotation) every folding reader checks
     worker-written events against (default: from DATA_DIR/keys)."""
 
-    @field_validator("signing_key")
+    operator_key: SecretStr | None = None
+    """The operators' Ed25519 signing key, base64 (where operators act: ``ledger resolve``,
+    ``ledger redrive``, the dashboard; default: from DATA_DIR/keys)."""
+    operator_verify_keys: list[str] = Field(default_factory=list)
+    """Public keys (JSON list) every folding reader checks operator events against
+    (default: from DATA_DIR/keys)."""
+
+    @field_validator("signing_key", "operator_key")
     @classmethod
     def _signing_key_parses(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             key_bytes(value.get_secret_value(), SIGNING_KEY)  # ValueError: what, never the key
         return value
 
-    @field_validator("verify_keys")
+    @field_validator("verify_keys", "operator_verify_keys")
     @classmethod
     def _verify_keys_parse(cls, value: list[str]) -> list[str]:
         for key in value:

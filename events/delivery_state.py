@@ -29,6 +29,7 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
+from events.operator import DeliveryRedriveRequested, DeliveryResolved, OperatorEvent
 from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass, LookupOutcome
 
 # How many applied event ids a state remembers for dedupe. A delivery sees a handful of
@@ -93,6 +94,15 @@ class DeliveryState:
     updated_at: datetime | None = None
     duplicates: int = 0
     conflicts: int = 0
+    # Operator actions (events/operator.py): who settled it, if an operator did; how many
+    # redrives; and where the retry policy counts from since the last one (attempts after
+    # ``attempt_base``, age since ``policy_from``; the request's time when None).
+    settled_by: str | None = None
+    redrives: int = 0
+    attempt_base: int = 0
+    policy_from: datetime | None = None
+    # A redrive asked for a lookup now, whatever the lookups before it concluded.
+    fresh_lookup: bool = False
     seen: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -150,6 +160,8 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
         return _evolve(s, duplicates=s.duplicates + 1)
     if isinstance(e, DeliveryConfirmed):
         return _confirmed(s, e)
+    if isinstance(e, OperatorEvent):
+        return _operator(s, e)
     if s.status.terminal or isinstance(e, DeliveryRequested):
         return None
     if isinstance(e, DeliveryClaimed):
@@ -177,6 +189,8 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
         # evidence that nothing was accepted (or that the provider failed it).
         if e.attempts != s.attempt:
             return None
+        if s.status is Status.PENDING and s.policy_from is not None and s.attempt_base == s.attempt:
+            return None  # an operator's new attempt: the old attempt's late word is moot
         if s.status is Status.SENT and s.reconciled != LookupOutcome.FAILED:
             return None
         if s.status is Status.UNKNOWN and not (
@@ -292,7 +306,11 @@ def _reconciled(s: DeliveryState, e: DeliveryReconciled) -> DeliveryState | None
         not_found=not_found,
         last_reason=e.evidence,
         provider_status=e.provider_status or s.provider_status,
+        fresh_lookup=False,
     )
+    if e.outcome == LookupOutcome.STUCK and s.status is Status.UNKNOWN:
+        # The receiver's handler died mid-processing and may not be re-run: an operator's.
+        return _evolve(updated, last_error_class=ErrorClass.RECEIVER_STUCK)
     if e.outcome == LookupOutcome.FOUND and s.status is Status.UNKNOWN:
         # The provider has it but has not delivered yet: it left the system.
         return _evolve(
@@ -320,4 +338,106 @@ def _retry(s: DeliveryState, e: DeliveryRetryScheduled) -> DeliveryState | None:
         last_reason=e.safety,
         lease_expires_at=None,
         check_at=None,
+    )
+
+
+def operator_refusal(s: DeliveryState, e: OperatorEvent) -> str | None:
+    """Why an operator's action does not apply to ``s`` (None: it applies). The fold
+    ignores a refused action; the projection records it with this reason, and the CLI and
+    the dashboard check it before they append."""
+    what = "resolve" if isinstance(e, DeliveryResolved) else "redrive"
+    if s.status is Status.CONFIRMED:
+        return f"{what}: the delivery is CONFIRMED, which is final"
+    if isinstance(e, DeliveryResolved):
+        if s.status is Status.SENT and not _past_slo(s, e):
+            return (
+                f"{what}: SENT within its SLO: the provider may still confirm it; resolve it "
+                "once its SLO has passed"
+            )
+        if s.status not in (Status.UNKNOWN, Status.SENT):
+            return f"{what} applies to UNKNOWN (and SENT past its SLO), not {s.status.public}"
+    elif s.status not in (Status.FAILED, Status.UNKNOWN):
+        return f"{what} applies to FAILED and UNKNOWN, not {s.status.public} (already under way)"
+    if e.fencing_token != s.fencing_token or e.seen_status != s.status.value:
+        return (
+            f"{what}: stale: issued for {e.seen_status} under fencing token {e.fencing_token}, "
+            f"the delivery is now {s.status.public} under token {s.fencing_token}"
+        )
+    unanswerable = s.reconciled in (LookupOutcome.UNSUPPORTED, LookupOutcome.STUCK)
+    if isinstance(e, DeliveryRedriveRequested) and s.status is Status.UNKNOWN and unanswerable:
+        answer = "has no lookup" if s.reconciled == LookupOutcome.UNSUPPORTED else "says stuck"
+        return (
+            f"{what}: no lookup can settle this UNKNOWN (the receiver {answer}): settle it "
+            "with 'ledger resolve' and the receiver's evidence"
+        )
+    return None
+
+
+def _past_slo(s: DeliveryState, e: OperatorEvent) -> bool:
+    return (e.occurred_at - s.requested_at).total_seconds() >= s.slo_seconds
+
+
+def _operator(s: DeliveryState, e: OperatorEvent) -> DeliveryState | None:
+    if operator_refusal(s, e) is not None:
+        return None
+    said = f"{e.operator}: {e.reason}"
+    if isinstance(e, DeliveryResolved):
+        if e.outcome == "delivered":
+            return _evolve(
+                s,
+                status=Status.CONFIRMED,
+                settled_by=e.operator,
+                provider_message_id=e.receiver_id or s.provider_message_id,
+                last_reason=f"settled as delivered by operator {said}",
+                check_at=None,
+                lease_expires_at=None,
+                retry_at=None,
+            )
+        if e.outcome == "abandoned":
+            return _evolve(
+                s,
+                status=Status.FAILED,
+                settled_by=e.operator,
+                last_error_class=ErrorClass.ABANDONED_BY_OPERATOR,
+                last_reason=f"abandoned by operator {said}",
+                check_at=None,
+                lease_expires_at=None,
+                retry_at=None,
+            )
+        # not_delivered: the operator's evidence that nothing arrived; a new attempt.
+        return _again(s, e, f"not delivered, says operator {said}")
+    if s.status is Status.FAILED:
+        return _again(s, e, f"redriven by operator {said}")
+    # A redriven UNKNOWN: reconciled afresh, from a lookup now.
+    return _evolve(
+        s,
+        redrives=s.redrives + 1,
+        attempt_base=s.attempt,
+        policy_from=e.occurred_at,
+        reconciled=None,
+        lookups=0,
+        not_found=0,
+        check_at=e.occurred_at,
+        fresh_lookup=True,
+        last_reason=f"reconciliation asked by operator {said}",
+    )
+
+
+def _again(s: DeliveryState, e: OperatorEvent, reason: str) -> DeliveryState:
+    """PENDING: the next claim makes a new attempt under a new fencing token, same key,
+    with the retry policy counted afresh from this action."""
+    return _evolve(
+        s,
+        status=Status.PENDING,
+        redrives=s.redrives + (1 if isinstance(e, DeliveryRedriveRequested) else 0),
+        attempt_base=s.attempt,
+        policy_from=e.occurred_at,
+        last_reason=reason,
+        lease_expires_at=None,
+        retry_at=None,
+        reconciled=None,
+        lookups=0,
+        not_found=0,
+        check_at=None,
+        fresh_lookup=False,
     )

@@ -27,6 +27,7 @@ from events.execution import (
     RunStarted,
     RunSucceeded,
 )
+from events.operator import DeliveryRedriveRequested, DeliveryResolved
 
 __all__ = [
     "ALL_EVENT_TYPES",
@@ -50,6 +51,8 @@ AnyDeliveryEvent = (
     | DeliveryRetryScheduled
     | DeliveryFailed
     | DuplicateDeliveryRequest
+    | DeliveryResolved
+    | DeliveryRedriveRequested
 )
 AnyEvent = Annotated[AnyExecutionEvent | AnyDeliveryEvent, Field(discriminator="type")]
 

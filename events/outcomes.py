@@ -58,6 +58,11 @@ class ErrorClass(enum.StrEnum):
     # After the submit the target showed an error page, or a page without its confirmation:
     # it may have accepted the submission.
     ERROR_PAGE = "error_page"
+    # An operator gave the delivery up (``ledger resolve --abandon``): final.
+    ABANDONED_BY_OPERATOR = "abandoned_by_operator"
+    # The receiver's handler for the key died mid-processing and it may not be re-run
+    # (the receiver kit answers lookups ``stuck``): an operator must settle it.
+    RECEIVER_STUCK = "receiver_stuck"
     # A channel's result without a class of its own (a channel should always give one).
     UNCLASSIFIED = "unclassified"
 
@@ -82,6 +87,9 @@ class LookupOutcome(enum.StrEnum):
     UNSUPPORTED = "unsupported"
     # The lookup itself failed.
     LOOKUP_ERROR = "lookup_error"
+    # The receiver's handler for the key died mid-processing and may not be re-run: only
+    # an operator can settle it (receiver kit, ``stuck``).
+    STUCK = "stuck"
 
 
 # "Not found" is evidence only when repeated, spaced apart (ARCHITECTURE.md, protocol 6).

@@ -29,10 +29,11 @@ from events.delivery import (
     DeliveryUnknown,
     DuplicateDeliveryRequest,
 )
-from events.delivery_state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status, operator_refusal
 from events.delivery_state import apply as fold_delivery
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.operator import DeliveryResolved, OperatorEvent
 from events.state_codec import StateCodec
 from projections.schema import timestamp
 
@@ -73,6 +74,7 @@ class Batch:
     deliveries: dict[str, Row] = field(default_factory=dict)
     attempts: dict[AttemptKey, Row] = field(default_factory=dict)
     duplicates: list[Row] = field(default_factory=list)
+    operator_actions: list[Row] = field(default_factory=list)
     skipped: list[Row] = field(default_factory=list)
     dirty_runs: set[str] = field(default_factory=set)
     dirty_deliveries: set[str] = field(default_factory=set)
@@ -177,6 +179,8 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
     after = fold_delivery(before, event)
     if after is before:
         return  # a redelivered record: the worker's fold ignores it, and so do we
+    if isinstance(event, OperatorEvent):
+        batch.operator_actions.append(_operator_action(event, operator_refusal(before, event), at))
     assert after is not None
     batch.states[key] = after
     row["updated_at"] = at
@@ -208,7 +212,7 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
             last.update(outcome="FAILED", error_class=event.error_class, reason=event.reason)
             last.update(failed_at=at, finished_at=last["finished_at"] or at, updated_at=at)
             batch.dirty_attempts.add((key, event.attempts))
-    else:
+    elif not isinstance(event, OperatorEvent):
         _attempt_event(batch, row, event, at)
     _derive(row, before, after, at)
 
@@ -223,11 +227,32 @@ def _derive(row: Row, before: DeliveryState, after: DeliveryState, at: str) -> N
     row["last_error_class"] = after.last_error_class
     row["reconciliation"] = after.reconciled
     row["next_attempt_at"] = None if retry_at is None else timestamp(retry_at)
+    row["settled_by"] = after.settled_by
+    row["redrives"] = after.redrives
     if after.status is not before.status:
         if after.status is Status.CONFIRMED:
             row["confirmed_at"] = at
         elif after.status is Status.FAILED:
             row["failed_at"] = at
+
+
+def _operator_action(event: OperatorEvent, refusal: str | None, at: str) -> Row:
+    resolved = isinstance(event, DeliveryResolved)
+    return {
+        "event_id": str(event.event_id),
+        "idempotency_key": event.idempotency_key,
+        "run_id": event.run_id,
+        "action": "resolve" if resolved else "redrive",
+        "outcome": event.outcome if isinstance(event, DeliveryResolved) else None,
+        "operator": event.operator,
+        "reason": event.reason,
+        "scope": event.scope,
+        "receiver_id": event.receiver_id if isinstance(event, DeliveryResolved) else None,
+        "seen_status": event.seen_status,
+        "result": "applied" if refusal is None else "refused",
+        "refusal": refusal,
+        "occurred_at": at,
+    }
 
 
 def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
@@ -258,6 +283,8 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "created_at": at,
         "updated_at": at,
         "state": "",  # written from batch.states when the batch is stored
+        "settled_by": None,
+        "redrives": 0,
     }
     batch.dirty_deliveries.add(key)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,10 @@ DELIVERIES = Table(
         # Version 3: the worker's fold state (events/state_codec.py), which the
         # columns above are derived from: one set of transition rules for both.
         ("state", "TEXT NOT NULL"),
+        # Version 4: operator actions (events/operator.py): who settled it, if an
+        # operator did, and how many redrives it had.
+        ("settled_by", "TEXT"),
+        ("redrives", "INTEGER NOT NULL"),
     ),
     ("idempotency_key",),
 )
@@ -128,6 +132,27 @@ DUPLICATE_KEYS = Table(
     ("event_id",),
 )
 
+# Version 4: every operator action read from the log, applied or refused (and why).
+OPERATOR_ACTIONS = Table(
+    "operator_actions",
+    (
+        ("event_id", "TEXT NOT NULL"),
+        ("idempotency_key", "TEXT NOT NULL"),
+        ("run_id", "TEXT NOT NULL"),
+        ("action", "TEXT NOT NULL"),  # resolve | redrive
+        ("outcome", "TEXT"),  # resolve: delivered | not_delivered | abandoned
+        ("operator", "TEXT NOT NULL"),
+        ("reason", "TEXT NOT NULL"),
+        ("scope", "TEXT NOT NULL"),
+        ("receiver_id", "TEXT"),
+        ("seen_status", "TEXT NOT NULL"),
+        ("result", "TEXT NOT NULL"),  # applied | refused
+        ("refusal", "TEXT"),
+        ("occurred_at", "TEXT NOT NULL"),
+    ),
+    ("event_id",),
+)
+
 SKIPPED_RECORDS = Table(
     "skipped_records",
     (
@@ -161,6 +186,7 @@ TABLES: tuple[Table, ...] = (
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
+    OPERATOR_ACTIONS,
     SKIPPED_RECORDS,
     PROJECTION_OFFSETS,
     PROJECTION_META,
@@ -181,6 +207,8 @@ INDEXES: tuple[str, ...] = (
     # follows the pending rows, never the settled ones. An index holds no data of its own
     # and ``ledger project`` creates a missing one (Store.ensure_indexes): no version bump.
     "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
+    "CREATE INDEX operator_actions_run ON operator_actions (run_id, occurred_at)",
+    "CREATE INDEX operator_actions_key ON operator_actions (idempotency_key, occurred_at)",
 )
 
 

@@ -20,6 +20,7 @@ from projections.schema import (
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
+    OPERATOR_ACTIONS,
     PROJECTION_OFFSETS,
     SKIPPED_RECORDS,
     Table,
@@ -160,6 +161,7 @@ class Store(Staging):
         self._upsert(DELIVERIES, batch.changed_deliveries())
         self._upsert(DELIVERY_ATTEMPTS, [batch.attempts[k] for k in sorted(batch.dirty_attempts)])
         self._upsert(DUPLICATE_KEYS, batch.duplicates, update=False)
+        self._upsert(OPERATOR_ACTIONS, batch.operator_actions, update=False)
         self._upsert(SKIPPED_RECORDS, batch.skipped, update=False)
         self._upsert(
             PROJECTION_OFFSETS,

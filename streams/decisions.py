@@ -252,14 +252,16 @@ def retry_or_fail(
     ``dedupe_rule`` names the receiver's rule when that is what makes the retry safe."""
     rules = ctx.rules(state.channel)
     common = _common(state, ctx, now)
-    if rules.exhausted(state.attempt, state.requested_at, now):
+    # After an operator's action the policy counts afresh: attempts since, age since.
+    counted = state.attempt - state.attempt_base
+    if rules.exhausted(counted, state.policy_from or state.requested_at, now):
         return DeliveryFailed(
             **common,
             attempts=state.attempt,
             error_class=error_class,
             reason=f"retries exhausted after attempt {state.attempt}: {safety}",
         )
-    delay = rules.delay_s(state.idempotency_key, state.attempt, retry_after_s)
+    delay = rules.delay_s(state.idempotency_key, counted, retry_after_s)
     return DeliveryRetryScheduled(
         **common,
         attempt=state.attempt,
@@ -291,6 +293,10 @@ def due_at(state: DeliveryState, ctx: Context) -> datetime | None:
 
 
 def _next_lookup(state: DeliveryState, base: datetime, ctx: Context) -> datetime | None:
+    if state.fresh_lookup:
+        # An operator's redrive: a lookup now (after the settle time), whatever came before.
+        since = state.check_at or base
+        return since + timedelta(seconds=ctx.settle_s(state.channel, state.recipient))
     if state.last_error_class == ErrorClass.SENT_UNCONFIRMED or state.lookups >= ctx.max_lookups:
         return None  # an operator resolves it; it stays visible as UNKNOWN
     match state.reconciled:

@@ -12,6 +12,11 @@ if "LEDGER_SIGNING__SIGNING_KEY" not in os.environ:
     _signing, _verify = new_pair()
     os.environ["LEDGER_SIGNING__SIGNING_KEY"] = _signing
     os.environ["LEDGER_SIGNING__VERIFY_KEYS"] = json.dumps([_verify])
+# And one operator pair: the tests that act as an operator sign with it.
+if "LEDGER_SIGNING__OPERATOR_KEY" not in os.environ:
+    _operator, _operator_verify = new_pair()
+    os.environ["LEDGER_SIGNING__OPERATOR_KEY"] = _operator
+    os.environ["LEDGER_SIGNING__OPERATOR_VERIFY_KEYS"] = json.dumps([_operator_verify])
 
 pytest_plugins = [
     "tests.fixtures.broker",

@@ -27,6 +27,7 @@ from events import (
 from events.base import Event
 from events.delivery import new_delivery_requested
 from events.model import ALL_EVENT_TYPES, AnyDeliveryEvent, AnyExecutionEvent
+from events.operator import DeliveryRedriveRequested, DeliveryResolved
 
 DATA = Path(__file__).parent / "data"
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -106,6 +107,24 @@ def every_event() -> list[AnyExecutionEvent | AnyDeliveryEvent]:
             payload_hash=REQ.payload_hash,
             original_payload_hash=REQ.payload_hash,
             outcome="deduplicated",
+        ),
+        DeliveryResolved(
+            **COMMON,
+            operator="ana@example.com",
+            reason="the receiver's log shows T-17",
+            scope="key",
+            fencing_token=1,
+            seen_status="UNKNOWN",
+            outcome="delivered",
+            receiver_id="T-17",
+        ),
+        DeliveryRedriveRequested(
+            **COMMON,
+            operator="ana@example.com",
+            reason="endpoint fixed",
+            scope="recipient=https://hooks.example/x state=FAILED",
+            fencing_token=3,
+            seen_status="FAILED",
         ),
     ]
 

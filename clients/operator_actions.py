@@ -1,0 +1,196 @@
+"""Acting as an operator: build, check, sign and append resolve and redrive events.
+
+Shared by ``ledger resolve``/``ledger redrive`` and the dashboard's buttons. An action is
+built from the state the operator saw (the projection's copy of the worker's fold state):
+it carries that state's fencing token and status, so the fold refuses it as stale if the
+delivery moved on before the action was read. ``refusal`` asks the fold's own rule
+(events/delivery_state.py ``operator_refusal``) before anything is appended; the refusal
+of an action that raced with the worker is still recorded, by the projection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Literal, Self
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
+
+from clients.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
+from clients.outcome_keys import operator_signer_for
+from clients.outcome_signing import OutcomeSigner
+from config.settings import Settings
+from events.base import utc_now
+from events.codec import encode
+from events.delivery_state import DeliveryState, Status, operator_refusal
+from events.errors import ConfigError
+from events.operator import (
+    OPERATOR_PATTERN,
+    DeliveryRedriveRequested,
+    DeliveryResolved,
+    OperatorEvent,
+)
+from events.topics import record_key
+
+ResolveOutcome = Literal["delivered", "not_delivered", "abandoned"]
+PRODUCER = "ledger-operator"
+SEEN = {Status.UNKNOWN: "UNKNOWN", Status.SENT: "SENT", Status.FAILED: "FAILED"}
+
+
+def check_operator(name: str | None) -> str:
+    """The operator's name, or ``ConfigError`` (one line and a hint) when there is none or
+    it is not printable."""
+    if not name or not name.strip():
+        raise ConfigError(
+            "an operator action needs the operator's name",
+            "pass --as NAME or set LEDGER_OPERATOR (it goes into the event, for the record)",
+        )
+    name = name.strip()
+    if not re.match(OPERATOR_PATTERN, name):
+        raise ConfigError(
+            "the operator's name must be 1-200 printable characters",
+            "pass --as NAME or set LEDGER_OPERATOR",
+        )
+    return name
+
+
+def check_reason(reason: str | None) -> str:
+    """The action's reason, required: ``ConfigError`` when it is missing or blank."""
+    if not reason or not reason.strip():
+        raise ConfigError(
+            "an operator action needs a reason", "pass --reason TEXT: why, for the record"
+        )
+    if len(reason) > 4000:
+        raise ConfigError("the reason is longer than 4000 characters", "shorten --reason")
+    return reason.strip()
+
+
+@dataclass(frozen=True)
+class Action:
+    """One proposed action on one delivery, and whether the fold would take it now."""
+
+    state: DeliveryState
+    event: OperatorEvent | None
+    refusal: str | None
+
+
+def _seen(state: DeliveryState) -> Literal["UNKNOWN", "SENT", "FAILED"]:
+    seen = SEEN.get(state.status)
+    return "UNKNOWN" if seen is None else seen  # type: ignore[return-value]
+
+
+def resolve_action(
+    state: DeliveryState,
+    *,
+    operator: str,
+    outcome: ResolveOutcome,
+    reason: str,
+    scope: str = "key",
+    receiver_id: str | None = None,
+    now: datetime | None = None,
+) -> Action:
+    """The resolve event for ``state`` as the operator sees it, and its refusal if any."""
+    event = DeliveryResolved(
+        idempotency_key=state.idempotency_key,
+        run_id=state.run_id,
+        producer=PRODUCER,
+        operator=operator,
+        reason=reason,
+        scope=scope,
+        fencing_token=state.fencing_token,
+        seen_status=_seen(state),
+        outcome=outcome,
+        receiver_id=receiver_id,
+        occurred_at=now or utc_now(),
+    )
+    return _checked(state, event)
+
+
+def redrive_action(
+    state: DeliveryState,
+    *,
+    operator: str,
+    reason: str,
+    scope: str = "key",
+    now: datetime | None = None,
+) -> Action:
+    """The redrive event for ``state`` as the operator sees it, and its refusal if any."""
+    event = DeliveryRedriveRequested(
+        idempotency_key=state.idempotency_key,
+        run_id=state.run_id,
+        producer=PRODUCER,
+        operator=operator,
+        reason=reason,
+        scope=scope,
+        fencing_token=state.fencing_token,
+        seen_status=_seen(state),
+        occurred_at=now or utc_now(),
+    )
+    return _checked(state, event)
+
+
+def _checked(state: DeliveryState, event: OperatorEvent) -> Action:
+    refusal = operator_refusal(state, event)
+    if refusal is None and state.status not in SEEN:
+        refusal = f"the delivery is {state.status.public}"
+    return Action(state, event if refusal is None else None, refusal)
+
+
+class OperatorLog:
+    """Appends signed operator events to ``ledger.deliveries`` (idempotent producer,
+    acks from all in-sync replicas): ``async with OperatorLog(settings) as log``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._signer: OutcomeSigner | None = operator_signer_for(settings)
+        self._producer: AIOKafkaProducer | None = None
+
+    async def __aenter__(self) -> Self:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._settings.kafka.bootstrap_servers,
+            enable_idempotence=True,
+            acks="all",
+            **client_options(self._settings.kafka),
+        )
+        try:
+            await producer.start()
+        except KafkaConnectionError:
+            await producer.stop()
+            raise await connect_error(self._settings.kafka) from None
+        except NOT_AUTHORIZED as exc:
+            await producer.stop()
+            raise not_allowed(self._settings.kafka, exc) from None
+        except BaseException:
+            await producer.stop()
+            raise
+        self._producer = producer
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def append(self, events: Sequence[OperatorEvent]) -> None:
+        """Write ``events`` in order, each signed, keyed by its idempotency key; return when
+        every one is acknowledged."""
+        assert self._producer is not None, "use OperatorLog as 'async with'"
+        topic = self._settings.kafka.topic_deliveries
+        futures = []
+        for event in events:
+            value = encode(event)
+            headers = None if self._signer is None else self._signer.headers(value)
+            futures.append(
+                await self._producer.send(topic, value, key=record_key(event), headers=headers)
+            )
+        await asyncio.gather(*futures)
