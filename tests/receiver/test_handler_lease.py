@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from tests.receiver.dying_receiver import DyingReceiver
 from tests.receiver.support import SECRET_A, signed_headers, signed_lookup
 
-LEASE_S = 1.5  # short, so a dead run's lease runs out within the test
+LEASE_S = 2.0  # short, so a dead run's lease runs out within the test
 
 
 @pytest.fixture
@@ -46,9 +47,15 @@ async def _killed_mid_handler(receiver: DyingReceiver, key: str) -> None:
     with pytest.raises(httpx.TransportError):
         await first  # the connection died with the process: no answer
     receiver.start()
-    # While the dead run's lease lasts, nobody can tell it from a live one.
+    with sqlite3.connect(receiver.db) as conn:
+        [(expires_at,)] = conn.execute(
+            "SELECT lease_expires_at FROM receiver_keys WHERE key = ?", (key,)
+        ).fetchall()
+    conn.close()
     live = _lookup(receiver.base, key)
-    assert (live.status_code, live.json()["status"]) == (202, "processing")
+    if time.time() < expires_at:  # answered before the lease ran out (a slow restart: after)
+        # While the dead run's lease lasts, nobody can tell it from a live one.
+        assert (live.status_code, live.json()["status"]) == (202, "processing")
 
 
 def _after_the_lease(receiver: DyingReceiver, key: str, status: str) -> httpx.Response:
@@ -74,7 +81,9 @@ async def test_a_killed_idempotent_handler_runs_once_more_and_completes_once(
         *(asyncio.to_thread(_post, receiver.base, "order-1", {"sleep_s": 0.5}, 2) for _ in range(3))
     )
     # Three redeliveries at once: one re-run, the others wait for it (or are told to).
-    assert sorted(r.status_code for r in redelivered) in ([200, 200, 200], [200, 200, 409])
+    assert 200 in {r.status_code for r in redelivered}
+    waited = [r.json() for r in redelivered if r.status_code != 200]
+    assert all(w["status"] == "processing" for w in waited), waited  # told to come back
     assert {r.json()["id"] for r in redelivered if r.status_code == 200} == {"made-order-1"}
     done = _lookup(receiver.base, "order-1")
     assert (done.status_code, done.json()) == (
