@@ -158,8 +158,7 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
 
 
 def state_of_row(row: Row) -> DeliveryState:
-    """The worker's fold state of a ``deliveries`` row (its ``state`` column and the
-    columns set once by the request); the payload is not in the ledger tables (None)."""
+    """The worker's fold state of a delivery, from its projection row (every column)."""
     given = {"payload": None, **{name: row[name] for name in _FROM_ROW}}
     return _ROW_STATE.loads(row["state"], given)
 

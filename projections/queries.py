@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from events.delivery_state import Status
+from events.delivery_state import DeliveryState, Status
 from events.redaction import redacted_data, redacted_url
-from projections.fold import Row
+from projections.fold import Row, state_of_row
 from projections.schema import timestamp
 from projections.store import Store
 
@@ -63,7 +63,7 @@ OVERDUE_SENT = Question(
 )
 UNKNOWN = Question(
     "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
-    "reconciliation, updated_at AS unknown_since",
+    "reconciliation, fencing_token, updated_at AS unknown_since",
     "FROM deliveries WHERE status = 'UNKNOWN'",
     "updated_at, idempotency_key",
 )
@@ -146,6 +146,47 @@ def attention_counts(store: Store) -> dict[str, int]:
         "duplicate_conflicts": DUPLICATE_CONFLICTS.count(store),
         "failed_attempts": failed_attempts(attempts_by_channel(store)),
     }
+
+
+# Operator actions (dashboard) ----------------------------------------------------------
+#
+# What an operator may act on (the FAILED table beside the UNKNOWN one), the delivery an
+# action is built from (the worker's fold state, as the projection holds it), and what
+# operators did to a run's deliveries (its timeline).
+
+FAILED = Question(
+    "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
+    "fencing_token, redrives, settled_by, failed_at",
+    "FROM deliveries WHERE status = 'FAILED'",
+    "failed_at DESC, idempotency_key",
+)
+
+
+def failed_deliveries(store: Store, limit: int | None = None) -> list[Row]:
+    """FAILED deliveries, the latest first: nothing left, and nothing will unless an
+    operator redrives them."""
+    return FAILED.rows(store, (), limit)
+
+
+def delivery_state(store: Store, key: str) -> DeliveryState | None:
+    """Delivery ``key``'s current fold state in the projection (None: never requested)."""
+    found = store.rows("SELECT * FROM deliveries WHERE idempotency_key = ?", (key,))
+    return state_of_row(found[0]) if found else None
+
+
+def operator_actions(store: Store, run_id: str, keys: Sequence[str] | None = None) -> list[Row]:
+    """The operator actions on ``run_id``'s deliveries (those of ``keys`` only, when
+    given), applied or refused, in the order they happened."""
+    sql = "SELECT * FROM operator_actions WHERE run_id = ?"
+    if keys is None:
+        return store.rows(f"{sql} ORDER BY occurred_at, event_id", (run_id,))
+    if not keys:
+        return []
+    marks = ", ".join("?" * len(keys))
+    return store.rows(
+        f"{sql} AND idempotency_key IN ({marks}) ORDER BY occurred_at, event_id",
+        (run_id, *keys),
+    )
 
 
 # The backlog -----------------------------------------------------------------------
@@ -510,16 +551,3 @@ def known_keys(store: Store, keys: Sequence[str]) -> set[str]:
             list(keys),
         )
     }
-
-
-def operator_actions_of(store: Store, event_ids: Sequence[str]) -> list[Row]:
-    """The projection's record of these operator events (applied or refused, and why),
-    those it has read so far."""
-    if not event_ids:
-        return []
-    marks = ", ".join("?" * len(event_ids))
-    return store.rows(
-        f"SELECT * FROM operator_actions WHERE event_id IN ({marks}) "  # noqa: S608
-        "ORDER BY occurred_at, event_id",
-        list(event_ids),
-    )

@@ -55,6 +55,7 @@ class Overview:
     unknown: list[Row]
     overdue_pending: list[Row]
     overdue_sent: list[Row]
+    failed: list[Row]
     limit: int
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -132,6 +133,9 @@ def overview(
             ),
             overdue_pending=queries.overdue_pending(store, now, limit),
             overdue_sent=queries.overdue_sent(store, now, limit),
+            failed=memo.get(
+                store, ("failed", limit), lambda: queries.failed_deliveries(store, limit)
+            ),
             limit=limit,
         )
     finally:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from clients.operator_actions import OperatorLog, redrive_action, resolve_action
 from config.settings import Settings
 from events import DeliveryClaimed, DeliveryFailed, DeliveryRetryScheduled
 from events.delivery_state import Status
@@ -19,7 +22,10 @@ from projections.queries import (
     Backlog,
     ChannelBacklog,
     Selection,
+    delivery_state,
+    failed_deliveries,
     known_keys,
+    operator_actions,
     selected_count,
     selected_deliveries,
     status_report,
@@ -293,3 +299,66 @@ def test_a_selection_names_its_scope_without_credentials() -> None:
     assert selection.scope() == (
         "keys=2 run=r recipient=https://x.test/h state=FAILED since=2026-01-05T09:00:00.000000Z"
     )
+
+
+async def test_operator_actions_and_the_failed_table(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    a3, a4 = requested("run-a", 3, 1), requested("run-a", 4, 1)
+    store = await built(settings, dsn_factory)
+    try:
+        [failed] = failed_deliveries(store)
+        assert (failed["idempotency_key"], failed["last_error_class"]) == (
+            a4.idempotency_key,
+            "http_4xx",
+        )
+        assert failed["redrives"] == 0
+        was_failed, was_unknown = (
+            delivery_state(store, a4.idempotency_key),
+            delivery_state(store, a3.idempotency_key),
+        )
+        assert delivery_state(store, "no-such-key") is None
+    finally:
+        store.close()
+    assert was_failed is not None
+    assert was_unknown is not None
+    assert was_failed.status is Status.FAILED
+    redrive = redrive_action(was_failed, operator="ann", reason="fixed", now=at(500)).event
+    resolve = resolve_action(
+        was_unknown, operator="ann", outcome="abandoned", reason="gone", now=at(501)
+    ).event
+    assert redrive is not None
+    assert resolve is not None
+    # The same redrive again: the fold refuses it (stale), and the projection says so.
+    again = redrive.model_copy(update={"event_id": uuid.uuid4(), "occurred_at": at(502)})
+    async with OperatorLog(settings) as log:  # signed, as the projection requires
+        await log.append([redrive, resolve, again])
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        assert [r["idempotency_key"] for r in failed_deliveries(store)] == [a3.idempotency_key]
+        now = delivery_state(store, a4.idempotency_key)
+        assert now is not None
+        assert now.status is not Status.FAILED
+        assert now.redrives == 1
+        actions = operator_actions(store, "run-a")
+        assert [(r["action"], r["result"]) for r in actions] == [
+            ("redrive", "applied"),
+            ("resolve", "applied"),
+            ("redrive", "refused"),
+        ]
+        assert operator_actions(store, "run-a", [a3.idempotency_key]) == [actions[1]]
+        assert operator_actions(store, "run-a", []) == []
+        entries = [t for t in run_view(store, "run-a").timeline if t.operator]
+        assert [(t.at, t.operator, t.result) for t in entries] == [
+            ("2026-01-05T09:08:20.000000Z", "ann", "applied"),
+            ("2026-01-05T09:08:21.000000Z", "ann", "applied"),
+            ("2026-01-05T09:08:22.000000Z", "ann", "refused"),
+        ]
+        assert "redrive of the FAILED delivery, reason: fixed (applied)" in entries[0].what
+        assert "resolve as abandoned of the UNKNOWN delivery, reason: gone" in entries[1].what
+        assert "(refused: redrive applies to FAILED and UNKNOWN" in entries[2].what
+    finally:
+        store.close()
