@@ -14,15 +14,20 @@ from events.errors import LedgerError
 from events.outcomes import ErrorClass
 from projections.backends import open_store
 from projections.dashboard.overview import overview
+from projections.fold import state_of_row
 from projections.incident import run_view
 from projections.projector import rebuild
 from projections.queries import (
     PENDING_BY_CHANNEL,
     Backlog,
     ChannelBacklog,
+    Selection,
     delivery_state,
     failed_deliveries,
+    known_keys,
     operator_actions,
+    selected_count,
+    selected_deliveries,
     status_report,
 )
 from projections.store import Store
@@ -244,6 +249,56 @@ async def test_attempts_by_channel_is_one_row_per_channel_and_error_class(
     assert page.attempts_by_channel == report.attempts_by_channel
     counters = {c.name: c.value for c in page.counters}
     assert counters["failed_attempts"] == 2
+
+
+async def test_operator_selections_combine_their_selectors(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    store = await built(settings, dsn_factory)
+    # run-a: a1 CONFIRMED, a2 PENDING (a retry), a3 UNKNOWN, a4 FAILED (provider); b1
+    # PENDING and c1 CONFIRMED go to a1's recipient (hook 1).
+    a1, a2, a3, a4 = (requested("run-a", n, 1).idempotency_key for n in (1, 2, 3, 4))
+    b1 = requested("run-b", 1, 100, slo=30).idempotency_key
+    c1 = requested("run-c", 1, 200).idempotency_key
+    hook1 = requested("run-a", 1, 1).recipient
+    redrivable = ("FAILED", "UNKNOWN")
+
+    def keys(selection: Selection, limit: int = 10) -> list[str]:
+        return [r["idempotency_key"] for r in selected_deliveries(store, selection, limit)]
+
+    try:
+        assert sorted(keys(Selection(run_id="run-a", statuses=redrivable))) == sorted([a3, a4])
+        assert keys(Selection(run_id="run-a", channel="provider", statuses=redrivable)) == [a4]
+        assert keys(Selection(recipient=hook1)) == [a1, b1, c1]  # oldest request first
+        assert keys(Selection(recipient=hook1), limit=2) == [a1, b1]
+        assert keys(Selection(since=at(50), until=at(200))) == [b1]  # until: exclusive
+        assert keys(Selection(keys=(a2, a3), statuses=("UNKNOWN",))) == [a3]
+        assert sorted(keys(Selection(keys=(a1, a2)))) == sorted([a1, a2])
+        assert selected_count(store, Selection(recipient=hook1, statuses=redrivable)) == 0
+        settled = selected_count(
+            store, Selection(recipient=hook1, statuses=redrivable), status="CONFIRMED"
+        )
+        assert settled == 2  # a1 and c1
+        assert known_keys(store, [a1, "f" * 64]) == {a1}
+        [row] = selected_deliveries(store, Selection(keys=(a3,)), 5)
+        state = state_of_row(row)
+        assert (state.idempotency_key, state.status) == (a3, Status.UNKNOWN)
+        assert state.fencing_token == row["fencing_token"]
+    finally:
+        store.close()
+
+
+def test_a_selection_names_its_scope_without_credentials() -> None:
+    selection = Selection(
+        keys=("k1", "k2"),
+        run_id="r",
+        recipient="https://user:pw@x.test/h",
+        statuses=("FAILED",),
+        since=at(0),
+    )
+    assert selection.scope() == (
+        "keys=2 run=r recipient=https://x.test/h state=FAILED since=2026-01-05T09:00:00.000000Z"
+    )
 
 
 async def test_operator_actions_and_the_failed_table(
