@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from playwright.async_api import Browser, expect
 
+from events.model import AnyDeliveryEvent
 from tests.dashboard.conftest import Stack
 from tests.dashboard.test_browser import open_page
 from tests.dashboard.test_metrics import scrape
@@ -15,7 +16,7 @@ from tests.projections.scenarios import requested
 # incident_log: run-a's third delivery UNKNOWN since T0+5s (NOW is T0+1h), its fourth
 # FAILED under token 2, its first CONFIRMED.
 A1, A3, A4 = requested("run-a", 1, 1), requested("run-a", 3, 1), requested("run-a", 4, 1)
-ACTIONS = [
+ACTIONS: list[AnyDeliveryEvent] = [
     resolved(A3, 400, "delivered"),
     redriven(A4, 401, token=2),
     redriven(A4, 402, token=2),  # a second operator: refused, the first made it PENDING
