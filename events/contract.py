@@ -13,6 +13,11 @@ Webhooks secret, one key per purpose::
     lookup-signature:        v1,base64(HMAC-SHA256(purpose_key("lookup"),
                                                    "<key>.<lookup-timestamp>"))
 
+A key whose handler died mid-run is settled by the receiver's declared rule (the receiver
+kit: ``WebhookReceiver(idempotent_handler=...)``, docs/LOOKUP_CONTRACT.md): an idempotent
+handler's key answers ``failed`` and the next request runs it again; any other answers
+``stuck`` and is left for an operator, because running it again could do its work twice.
+
 A derived key (rather than the secret itself) means no signature of one kind is ever a
 valid signature of another: a captured lookup or token signature cannot pass as a webhook
 signature, whatever the key, timestamp or body. As with ``webhook-signature``, the header
@@ -43,15 +48,24 @@ class LookupStatus(StrEnum):
     DONE = "done"  # 200: the handler ran; ``id`` is the receiver's record of it
     PROCESSING = "processing"  # 202: received, the handler is still running
     NOT_FOUND = "not_found"  # 404: never received
-    FAILED = "failed"  # 404: received but the handler failed; a retry is safe
+    # 404: received but the handler failed, or its run died and the receiver declared the
+    # handler idempotent: a retry is safe and runs it again.
+    FAILED = "failed"
+    # 409: received, and the run of the handler died mid-processing (its lease ran out with
+    # no outcome); the handler is not declared idempotent, so it is never run again for the
+    # key. Whether it did its work is unknown: only an operator can settle it (the ledger
+    # keeps the delivery UNKNOWN, ``receiver_stuck``, and stops looking it up).
+    STUCK = "stuck"
 
 
-# The HTTP status each lookup status is answered with.
+# The HTTP status each lookup status is answered with. ``stuck`` is an error status, so a
+# client that predates it reads neither success nor "not found" (a retry) into it.
 LOOKUP_HTTP_STATUS = {
     LookupStatus.DONE: 200,
     LookupStatus.PROCESSING: 202,
     LookupStatus.NOT_FOUND: 404,
     LookupStatus.FAILED: 404,
+    LookupStatus.STUCK: 409,
 }
 
 

@@ -2,7 +2,9 @@
 
 agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
 outcomes) and write dead letters; the live projector reads and writes dead letters (for
-``ledger.runs``); dashboard, replay and verify only read. Kafka ACLs
+``ledger.runs``); operators (``ledger resolve``/``ledger redrive``) append their signed
+events to ``ledger.deliveries`` and read nothing from Kafka (they select from the
+projection); dashboard, replay and verify only read. Kafka ACLs
 are per topic: requests and outcome events share ``ledger.deliveries``, so an agent
 principal can still append an outcome event there (see the README, Security).
 """
@@ -22,8 +24,8 @@ from clients.kafka_security import client_options, connect_error
 from config.settings import Settings
 from events.errors import LedgerError
 
-Role = Literal["agent", "worker", "projector", "reader"]
-ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "reader")
+Role = Literal["agent", "worker", "projector", "operator", "reader"]
+ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "operator", "reader")
 # The transactional ids agents use unless they give their own (clients/publisher.py).
 AGENT_TRANSACTIONAL_PREFIX = "ledger-publisher-"
 
@@ -119,6 +121,10 @@ def role_acls(
             ),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
         ]
+    if role == "operator":
+        # Resolve and redrive events, on the deliveries' own topic (per topic, as for the
+        # agent: nothing finer). What the operator acts on is read from the projection.
+        return _on_topics(principal, write, deliveries)
     return _on_topics(
         principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
     )

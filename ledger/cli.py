@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "verify": ("projections", False),
     "status": ("projections", False),
     "run": ("projections", False),
+    "resolve": ("operate", False),
+    "redrive": ("operate", False),
     "replay": ("replay", False),
     "fake-provider": ("simulator", False),
     "worker": ("worker", False),

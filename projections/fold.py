@@ -157,11 +157,16 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
 # records what every attempt reported, current or superseded.
 
 
+def state_of_row(row: Row) -> DeliveryState:
+    """The worker's fold state of a delivery, from its projection row (every column)."""
+    given = {"payload": None, **{name: row[name] for name in _FROM_ROW}}
+    return _ROW_STATE.loads(row["state"], given)
+
+
 def _state(batch: Batch, key: str, row: Row) -> DeliveryState:
     state = batch.states.get(key)
     if state is None:
-        given = {"payload": None, **{name: row[name] for name in _FROM_ROW}}
-        state = batch.states[key] = _ROW_STATE.loads(row["state"], given)
+        state = batch.states[key] = state_of_row(row)
     return state
 
 

@@ -12,9 +12,11 @@ from typing import Any
 from events.errors import LedgerError
 from events.redaction import redacted_data
 from projections.fold import Row
+from projections.queries import operator_actions
 from projections.store import Store
 
 AddEntry = Callable[[str | None, str, str], None]
+AddAction = Callable[[str, str, str, str, str], None]
 
 # Whether a delivery left the system, by status.
 LEFT = {
@@ -28,11 +30,14 @@ LEFT = {
 
 @dataclass(frozen=True)
 class TimelineEntry:
-    """Something that happened, when, and to what."""
+    """Something that happened, when, and to what; an operator's action also says who,
+    and whether the fold applied it (``applied``) or not (``refused``)."""
 
     at: str
     subject: str
     what: str
+    operator: str | None = None
+    result: str | None = None
 
 
 @dataclass
@@ -108,12 +113,22 @@ def run_view(store: Store, run_id: str, *, offset: int = 0, limit: int | None = 
         run_id,
         deliveries if limit is not None else None,
     )
+    actions = _shown(
+        operator_actions(
+            store,
+            run_id,
+            [row["idempotency_key"] for row in deliveries] if limit is not None else None,
+        )
+    )
     events: list[tuple[str, int, TimelineEntry]] = []
 
     def add(at: str | None, subject: str, what: str) -> None:
         if at is not None:
             # The sequence number keeps same-instant entries in causal (insertion) order.
             events.append((at, len(events), TimelineEntry(at, subject, what)))
+
+    def add_action(at: str, subject: str, what: str, operator: str, result: str) -> None:
+        events.append((at, len(events), TimelineEntry(at, subject, what, operator, result)))
 
     if run is not None:
         _run_entries(run, add)
@@ -123,6 +138,9 @@ def run_view(store: Store, run_id: str, *, offset: int = 0, limit: int | None = 
         dups = [d for d in duplicates if d["idempotency_key"] == key]
         view.deliveries.append(DeliveryView(delivery, mine, dups, LEFT[delivery["status"]]))
         _delivery_entries(delivery, mine, dups, add)
+        for action in actions:
+            if action["idempotency_key"] == key:
+                _action_entry(delivery, action, add_action)
     view.timeline = [entry for _, _, entry in sorted(events, key=lambda e: (e[0], e[1]))]
     return view
 
@@ -224,3 +242,21 @@ def _delivery_entries(delivery: Row, attempts: list[Row], dups: list[Row], add: 
         add(delivery["confirmed_at"], subject, f"delivery CONFIRMED, provider message id {pmid}")
     if delivery["failed_at"]:
         add(delivery["failed_at"], subject, f"delivery FAILED: {delivery['last_error_class']}")
+
+
+def _action_entry(delivery: Row, action: Row, add: AddAction) -> None:
+    """An operator's action: who, what, why, and whether it applied (if not, why not)."""
+    subject = f"{delivery['channel']} {delivery['recipient']}"
+    if action["action"] == "resolve":
+        did = f"resolve as {action['outcome'].replace('_', ' ')}"
+        if action["receiver_id"]:
+            did += f" (receiver id {action['receiver_id']})"
+    else:
+        did = "redrive"
+    result = action["result"]
+    outcome = "applied" if result == "applied" else f"refused: {action['refusal']}"
+    what = (
+        f"operator {action['operator']}: {did} of the {action['seen_status']} delivery, "
+        f"reason: {action['reason']} ({outcome})"
+    )
+    add(action["occurred_at"], subject, what, action["operator"], result)

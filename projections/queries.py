@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from events.delivery_state import Status
-from events.redaction import redacted_data
-from projections.fold import Row
+from events.delivery_state import DeliveryState, Status
+from events.redaction import redacted_data, redacted_url
+from projections.fold import Row, state_of_row
 from projections.schema import timestamp
 from projections.store import Store
 
@@ -63,7 +63,7 @@ OVERDUE_SENT = Question(
 )
 UNKNOWN = Question(
     "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
-    "reconciliation, updated_at AS unknown_since",
+    "reconciliation, fencing_token, updated_at AS unknown_since",
     "FROM deliveries WHERE status = 'UNKNOWN'",
     "updated_at, idempotency_key",
 )
@@ -146,6 +146,47 @@ def attention_counts(store: Store) -> dict[str, int]:
         "duplicate_conflicts": DUPLICATE_CONFLICTS.count(store),
         "failed_attempts": failed_attempts(attempts_by_channel(store)),
     }
+
+
+# Operator actions (dashboard) ----------------------------------------------------------
+#
+# What an operator may act on (the FAILED table beside the UNKNOWN one), the delivery an
+# action is built from (the worker's fold state, as the projection holds it), and what
+# operators did to a run's deliveries (its timeline).
+
+FAILED = Question(
+    "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
+    "fencing_token, redrives, settled_by, failed_at",
+    "FROM deliveries WHERE status = 'FAILED'",
+    "failed_at DESC, idempotency_key",
+)
+
+
+def failed_deliveries(store: Store, limit: int | None = None) -> list[Row]:
+    """FAILED deliveries, the latest first: nothing left, and nothing will unless an
+    operator redrives them."""
+    return FAILED.rows(store, (), limit)
+
+
+def delivery_state(store: Store, key: str) -> DeliveryState | None:
+    """Delivery ``key``'s current fold state in the projection (None: never requested)."""
+    found = store.rows("SELECT * FROM deliveries WHERE idempotency_key = ?", (key,))
+    return state_of_row(found[0]) if found else None
+
+
+def operator_actions(store: Store, run_id: str, keys: Sequence[str] | None = None) -> list[Row]:
+    """The operator actions on ``run_id``'s deliveries (those of ``keys`` only, when
+    given), applied or refused, in the order they happened."""
+    sql = "SELECT * FROM operator_actions WHERE run_id = ?"
+    if keys is None:
+        return store.rows(f"{sql} ORDER BY occurred_at, event_id", (run_id,))
+    if not keys:
+        return []
+    marks = ", ".join("?" * len(keys))
+    return store.rows(
+        f"{sql} AND idempotency_key IN ({marks}) ORDER BY occurred_at, event_id",
+        (run_id, *keys),
+    )
 
 
 # The backlog -----------------------------------------------------------------------
@@ -482,3 +523,101 @@ def status_report(store: Store, now: datetime) -> StatusReport:
     # The backlog and the operator counts hold names, counts and times only: nothing to
     # redact.
     return StatusReport(**{**shown, "backlog": report.backlog, "operators": report.operators})
+
+
+# Operator selections ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which deliveries an operator's bulk action is for: every given selector must match
+    (AND). ``keys`` empty: any key; ``statuses`` empty: any state; ``since``/``until``
+    bound the request time (``created_at``), ``until`` exclusive."""
+
+    keys: tuple[str, ...] = ()
+    run_id: str | None = None
+    channel: str | None = None
+    recipient: str | None = None
+    statuses: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def where(self, *, statuses: bool = True) -> tuple[str, list[Any]]:
+        """The WHERE clause (``?`` placeholders) and its parameters; without the state
+        selector when ``statuses`` is False."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.keys:
+            clauses.append(f"idempotency_key IN ({', '.join('?' * len(self.keys))})")
+            params.extend(self.keys)
+        for column, value in (
+            ("run_id", self.run_id),
+            ("channel", self.channel),
+            ("recipient", self.recipient),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if statuses and self.statuses:
+            clauses.append(f"status IN ({', '.join('?' * len(self.statuses))})")
+            params.extend(self.statuses)
+        if self.since is not None:
+            clauses.append("created_at >= ?")
+            params.append(timestamp(self.since))
+        if self.until is not None:
+            clauses.append("created_at < ?")
+            params.append(timestamp(self.until))
+        return " AND ".join(clauses) or "1 = 1", params
+
+    def scope(self) -> str:
+        """The selection as the operator events' ``scope`` text (URLs redacted)."""
+        parts = [f"keys={len(self.keys)}"] if self.keys else []
+        for name, value in (
+            ("run", self.run_id),
+            ("channel", self.channel),
+            ("recipient", None if self.recipient is None else redacted_url(self.recipient)),
+        ):
+            if value is not None:
+                parts.append(f"{name}={value}")
+        if self.statuses:
+            parts.append("state=" + "+".join(self.statuses))
+        if self.since is not None:
+            parts.append(f"since={timestamp(self.since)}")
+        if self.until is not None:
+            parts.append(f"until={timestamp(self.until)}")
+        return " ".join(parts)[:1000] or "all"
+
+
+def selected_deliveries(store: Store, selection: Selection, limit: int) -> list[Row]:
+    """The whole ``deliveries`` rows (their fold ``state`` included) the selection
+    matches, oldest request first, at most ``limit`` of them."""
+    where, params = selection.where()
+    return store.rows(
+        f"SELECT * FROM deliveries WHERE {where} "  # noqa: S608 - constant SQL, bound values
+        "ORDER BY created_at, idempotency_key LIMIT ?",
+        (*params, limit),
+    )
+
+
+def selected_count(store: Store, selection: Selection, *, status: str | None = None) -> int:
+    """How many deliveries the selection matches; with ``status``, how many of them are in
+    that state whatever the selection's own states (CONFIRMED: already settled)."""
+    where, params = selection.where(statuses=status is None)
+    if status is not None:
+        where, params = f"{where} AND status = ?", [*params, status]
+    sql = f"SELECT COUNT(*) AS n FROM deliveries WHERE {where}"  # noqa: S608 - constant SQL
+    return int(store.rows(sql, params)[0]["n"])
+
+
+def known_keys(store: Store, keys: Sequence[str]) -> set[str]:
+    """Which of ``keys`` the projection has a delivery for."""
+    if not keys:
+        return set()
+    marks = ", ".join("?" * len(keys))
+    return {
+        r["idempotency_key"]
+        for r in store.rows(
+            f"SELECT idempotency_key FROM deliveries WHERE idempotency_key IN ({marks})",  # noqa: S608
+            list(keys),
+        )
+    }

@@ -4,6 +4,23 @@
 ``Reply`` (status, JSON body, headers) that an adapter (``receiver.asgi``,
 ``receiver.aiohttp_adapter``) writes out. The key is recorded before the handler runs,
 so a lookup never says "not found" about a request that is being processed.
+
+The run holds a *handler lease* on the key (``handler_lease_s``, renewed every third of it
+while the handler runs). A key left ``processing`` by a run that died (SIGKILL, a lost host)
+stops being renewed; once its lease has run out the key is reclaimed, by the rule the user
+declared:
+
+- ``idempotent_handler=True``: running the handler twice for one key is harmless, so the
+  key is offered again: lookups answer ``failed`` (a retry is safe) and the next request
+  for it runs the handler again, under a new lease, fenced like any other.
+- ``idempotent_handler=False`` (the default): a second run could do twice what the first
+  may have done, so the handler never runs again for that key. Lookups answer ``stuck``
+  (409) and a request for it is answered 409 ``stuck`` without running anything; the
+  ledger shows the delivery UNKNOWN (``receiver_stuck``) for an operator to settle with
+  ``ledger resolve``.
+
+A handler that blocks the event loop (a synchronous one) cannot renew its lease while it
+runs: size ``handler_lease_s`` above its longest run.
 """
 
 from __future__ import annotations
@@ -13,7 +30,9 @@ import contextlib
 import inspect
 import json
 import logging
+import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +44,7 @@ from events.contract import (
     lookup_answer,
     parse_fencing_token,
 )
-from receiver.records import Admission, KeyStatus
+from receiver.records import Admission, KeyStatus, LeaseTerms, lease_expired
 from receiver.store import IdempotencyStore, StoreUnavailable
 from receiver.verification import SignatureVerifier
 
@@ -39,6 +58,9 @@ RETRY_AFTER_S = 5
 # How long a connection may take to send a request head (and stay idle between requests)
 # on the kit's servers (``receiver.aiohttp_adapter``, ``receiver.uvicorn_server``).
 HEADER_TIMEOUT_S = 10.0
+# How long a run's hold on its key lasts unless renewed; a dead run's key is reclaimed
+# this long after its last renewal.
+HANDLER_LEASE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +95,10 @@ class WebhookReceiver:
     """Runs ``handler`` once per idempotency key, however many times the key arrives.
 
     ``handler`` returns the id of what it made (an order id, a ticket id): it is the
-    ``id`` of every later answer for that key and of the lookup.
+    ``id`` of every later answer for that key and of the lookup. ``handler_lease_s`` is how
+    long a run that stops renewing its lease (it died) keeps its key; then the key is run
+    again if ``idempotent_handler`` is declared, else it is ``stuck`` for an operator (the
+    module's docstring says why).
     """
 
     def __init__(
@@ -84,9 +109,16 @@ class WebhookReceiver:
         store: IdempotencyStore,
         tolerance_s: float = 300.0,
         in_progress_wait_s: float = 2.0,
+        handler_lease_s: float = HANDLER_LEASE_S,
+        idempotent_handler: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if not handler_lease_s > 0:
+            raise ValueError("handler_lease_s must be a positive number of seconds")
         self._handler = handler
+        self._lease_s = handler_lease_s
+        self.idempotent_handler = idempotent_handler
+        self._instance = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # whose runs, in the store
         self.verifier = SignatureVerifier(secrets, tolerance_s=tolerance_s)
         self.store = store
         self._wait_s = in_progress_wait_s
@@ -131,8 +163,14 @@ class WebhookReceiver:
                         "webhook_id": key,
                     },
                 )
+        terms = LeaseTerms(
+            f"{self._instance}-{uuid.uuid4().hex[:12]}",
+            self._clock(),
+            self._lease_s,
+            self.idempotent_handler,
+        )
         try:
-            decision = await self.store.admit(key, token)
+            decision = await self.store.admit(key, token, terms)
         except StoreUnavailable as exc:
             return _unavailable(key, exc)
         if decision.admission is Admission.STALE:
@@ -147,18 +185,44 @@ class WebhookReceiver:
             )
         if decision.admission is Admission.DUPLICATE:
             return _done(key, decision.record.result_id, duplicate=True)
+        if decision.admission is Admission.STUCK:
+            return _stuck(key)
         if decision.admission is Admission.IN_PROGRESS:
             try:
                 return await self._await_first(key)
             except StoreUnavailable as exc:
                 return _unavailable(key, exc)
+        if decision.reclaimed:
+            log.warning(
+                "webhook-id %s: the run holding it stopped renewing its lease (it died); "
+                "running the idempotent handler again",
+                key,
+            )
         event = ReceivedWebhook(
             key, int(headers["webhook-timestamp"]), payload, body, token, route.strip("/")
         )
-        return await self._run(event)
+        return await self._run(event, terms.holder)
 
-    async def _run(self, event: ReceivedWebhook) -> Reply:
+    async def _renew_lease(self, key: str, holder: str) -> None:
+        """While the handler runs: extend its lease every third of ``handler_lease_s``."""
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                held = await self.store.renew(key, holder, self._clock() + self._lease_s)
+            except StoreUnavailable:
+                log.warning("could not renew the handler lease of webhook-id %s", key)
+                continue
+            if not held:
+                log.warning(
+                    "webhook-id %s: this run's handler lease ran out and the key was "
+                    "reclaimed; its outcome will not be recorded",
+                    key,
+                )
+                return
+
+    async def _run(self, event: ReceivedWebhook, holder: str) -> Reply:
         settled = self._settled.setdefault(event.webhook_id, asyncio.Event())
+        heartbeat = asyncio.create_task(self._renew_lease(event.webhook_id, holder))
         try:
             try:
                 result = self._handler(event)
@@ -168,7 +232,7 @@ class WebhookReceiver:
                 # The exception's text may hold anything (even secrets): log it, answer its type.
                 log.exception("handler failed for webhook-id %s", event.webhook_id)
                 with contextlib.suppress(StoreUnavailable):  # the key stays "processing"
-                    await self.store.fail(event.webhook_id, type(exc).__name__)
+                    await self.store.fail(event.webhook_id, type(exc).__name__, holder)
                 return Reply(
                     500,
                     {
@@ -178,8 +242,15 @@ class WebhookReceiver:
                     },
                 )
             result_id = str(result)
+            heartbeat.cancel()
             try:
-                await self.store.complete(event.webhook_id, result_id)
+                if not await self.store.complete(event.webhook_id, result_id, holder):
+                    log.error(
+                        "webhook-id %s: the handler returned after its lease was reclaimed "
+                        "by another run; this run's result %s is not recorded",
+                        event.webhook_id,
+                        result_id,
+                    )
             except StoreUnavailable:
                 # The handler ran: say so. The key stays "processing" in the store (a
                 # retry waits, a lookup answers 202), never "not found": no second run.
@@ -189,6 +260,9 @@ class WebhookReceiver:
                 )
             return _done(event.webhook_id, result_id, duplicate=False)
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             settled.set()
             self._settled.pop(event.webhook_id, None)
 
@@ -226,22 +300,38 @@ class WebhookReceiver:
 
     async def lookup(self, key: str, headers: Mapping[str, str]) -> Reply:
         """The lookup contract: 401 unless signed with one of our secrets and fresh; then
-        200 done + id, 202 processing, 404 not received (or failed)."""
-        problem = self.verifier.lookup_problem(headers, key, now=self._clock())
+        200 done + id, 202 processing, 404 not received (or failed, or a dead run's key of
+        an idempotent handler), 409 stuck (a dead run's key of a handler not declared
+        idempotent)."""
+        now = self._clock()
+        problem = self.verifier.lookup_problem(headers, key, now=now)
         if problem is not None:
             return Reply(401, {"error": "invalid lookup signature", "detail": problem})
         try:
-            return await lookup_reply(self.store, key)
+            return await lookup_reply(
+                self.store, key, now=now, idempotent_handler=self.idempotent_handler
+            )
         except StoreUnavailable as exc:
             return _unavailable(key, exc)
 
 
-async def lookup_reply(store: IdempotencyStore, key: str) -> Reply:
+async def lookup_reply(
+    store: IdempotencyStore,
+    key: str,
+    *,
+    now: float | None = None,
+    idempotent_handler: bool = False,
+) -> Reply:
     """The lookup contract's answer for ``key`` from ``store``, for a lookup already
-    authenticated (``WebhookReceiver.lookup`` checks the signature first)."""
+    authenticated (``WebhookReceiver.lookup`` checks the signature first). A key whose
+    run died (lease expired) is ``failed`` if the handler is idempotent (the next request
+    runs it again), else ``stuck``."""
     record = await store.get(key)
+    at = time.time() if now is None else now
     if record is None:
         status = LookupStatus.NOT_FOUND
+    elif lease_expired(record, at):
+        status = LookupStatus.FAILED if idempotent_handler else LookupStatus.STUCK
     elif record.status is KeyStatus.PROCESSING:
         status = LookupStatus.PROCESSING
     elif record.status is KeyStatus.FAILED:
@@ -262,6 +352,20 @@ def _unavailable(key: str, exc: StoreUnavailable) -> Reply:
             "webhook_id": key,
         },
         {"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def _stuck(key: str) -> Reply:
+    """A dead run's key of a handler not declared idempotent: nothing runs, nothing is
+    claimed; the ledger looks up (a 409 is not a success) and hands it to an operator."""
+    return Reply(
+        409,
+        {
+            "status": LookupStatus.STUCK.value,
+            "error": "the handler for this webhook-id died while processing it and is not "
+            "declared idempotent: it is not run again; an operator settles this key",
+            "webhook_id": key,
+        },
     )
 
 

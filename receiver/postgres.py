@@ -8,7 +8,8 @@ A restart of the database (or dropped connections) does not stop the receiver: e
 retries with capped, jittered backoff for up to ``unavailable_after_s``, then raises
 ``StoreUnavailable`` (the kit answers 503 and runs nothing); the log says so once per
 outage (events/outage.py). A retried admission that had committed before its answer was
-lost is recognised by the attempt's own mark (``admitted_by``), so it still runs once.
+lost is recognised by the attempt's own mark (``admitted_by``, the lease holder), so it
+still runs once. A table made by an earlier kit gains the handler-lease columns on start.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from psycopg.pq import TransactionStatus
 
 from events.outage import Backoff, Outage, config_problem, reason
 from receiver.errors import StoreUnavailable
-from receiver.records import Admission, Decision, KeyRecord, KeyStatus, admit
+from receiver.records import Admission, Decision, KeyRecord, KeyStatus, LeaseTerms, admit
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS receiver_keys (
@@ -38,11 +38,19 @@ CREATE TABLE IF NOT EXISTS receiver_keys (
     fencing_token BIGINT,
     result_id TEXT,
     error TEXT,
-    admitted_by TEXT
+    admitted_by TEXT,
+    lease_holder TEXT,
+    lease_expires_at DOUBLE PRECISION
 )
 """
-# A table made by an earlier version of the kit lacks the admission mark.
-MIGRATE = "ALTER TABLE receiver_keys ADD COLUMN IF NOT EXISTS admitted_by TEXT"
+# A table made by an earlier version of the kit lacks the admission mark and the lease
+# (NULL there: no lease, see ``receiver.records.lease_expired``).
+MIGRATE = (
+    "ALTER TABLE receiver_keys ADD COLUMN IF NOT EXISTS admitted_by TEXT",
+    "ALTER TABLE receiver_keys ADD COLUMN IF NOT EXISTS lease_holder TEXT",
+    "ALTER TABLE receiver_keys ADD COLUMN IF NOT EXISTS lease_expires_at DOUBLE PRECISION",
+)
+COLUMNS = "status, fencing_token, result_id, error, lease_holder, lease_expires_at"
 
 T = TypeVar("T")
 log = logging.getLogger("receiver")
@@ -81,46 +89,59 @@ class PostgresStore:
             # A lock so that two receivers starting at once do not race on CREATE TABLE.
             await conn.execute("SELECT pg_advisory_xact_lock(7411)")
             await conn.execute(SCHEMA)
-            await conn.execute(MIGRATE)
+            for statement in MIGRATE:
+                await conn.execute(statement)
 
     async def close(self) -> None:
         """Close the idle connections (those in use close when their call ends)."""
         await self._drop_idle()
 
-    async def admit(self, key: str, fencing_token: int | None) -> Decision:
+    async def admit(self, key: str, fencing_token: int | None, terms: LeaseTerms) -> Decision:
         """Insert-if-missing, lock the row, decide, write: one transaction."""
-        mark = uuid.uuid4().hex  # this admission's, the same in every retry of it
+        mark = terms.holder  # this admission's, the same in every retry of it
 
         async def once(conn: AsyncConnection[Any]) -> Decision:
             async with conn.transaction():
+                first = admit(None, key, fencing_token, terms)
                 inserted = await conn.execute(
-                    "INSERT INTO receiver_keys (key, status, fencing_token, admitted_by) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING key",
-                    (key, KeyStatus.PROCESSING.value, fencing_token, mark),
+                    "INSERT INTO receiver_keys (key, status, fencing_token, admitted_by, "
+                    "lease_holder, lease_expires_at) VALUES (%s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (key) DO NOTHING RETURNING key",
+                    (
+                        key,
+                        first.record.status.value,
+                        fencing_token,
+                        mark,
+                        first.record.lease_holder,
+                        first.record.lease_expires_at,
+                    ),
                 )
                 if await inserted.fetchone() is not None:
-                    return admit(None, key, fencing_token)
+                    return first
                 cursor = await conn.execute(
-                    "SELECT status, fencing_token, result_id, error, admitted_by "
+                    f"SELECT {COLUMNS}, admitted_by "  # noqa: S608 - constant columns
                     "FROM receiver_keys WHERE key = %s FOR UPDATE",
                     (key,),
                 )
                 row = await cursor.fetchone()
                 existing = _record(key, row)
-                if row is not None and existing is not None and row[4] == mark:
+                if row is not None and existing is not None and row[6] == mark:
                     # This very admission committed before its answer was lost: it runs.
                     return Decision(Admission.RUN, existing)
-                decision = admit(existing, key, fencing_token)
+                decision = admit(existing, key, fencing_token, terms)
                 new = decision.record
                 await conn.execute(
                     "UPDATE receiver_keys SET status = %s, fencing_token = %s, result_id = %s, "
-                    "error = %s, admitted_by = CASE WHEN %s THEN %s ELSE admitted_by END "
+                    "error = %s, lease_holder = %s, lease_expires_at = %s, "
+                    "admitted_by = CASE WHEN %s THEN %s ELSE admitted_by END "
                     "WHERE key = %s",
                     (
                         new.status.value,
                         new.fencing_token,
                         new.result_id,
                         new.error,
+                        new.lease_holder,
+                        new.lease_expires_at,
                         decision.admission is Admission.RUN,
                         mark,
                         key,
@@ -130,32 +151,52 @@ class PostgresStore:
 
         return await self._attempt(once)
 
-    async def complete(self, key: str, result_id: str) -> None:
-        """Mark the key done with the handler's result id."""
-        await self._settle(key, KeyStatus.DONE, result_id, None)
+    async def complete(self, key: str, result_id: str, holder: str) -> bool:
+        """Mark the key done with the handler's result id, if ``holder`` still holds it."""
+        return await self._settle(key, holder, KeyStatus.DONE, result_id, None)
 
-    async def fail(self, key: str, error: str) -> None:
-        """Mark the key failed."""
-        await self._settle(key, KeyStatus.FAILED, None, error)
+    async def fail(self, key: str, error: str, holder: str) -> bool:
+        """Mark the key failed, if ``holder`` still holds it."""
+        return await self._settle(key, holder, KeyStatus.FAILED, None, error)
 
     async def _settle(
-        self, key: str, status: KeyStatus, result_id: str | None, error: str | None
-    ) -> None:
-        async def once(conn: AsyncConnection[Any]) -> None:
-            await conn.execute(
-                "UPDATE receiver_keys SET status = %s, result_id = %s, error = %s WHERE key = %s",
-                (status.value, result_id, error, key),
+        self, key: str, holder: str, status: KeyStatus, result_id: str | None, error: str | None
+    ) -> bool:
+        async def once(conn: AsyncConnection[Any]) -> bool:
+            cursor = await conn.execute(
+                "UPDATE receiver_keys SET status = %s, result_id = %s, error = %s "
+                "WHERE key = %s AND lease_holder = %s AND status = %s",
+                (status.value, result_id, error, key, holder, KeyStatus.PROCESSING.value),
             )
+            return cursor.rowcount == 1
 
-        # The handler has run: its outcome is worth a longer wait than a new request.
-        await self._attempt(once, 3 * self._budget_s)
+        # The handler has run: its outcome is worth a longer wait than a new request. A
+        # retried UPDATE that had committed finds the key settled already: by this holder.
+        if await self._attempt(once, 3 * self._budget_s):
+            return True
+        record = await self.get(key)
+        return record is not None and record.lease_holder == holder and record.status is status
+
+    async def renew(self, key: str, holder: str, expires_at: float) -> bool:
+        """Extend ``holder``'s lease on the key to ``expires_at``, if it still holds it."""
+
+        async def once(conn: AsyncConnection[Any]) -> bool:
+            cursor = await conn.execute(
+                "UPDATE receiver_keys "
+                "SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, 0), %s) "
+                "WHERE key = %s AND lease_holder = %s AND status = %s",
+                (expires_at, key, holder, KeyStatus.PROCESSING.value),
+            )
+            return cursor.rowcount == 1
+
+        return await self._attempt(once)
 
     async def get(self, key: str) -> KeyRecord | None:
         """The key's record, if any."""
 
         async def once(conn: AsyncConnection[Any]) -> KeyRecord | None:
             cursor = await conn.execute(
-                "SELECT status, fencing_token, result_id, error FROM receiver_keys WHERE key = %s",
+                f"SELECT {COLUMNS} FROM receiver_keys WHERE key = %s",  # noqa: S608 - constant
                 (key,),
             )
             return _record(key, await cursor.fetchone())
@@ -233,4 +274,4 @@ async def _close(conn: AsyncConnection[Any]) -> None:
 def _record(key: str, row: tuple[Any, ...] | None) -> KeyRecord | None:
     if row is None:
         return None
-    return KeyRecord(key, KeyStatus(row[0]), row[1], row[2], row[3])
+    return KeyRecord(key, KeyStatus(row[0]), *row[1:6])

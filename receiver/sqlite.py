@@ -3,6 +3,7 @@
 ``BEGIN IMMEDIATE`` takes SQLite's write lock before the key is read, so the read, the
 decision and the write of one admission are one step for every process using the file.
 Calls run in a worker thread so the event loop never waits on the file lock.
+A file made by an earlier kit gains the handler-lease columns when a store opens it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from receiver.records import Decision, KeyRecord, KeyStatus, admit
+from receiver.records import Decision, KeyRecord, KeyStatus, LeaseTerms, admit
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS receiver_keys (
@@ -21,9 +22,14 @@ CREATE TABLE IF NOT EXISTS receiver_keys (
     status TEXT NOT NULL,
     fencing_token INTEGER,
     result_id TEXT,
-    error TEXT
+    error TEXT,
+    lease_holder TEXT,
+    lease_expires_at REAL
 )
 """
+# The columns a table made by an earlier version of the kit lacks (NULL there: no lease).
+LEASE_COLUMNS = {"lease_holder": "TEXT", "lease_expires_at": "REAL"}
+COLUMNS = "status, fencing_token, result_id, error, lease_holder, lease_expires_at"
 BUSY_TIMEOUT_S = 30.0
 
 
@@ -46,7 +52,18 @@ class SqliteStore:
             self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(SCHEMA)
+        conn.execute("BEGIN IMMEDIATE")  # two receivers opening one old file: one migrates
+        try:
+            conn.execute(SCHEMA)
+            present = {row[1] for row in conn.execute("PRAGMA table_info(receiver_keys)")}
+            for name, kind in LEASE_COLUMNS.items():
+                if name not in present:
+                    conn.execute(f"ALTER TABLE receiver_keys ADD COLUMN {name} {kind}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            conn.close()
+            raise
+        conn.execute("COMMIT")
         self._conn = conn
 
     async def close(self) -> None:
@@ -61,16 +78,16 @@ class SqliteStore:
             raise RuntimeError("the store is not started: call 'await store.start()' first")
         return self._conn
 
-    async def admit(self, key: str, fencing_token: int | None) -> Decision:
+    async def admit(self, key: str, fencing_token: int | None, terms: LeaseTerms) -> Decision:
         """Read, decide and write the key under SQLite's write lock."""
-        return await asyncio.to_thread(self._admit, key, fencing_token)
+        return await asyncio.to_thread(self._admit, key, fencing_token, terms)
 
-    def _admit(self, key: str, fencing_token: int | None) -> Decision:
+    def _admit(self, key: str, fencing_token: int | None, terms: LeaseTerms) -> Decision:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                decision = admit(_read(conn, key), key, fencing_token)
+                decision = admit(_read(conn, key), key, fencing_token, terms)
                 _write(conn, decision.record)
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -78,22 +95,37 @@ class SqliteStore:
             conn.execute("COMMIT")
             return decision
 
-    async def complete(self, key: str, result_id: str) -> None:
-        """Mark the key done with the handler's result id."""
-        await asyncio.to_thread(self._settle, key, KeyStatus.DONE, result_id, None)
+    async def complete(self, key: str, result_id: str, holder: str) -> bool:
+        """Mark the key done with the handler's result id, if ``holder`` still holds it."""
+        return await asyncio.to_thread(self._settle, key, holder, KeyStatus.DONE, result_id, None)
 
-    async def fail(self, key: str, error: str) -> None:
-        """Mark the key failed."""
-        await asyncio.to_thread(self._settle, key, KeyStatus.FAILED, None, error)
+    async def fail(self, key: str, error: str, holder: str) -> bool:
+        """Mark the key failed, if ``holder`` still holds it."""
+        return await asyncio.to_thread(self._settle, key, holder, KeyStatus.FAILED, None, error)
 
     def _settle(
-        self, key: str, status: KeyStatus, result_id: str | None, error: str | None
-    ) -> None:
+        self, key: str, holder: str, status: KeyStatus, result_id: str | None, error: str | None
+    ) -> bool:
         with self._lock:
-            self._connection().execute(
-                "UPDATE receiver_keys SET status = ?, result_id = ?, error = ? WHERE key = ?",
-                (status.value, result_id, error, key),
+            cursor = self._connection().execute(
+                "UPDATE receiver_keys SET status = ?, result_id = ?, error = ? "
+                "WHERE key = ? AND lease_holder = ? AND status = ?",
+                (status.value, result_id, error, key, holder, KeyStatus.PROCESSING.value),
             )
+            return cursor.rowcount == 1
+
+    async def renew(self, key: str, holder: str, expires_at: float) -> bool:
+        """Extend ``holder``'s lease on the key to ``expires_at``, if it still holds it."""
+        return await asyncio.to_thread(self._renew, key, holder, expires_at)
+
+    def _renew(self, key: str, holder: str, expires_at: float) -> bool:
+        with self._lock:
+            cursor = self._connection().execute(
+                "UPDATE receiver_keys SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?) "
+                "WHERE key = ? AND lease_holder = ? AND status = ?",
+                (expires_at, key, holder, KeyStatus.PROCESSING.value),
+            )
+            return cursor.rowcount == 1
 
     async def get(self, key: str) -> KeyRecord | None:
         """The key's record, if any."""
@@ -106,21 +138,30 @@ class SqliteStore:
 
 def _read(conn: sqlite3.Connection, key: str) -> KeyRecord | None:
     row = conn.execute(
-        "SELECT status, fencing_token, result_id, error FROM receiver_keys WHERE key = ?",
+        f"SELECT {COLUMNS} FROM receiver_keys WHERE key = ?",  # noqa: S608 - constant columns
         (key,),
     ).fetchone()
     if row is None:
         return None
-    return KeyRecord(key, KeyStatus(row[0]), row[1], row[2], row[3])
+    return KeyRecord(key, KeyStatus(row[0]), *row[1:])
 
 
 def _write(conn: sqlite3.Connection, record: KeyRecord) -> None:
     conn.execute(
-        "INSERT INTO receiver_keys (key, status, fencing_token, result_id, error) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET status = excluded.status, "
+        f"INSERT INTO receiver_keys (key, {COLUMNS}) "  # noqa: S608 - constant columns
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET status = excluded.status, "
         "fencing_token = excluded.fencing_token, result_id = excluded.result_id, "
-        "error = excluded.error",
-        (record.key, record.status.value, record.fencing_token, record.result_id, record.error),
+        "error = excluded.error, lease_holder = excluded.lease_holder, "
+        "lease_expires_at = excluded.lease_expires_at",
+        (
+            record.key,
+            record.status.value,
+            record.fencing_token,
+            record.result_id,
+            record.error,
+            record.lease_holder,
+            record.lease_expires_at,
+        ),
     )
 
 

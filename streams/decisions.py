@@ -308,7 +308,9 @@ def _next_lookup(state: DeliveryState, base: datetime, ctx: Context) -> datetime
             return base + timedelta(seconds=ctx.lookup_confirm_spacing_s)
         case LookupOutcome.PROCESSING | LookupOutcome.LOOKUP_ERROR:
             return base + timedelta(seconds=_backoff(state.lookups, ctx))
-    return None  # decided (found, failed), or no lookup exists (unsupported)
+    # Decided (found, failed), no lookup exists (unsupported), or the receiver's handler
+    # died and may not run again (stuck): an operator's, no more lookups.
+    return None
 
 
 class TimerAction(enum.StrEnum):

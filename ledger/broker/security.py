@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 # The users the local broker knows: one per role of ledger/acls.py, and an administrator.
-USERS = ("admin", "agent", "worker", "projector", "reader")
+USERS = ("admin", "agent", "worker", "projector", "operator", "reader")
 SUPER_USERS = ("User:ANONYMOUS", "User:admin")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -16,13 +16,16 @@ app = typer.Typer()
 
 @app.command("init")
 def init() -> None:
-    """Set up a new installation's data directory: an outcome signing pair in
-    DATA_DIR/keys (directory 0700, files 0600), kept if already there."""
+    """Set up a new installation's data directory: an outcome signing pair and an operator
+    signing pair in DATA_DIR/keys (directory 0700, files 0600), each kept if already there."""
     settings = Settings()
     stored = StoredKeys.of(settings.data_dir)
     created = stored.create()
-    what = "wrote a new outcome signing pair" if created else "kept the outcome signing pair"
-    typer.echo(f"{what} in {stored.directory} (workers sign, readers verify)")
+    what = "wrote new signing pairs" if created else "kept the signing pairs"
+    typer.echo(
+        f"{what} in {stored.directory} (workers sign outcomes, operators sign resolve and "
+        "redrive, readers verify both)"
+    )
 
 
 @app.command("outcome-keys")

@@ -28,13 +28,17 @@ def send_result(reply: Reply) -> str:
     if reply.status == 200 and reply.body.get("duplicate"):
         return "duplicate"
     if reply.status == 409:
-        processing = reply.body.get("status") == LookupStatus.PROCESSING
-        return "processing" if processing else "stale"
+        status = reply.body.get("status")
+        if status in (LookupStatus.PROCESSING, LookupStatus.STUCK):
+            return str(status)
+        return "stale"
     return _SEND_RESULTS.get(reply.status, f"status_{reply.status}")
 
 
 def lookup_result(reply: Reply) -> str:
     """The recorder's result for the kit's answer to a lookup."""
+    if reply.body.get("status") == LookupStatus.STUCK:
+        return "stuck"
     return _LOOKUP_RESULTS.get(reply.status, f"status_{reply.status}")
 
 

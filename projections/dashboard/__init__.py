@@ -5,8 +5,10 @@
 
 Modules: ``overview`` (the page: which answers of ``projections.queries`` it shows, and
 how), ``lookup`` (search, one run's page), ``guard`` (Host check, bearer token, binding
-and token rules), ``server`` (routes); ``static/`` holds the page, its script and
-stylesheet (no CDN: everything ships in the package).
+and token rules, where a state-changing request comes from), ``actions`` (the operator's
+Resolve and Redrive buttons: JSON in, a signed event appended), ``server`` (routes);
+``static/`` holds the page, its script and stylesheet (no CDN: everything ships in the
+package).
 """
 
 from events.addresses import is_loopback

@@ -14,6 +14,8 @@ import hmac
 import ipaddress
 import json
 import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -108,6 +110,63 @@ def misdirected() -> web.HTTPMisdirectedRequest:
     return web.HTTPMisdirectedRequest(
         text="unknown Host; the dashboard answers only to its own names "
         "(LEDGER_DASHBOARD__ALLOWED_HOSTS adds one)\n"
+    )
+
+
+# Methods that change nothing. Any other (POST, and a CORS preflight's OPTIONS) must come
+# from the dashboard's own page and carry the token.
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def cross_site(headers: Mapping[str, str], host: str | None) -> str | None:
+    """Why a state-changing request is not from the dashboard's own page (None: it is).
+
+    The browser says where a request comes from: ``Origin`` (sent with every POST and
+    preflight), else ``Sec-Fetch-Site``, else the ``Referer``. The origin must name the
+    host and port the request was sent to (``Host``, already checked): a page on any other
+    origin, a sandboxed frame (``Origin: null``) or a client that says nothing is refused.
+    """
+    origin = headers.get("Origin")
+    if origin is not None:
+        return (
+            None if _same_place(origin, host) else f"Origin {origin[:200]!r} is not this dashboard"
+        )
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return None if site == "same-origin" else f"Sec-Fetch-Site is {site[:40]!r}"
+    referer = headers.get("Referer")
+    if referer is not None:
+        return None if _same_place(referer, host) else "the Referer is not this dashboard"
+    return "the request says nothing of where it comes from (no Origin, Sec-Fetch-Site, Referer)"
+
+
+def _same_place(url: str, host: str | None) -> bool:
+    """Whether ``url``'s scheme, host and port are those of a request sent to ``host``.
+
+    The port a ``Host`` without one means is the origin's scheme's default: behind a TLS
+    proxy, ``https://ledger.example`` and ``Host: ledger.example`` are the same place."""
+    own = _HOST.match(host or "")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    if own is None or parts.scheme not in _DEFAULT_PORTS or parts.hostname is None:
+        return False
+    if parts.username is not None or parts.password is not None:
+        return False
+    default = _DEFAULT_PORTS[parts.scheme]
+    own_port = int(own["port"]) if own["port"] else default
+    return _normal(parts.hostname) == _normal(own["v6"] or own["name"]) and (
+        (port or default) == own_port
+    )
+
+
+def refused(reason: str, hint: str) -> web.HTTPForbidden:
+    """403 with one line and a hint, and no data."""
+    return web.HTTPForbidden(
+        text=json.dumps({"error": reason, "hint": hint}), content_type="application/json"
     )
 
 

@@ -109,6 +109,7 @@ def answers(view: RunView) -> dict[str, Any]:
             "status": d.delivery["status"],
             "left_system": d.left_system,
             "provider_message_id": d.delivery["provider_message_id"],
+            "fencing_token": d.delivery["fencing_token"],
         }
         for d in view.deliveries
     ]

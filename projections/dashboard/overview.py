@@ -55,6 +55,7 @@ class Overview:
     unknown: list[Row]
     overdue_pending: list[Row]
     overdue_sent: list[Row]
+    failed: list[Row]
     limit: int
     # What operators settled and redrove, and the oldest UNKNOWN's age (beside the counters).
     operators: OperatorCounts
@@ -135,6 +136,9 @@ def overview(
             ),
             overdue_pending=queries.overdue_pending(store, now, limit),
             overdue_sent=queries.overdue_sent(store, now, limit),
+            failed=memo.get(
+                store, ("failed", limit), lambda: queries.failed_deliveries(store, limit)
+            ),
             limit=limit,
             operators=queries.operator_counts_at(tallies, now),
         )

@@ -24,16 +24,21 @@ from aiohttp import web
 
 from clients.committed_log import TRANSIENT
 from config.settings import Settings
+from events.delivery_state import DeliveryState
 from events.errors import LedgerError
 from events.outage import Backoff, Outage, reason
 from events.ports import listen_port
 from events.redaction import redacted_data
+from projections.dashboard.actions import Context, redrive, resolve
 from projections.dashboard.guard import (
+    SAFE_METHODS,
     allowed_hosts,
     authorized,
     check_binding,
+    cross_site,
     host_allowed,
     misdirected,
+    refused,
     unauthorized,
 )
 from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
@@ -41,7 +46,7 @@ from projections.dashboard.overview import overview
 from projections.database import redacted
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
-from projections.queries import AggregateCache
+from projections.queries import AggregateCache, delivery_state
 from projections.store import Store
 
 T = TypeVar("T")
@@ -103,9 +108,24 @@ async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse
         raise misdirected()
     settings = request.app[SETTINGS_KEY]
     token = settings.dashboard.token.get_secret_value() if settings.dashboard.token else ""
+    changes = request.method not in SAFE_METHODS
+    # A request that changes something comes from the dashboard's own page, whatever it
+    # carries: a forged cross-site one is refused before its token is even looked at.
+    if changes and (why := cross_site(request.headers, request.headers.get("Host"))):
+        raise refused(
+            f"refused: {why}",
+            "operator actions are taken from the dashboard's own page (or 'ledger resolve' "
+            "and 'ledger redrive')",
+        )
+    if changes and not token:
+        raise refused(
+            "operator actions need the dashboard's token, and none is configured",
+            "set LEDGER_DASHBOARD__TOKEN and open the dashboard with #token=...; "
+            "reading needs no token on loopback",
+        )
     if (
         token
-        and request.path.startswith(PROTECTED)
+        and (changes or request.path.startswith(PROTECTED))
         and not authorized(request.headers.get("Authorization"), token)
     ):
         raise unauthorized()
@@ -232,6 +252,23 @@ async def api_search(request: web.Request) -> web.Response:
     return await _json_off_loop({"query": query[:MAX_QUERY], "matches": matches})
 
 
+def _acting(request: web.Request) -> Context:
+    async def read_state(key: str) -> DeliveryState | None:
+        return await _in_store(request, lambda s: delivery_state(s, key))
+
+    return Context(request.app[SETTINGS_KEY], request.app[CLOCK_KEY](), read_state)
+
+
+async def api_resolve(request: web.Request) -> web.Response:
+    """``POST /api/deliveries/{key}/resolve`` (JSON): an operator settles the delivery."""
+    return await resolve(request, _acting(request))
+
+
+async def api_redrive(request: web.Request) -> web.Response:
+    """``POST /api/deliveries/{key}/redrive`` (JSON): an operator sends the delivery again."""
+    return await redrive(request, _acting(request))
+
+
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics``: Prometheus text format."""
     settings = request.app[SETTINGS_KEY]
@@ -300,6 +337,8 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/runs/{run_id}", api_run)
     app.router.add_get("/api/search", api_search)
     app.router.add_get("/api/workers", api_workers)
+    app.router.add_post("/api/deliveries/{key}/resolve", api_resolve)
+    app.router.add_post("/api/deliveries/{key}/redrive", api_redrive)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static/", STATIC)

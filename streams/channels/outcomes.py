@@ -236,6 +236,7 @@ def string_field(body: dict[str, JsonValue] | None, name: str) -> str | None:
 
 
 PROCESSING = LookupStatus.PROCESSING.value
+STUCK = LookupStatus.STUCK.value
 
 
 async def lookup_request(
@@ -252,7 +253,9 @@ async def lookup_request(
     """GET a lookup URL under the hard deadline, per the lookup contract (README):
 
     200 ``{status, id}`` found (``delivered`` / ``failed`` judge the status), 202 or status
-    ``processing`` received and still processing, 404 not found, anything else an error.
+    ``processing`` received and still processing, status ``stuck`` (409) received but its
+    handler died and will not run again (an operator's), 404 not found, anything else an
+    error.
     ``reason_field`` names a field of the answer whose text (the provider's reason for a
     bounce, say) goes into the evidence.
     """
@@ -269,6 +272,12 @@ async def lookup_request(
         return LookupResult(LookupOutcome.NOT_FOUND, f"{what} -> 404")
     body = answer.json_object()
     status = string_field(body, "status")
+    if status == STUCK and answer.status in (200, 202, 409):
+        return LookupResult(
+            LookupOutcome.STUCK,
+            f"{what} -> {answer.status}: received, but the receiver's handler died "
+            "mid-processing and will not run again; an operator settles it",
+        )
     if answer.status == 202 or (answer.status == 200 and status == PROCESSING):
         return LookupResult(
             LookupOutcome.PROCESSING, f"{what} -> {answer.status}: received, still processing"

@@ -17,15 +17,19 @@ from pydantic import SecretStr
 
 from clients import DeliverySpec, Publisher
 from clients.kafka_security import client_options
+from clients.operator_actions import OperatorLog
 from config.settings import Settings, changed
 from events.delivery_state import Status
 from events.errors import LedgerError
+from events.keys import idempotency_key
+from events.operator import DeliveryRedriveRequested
 from events.ports import free_port
 from ledger.acls import ROLES, grant, role_acls
 from ledger.broker import LocalBroker
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
 from streams.continuity import ContinuityGuard
+from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.secure_broker import SecureBroker
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
@@ -90,6 +94,37 @@ async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
     with pytest.raises(LedgerError, match=r"does not allow user 'agent'.*someone-else"):
         async with Publisher(agent, transactional_id="someone-else") as publisher:
             await publisher.run_started("run-acl-2")
+
+
+async def test_the_operator_role_appends_operator_events_and_nothing_else(
+    settings: Settings, secure_broker: SecureBroker, read_topic: ReadTopic
+) -> None:
+    await grant(settings, role_acls(settings, "operator", "User:operator"))
+    operator = as_user(settings, secure_broker, "operator")
+    redrive = DeliveryRedriveRequested(
+        idempotency_key=idempotency_key("run-acl-op", "agent.result", "webhook", "https://x.test/"),
+        run_id="run-acl-op",
+        producer="ledger-operator",
+        operator="alice",
+        reason="endpoint fixed",
+        scope="key",
+        fencing_token=1,
+        seen_status="FAILED",
+    )
+    async with OperatorLog(operator) as log:
+        await log.append([redrive])
+    [appended] = await read_topic(settings.kafka.topic_deliveries)
+    assert appended == redrive
+    # Its events go to ledger.deliveries only: it may not write runs, nor read anything.
+    producer = AIOKafkaProducer(
+        bootstrap_servers=operator.kafka.bootstrap_servers, **client_options(operator.kafka)
+    )
+    await producer.start()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait(settings.kafka.topic_runs, b"a run", key=b"k")
+    finally:
+        await producer.stop()
 
 
 async def test_every_client_works_over_sasl_ssl_each_as_its_role(

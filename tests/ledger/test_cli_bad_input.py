@@ -31,6 +31,8 @@ NO_BROKER = "127.0.0.1:1"
 # Outcome signing is on by default: commands that get as far as the broker have a pair.
 _SIGNING, _VERIFY = new_pair()
 KEYS = {"LEDGER_SIGNING__SIGNING_KEY": _SIGNING, "LEDGER_SIGNING__VERIFY_KEYS": f'["{_VERIFY}"]'}
+_OPERATOR, _ = new_pair()
+OPERATOR = {"LEDGER_SIGNING__OPERATOR_KEY": _OPERATOR}
 SECRET = {"LEDGER_CHANNELS__WEBHOOK_SECRET": "whsec_dGVzdC1jbGktc2VjcmV0LWJ5dGVzLTI0Yg=="}
 ESC = "\x1b"
 
@@ -187,6 +189,63 @@ CASES: dict[str, list[Case]] = {
     "verify": [Case((), 1, "no projection at sqlite:///")],
     "status": [Case((), 1, "no projection at sqlite:///")],
     "run": [Case((), 2, "Missing argument 'run_id'"), Case(("r1",), 1, "no projection at")],
+    "resolve": [
+        Case(("k", "--reason", "r", "--as", "me"), 2, "resolve needs exactly one outcome, got no"),
+        Case(
+            ("k", "--delivered", "--abandon", "--reason", "r", "--as", "me"),
+            2,
+            "resolve needs exactly one outcome, got more than one",
+        ),
+        Case(
+            ("k", "--not-delivered", "--receiver-id", "x", "--reason", "r", "--as", "me"),
+            2,
+            "--receiver-id goes with --delivered only",
+        ),
+        Case(("k", "--delivered", "--reason", "r"), 2, "an operator action needs the operator's"),
+        Case(("k", "--delivered", "--as", "me"), 2, "an operator action needs a reason"),
+        Case(("k", "--delivered", "--as", "me", "--reason", " "), 2, "needs a reason"),
+        Case(
+            ("k", "--delivered", "--reason", "r"),
+            2,
+            "the operator's name must be 1-200 printable characters",
+            {"LEDGER_OPERATOR": "a\tb"},
+        ),
+        Case(
+            ("k", "--delivered", "--reason", "r", "--as", "me"),
+            2,
+            "acting as an operator needs the operator signing key, and there is none here",
+        ),
+        Case(
+            ("k", "--abandon", "--reason", "r"),
+            1,
+            "no projection at sqlite:///",
+            OPERATOR | {"LEDGER_OPERATOR": "me"},
+        ),
+    ],
+    "redrive": [
+        Case(("--reason", "r", "--as", "me"), 2, "redrive needs a selection"),
+        Case(
+            ("--run", "r1", "--since", "yesterday", "--reason", "r", "--as", "me"),
+            2,
+            "--since 'yesterday' is not an ISO-8601 time",
+        ),
+        Case(
+            ("--since", "2026-02-01", "--until", "2026-01-01", "--reason", "r", "--as", "me"),
+            2,
+            "--since must be before --until",
+        ),
+        Case(("--state", "SENT", "--reason", "r", "--as", "me"), 2, "Invalid value for '--state'"),
+        Case(("--run", "r1", "--limit", "0"), 2, "Invalid value for '--limit'"),
+        Case(("--run", "r1", "--reason", "r"), 2, "an operator action needs the operator's name"),
+        Case(("--run", "r1", "--as", "me"), 2, "an operator action needs a reason"),
+        Case(
+            ("--run", "r1", "--reason", "r", "--as", "me"),
+            2,
+            "acting as an operator needs the operator signing key",
+        ),
+        # A dry run appends nothing: it needs no key, only the projection.
+        Case(("--run", "r1", "--reason", "r", "--as", "me", "--dry-run"), 1, "no projection at"),
+    ],
     "replay": [
         Case(
             ("--since", "2026-02-01", "--until", "2026-01-01"),

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from clients.operator_actions import OperatorLog, redrive_action, resolve_action
 from config.settings import Settings
 from events import DeliveryClaimed, DeliveryFailed, DeliveryRetryScheduled
+from events.delivery_state import Status
 from events.errors import LedgerError
 from events.outcomes import ErrorClass
 from projections.backends import open_store
 from projections.dashboard.overview import overview
+from projections.fold import state_of_row
 from projections.incident import run_view
 from projections.projector import rebuild
-from projections.queries import PENDING_BY_CHANNEL, Backlog, ChannelBacklog, status_report
+from projections.queries import (
+    PENDING_BY_CHANNEL,
+    Backlog,
+    ChannelBacklog,
+    Selection,
+    delivery_state,
+    failed_deliveries,
+    known_keys,
+    operator_actions,
+    selected_count,
+    selected_deliveries,
+    status_report,
+)
 from projections.store import Store
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import P, at, found_later, incident_log, publish, requested
@@ -232,3 +249,116 @@ async def test_attempts_by_channel_is_one_row_per_channel_and_error_class(
     assert page.attempts_by_channel == report.attempts_by_channel
     counters = {c.name: c.value for c in page.counters}
     assert counters["failed_attempts"] == 2
+
+
+async def test_operator_selections_combine_their_selectors(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    store = await built(settings, dsn_factory)
+    # run-a: a1 CONFIRMED, a2 PENDING (a retry), a3 UNKNOWN, a4 FAILED (provider); b1
+    # PENDING and c1 CONFIRMED go to a1's recipient (hook 1).
+    a1, a2, a3, a4 = (requested("run-a", n, 1).idempotency_key for n in (1, 2, 3, 4))
+    b1 = requested("run-b", 1, 100, slo=30).idempotency_key
+    c1 = requested("run-c", 1, 200).idempotency_key
+    hook1 = requested("run-a", 1, 1).recipient
+    redrivable = ("FAILED", "UNKNOWN")
+
+    def keys(selection: Selection, limit: int = 10) -> list[str]:
+        return [r["idempotency_key"] for r in selected_deliveries(store, selection, limit)]
+
+    try:
+        assert sorted(keys(Selection(run_id="run-a", statuses=redrivable))) == sorted([a3, a4])
+        assert keys(Selection(run_id="run-a", channel="provider", statuses=redrivable)) == [a4]
+        assert keys(Selection(recipient=hook1)) == [a1, b1, c1]  # oldest request first
+        assert keys(Selection(recipient=hook1), limit=2) == [a1, b1]
+        assert keys(Selection(since=at(50), until=at(200))) == [b1]  # until: exclusive
+        assert keys(Selection(keys=(a2, a3), statuses=("UNKNOWN",))) == [a3]
+        assert sorted(keys(Selection(keys=(a1, a2)))) == sorted([a1, a2])
+        assert selected_count(store, Selection(recipient=hook1, statuses=redrivable)) == 0
+        settled = selected_count(
+            store, Selection(recipient=hook1, statuses=redrivable), status="CONFIRMED"
+        )
+        assert settled == 2  # a1 and c1
+        assert known_keys(store, [a1, "f" * 64]) == {a1}
+        [row] = selected_deliveries(store, Selection(keys=(a3,)), 5)
+        state = state_of_row(row)
+        assert (state.idempotency_key, state.status) == (a3, Status.UNKNOWN)
+        assert state.fencing_token == row["fencing_token"]
+    finally:
+        store.close()
+
+
+def test_a_selection_names_its_scope_without_credentials() -> None:
+    selection = Selection(
+        keys=("k1", "k2"),
+        run_id="r",
+        recipient="https://user:pw@x.test/h",
+        statuses=("FAILED",),
+        since=at(0),
+    )
+    assert selection.scope() == (
+        "keys=2 run=r recipient=https://x.test/h state=FAILED since=2026-01-05T09:00:00.000000Z"
+    )
+
+
+async def test_operator_actions_and_the_failed_table(
+    settings: Settings, dsn_factory: DsnFactory
+) -> None:
+    a3, a4 = requested("run-a", 3, 1), requested("run-a", 4, 1)
+    store = await built(settings, dsn_factory)
+    try:
+        [failed] = failed_deliveries(store)
+        assert (failed["idempotency_key"], failed["last_error_class"]) == (
+            a4.idempotency_key,
+            "http_4xx",
+        )
+        assert failed["redrives"] == 0
+        was_failed, was_unknown = (
+            delivery_state(store, a4.idempotency_key),
+            delivery_state(store, a3.idempotency_key),
+        )
+        assert delivery_state(store, "no-such-key") is None
+    finally:
+        store.close()
+    assert was_failed is not None
+    assert was_unknown is not None
+    assert was_failed.status is Status.FAILED
+    redrive = redrive_action(was_failed, operator="ann", reason="fixed", now=at(500)).event
+    resolve = resolve_action(
+        was_unknown, operator="ann", outcome="abandoned", reason="gone", now=at(501)
+    ).event
+    assert redrive is not None
+    assert resolve is not None
+    # The same redrive again: the fold refuses it (stale), and the projection says so.
+    again = redrive.model_copy(update={"event_id": uuid.uuid4(), "occurred_at": at(502)})
+    async with OperatorLog(settings) as log:  # signed, as the projection requires
+        await log.append([redrive, resolve, again])
+    dsn = dsn_factory()
+    await rebuild(settings, dsn)
+    store = open_store(dsn)
+    store.prepare("read")
+    try:
+        assert [r["idempotency_key"] for r in failed_deliveries(store)] == [a3.idempotency_key]
+        now = delivery_state(store, a4.idempotency_key)
+        assert now is not None
+        assert now.status is not Status.FAILED
+        assert now.redrives == 1
+        actions = operator_actions(store, "run-a")
+        assert [(r["action"], r["result"]) for r in actions] == [
+            ("redrive", "applied"),
+            ("resolve", "applied"),
+            ("redrive", "refused"),
+        ]
+        assert operator_actions(store, "run-a", [a3.idempotency_key]) == [actions[1]]
+        assert operator_actions(store, "run-a", []) == []
+        entries = [t for t in run_view(store, "run-a").timeline if t.operator]
+        assert [(t.at, t.operator, t.result) for t in entries] == [
+            ("2026-01-05T09:08:20.000000Z", "ann", "applied"),
+            ("2026-01-05T09:08:21.000000Z", "ann", "applied"),
+            ("2026-01-05T09:08:22.000000Z", "ann", "refused"),
+        ]
+        assert "redrive of the FAILED delivery, reason: fixed (applied)" in entries[0].what
+        assert "resolve as abandoned of the UNKNOWN delivery, reason: gone" in entries[1].what
+        assert "(refused: redrive applies to FAILED and UNKNOWN" in entries[2].what
+    finally:
+        store.close()

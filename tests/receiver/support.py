@@ -9,6 +9,7 @@ import base64
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from events.ports import free_port
 from receiver import ReceivedWebhook, WebhookReceiver
 from receiver.aiohttp_adapter import aiohttp_app, app_runner
 from receiver.asgi import asgi_app
+from receiver.records import LeaseTerms
 from receiver.store import IdempotencyStore
 from receiver.uvicorn_server import uvicorn_config
 
@@ -67,6 +69,14 @@ def signed_lookup(key: str, *secrets: str, timestamp: int | None = None) -> dict
     """The headers of a lookup of ``key`` signed with ``secrets`` (the worker's way)."""
     at = int(time.time()) if timestamp is None else timestamp
     return lookup_headers([secret_key(s) for s in secrets], key, at)
+
+
+def lease(
+    *, now: float | None = None, lease_s: float = 30.0, idempotent_handler: bool = False
+) -> LeaseTerms:
+    """The lease terms of one admission: a holder of its own, taken ``now``."""
+    at = time.time() if now is None else now
+    return LeaseTerms(uuid.uuid4().hex, at, lease_s, idempotent_handler)
 
 
 def body_of(payload: Any) -> bytes:

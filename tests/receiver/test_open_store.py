@@ -9,6 +9,7 @@ import pytest
 from receiver import SqliteStore, open_store
 from receiver.postgres import PostgresStore
 from tests.fixtures.private import readable_by_others
+from tests.receiver.support import lease
 
 
 async def test_store_urls_pick_the_backend_and_a_bad_one_says_what_is_accepted(
@@ -17,15 +18,16 @@ async def test_store_urls_pick_the_backend_and_a_bad_one_says_what_is_accepted(
     store = open_store(f"sqlite://{tmp_path / 'r.db'}")
     assert isinstance(store, SqliteStore)
     await store.start()
-    await store.admit("k1", 1)
-    await store.complete("k1", "id-1")
+    run = lease()
+    await store.admit("k1", 1, run)
+    assert await store.complete("k1", "id-1", run.holder)
     await store.close()
     assert (tmp_path / "r.db").exists()
     assert readable_by_others(tmp_path) == []
     # A folder the store creates is owner only too.
     nested = open_store(f"sqlite://{tmp_path / 'kit' / 'data' / 'r.db'}")
     await nested.start()
-    await nested.admit("k1", 1)
+    await nested.admit("k1", 1, lease())
     await nested.close()
     assert readable_by_others(tmp_path / "kit") == []
     assert isinstance(open_store("postgresql://u@127.0.0.1:1/db"), PostgresStore)

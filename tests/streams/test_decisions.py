@@ -159,6 +159,18 @@ def test_the_first_lookup_waits_the_settle_window_then_the_spacing() -> None:
     assert due_at(exhausted, CTX) is None
 
 
+def test_a_stuck_receiver_key_is_recorded_for_an_operator_and_never_looked_up_again() -> None:
+    state = unknown(LookupOutcome.PROCESSING)
+    result = LookupResult(LookupOutcome.STUCK, "GET .../lookup/k -> 409: stuck")
+    events = after_lookup(state, result, T0 + timedelta(seconds=20), CTX)
+    assert [type(e) for e in events] == [DeliveryReconciled]  # no retry, no verdict
+    after = apply(state, events[0])
+    assert after is not None
+    assert (after.status, after.last_error_class) == (Status.UNKNOWN, ErrorClass.RECEIVER_STUCK)
+    assert due_at(after, CTX) is None
+    assert on_timer(after, T0 + timedelta(days=1), CTX) == ([], None)
+
+
 def test_sent_gives_up_into_unknown_with_a_reason() -> None:
     sent = replace(claimed(), status=Status.SENT, provider_status="queued", updated_at=T0)
     assert on_timer(sent, T0 + timedelta(seconds=5), CTX)[1] == "lookup"

@@ -64,25 +64,25 @@ def test_ledger_init_writes_a_private_pair_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = ledger(data, "init")
     assert first.returncode == 0, first.stderr
-    assert "wrote a new outcome signing pair" in first.stdout
+    assert "wrote new signing pairs" in first.stdout
     stored = StoredKeys.of(data)
     assert stat.S_IMODE(stored.directory.stat().st_mode) == 0o700
-    for path in (stored.signing_path, stored.verify_path):
+    paths = (stored.signing_path, stored.verify_path)
+    operator_paths = (stored.operator_signing_path, stored.operator_verify_path)
+    for path in (*paths, *operator_paths):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    key = stored.signing_key()
+    key, operator_key = stored.signing_key(), stored.operator_key()
     assert key is not None
-    # And the operators' pair (issue 26), beside it, as private, and a pair of its own.
-    for path in (stored.operator_signing_path, stored.operator_verify_path):
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    operator_key, operator_verify = stored.operator_key(), stored.operator_verify_key()
     assert operator_key is not None
+    assert key != operator_key
+    operator_verify = stored.operator_verify_key()
     assert operator_verify is not None
-    assert operator_key != key
+    # The operators' pair is a pair of its own: the outcome verify key accepts none of it.
     _signs_operator_events(operator_key, operator_verify, outcome_verify=stored.verify_key())
     again = ledger(data, "init")
-    assert "kept the outcome signing pair" in again.stdout
-    assert stored.signing_key() == key
-    assert (stored.operator_key(), stored.operator_verify_key()) == (operator_key, operator_verify)
+    assert "kept the signing pairs" in again.stdout
+    assert (stored.signing_key(), stored.operator_key()) == (key, operator_key)
+    assert stored.operator_verify_key() == operator_verify
     for secret in (key, operator_key):
         assert secret not in first.stdout + first.stderr + again.stdout + again.stderr
 

@@ -30,6 +30,21 @@ async function api(path) {
   return body;
 }
 
+// A state-changing request: JSON, the token in a header (never a cookie), same origin.
+async function post(path, data) {
+  const headers = { "Content-Type": "application/json" };
+  const token = sessionStorage.getItem("ledger-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(path, { method: "POST", headers, body: JSON.stringify(data),
+    cache: "no-store", credentials: "omit" });
+  let body = {};
+  try { body = await response.json(); } catch (e) { body = { error: response.statusText }; }
+  if (!response.ok) {
+    throw new Error((body.error || response.statusText) + (body.hint ? " — " + body.hint : ""));
+  }
+  return body;
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -196,10 +211,88 @@ const keyCell = { title: "idempotency key", cls: "mono",
   render: (r) => el("span", { title: r.idempotency_key, text: r.idempotency_key.slice(0, 16) + "…" }) };
 const runCell = { title: "run", render: (r) => runLink(r.run_id, r.idempotency_key) };
 
+// ---- operator actions -----------------------------------------------------------------
+
+// The buttons for one delivery: Resolve where an operator may settle it, Redrive where it
+// may be sent again. Whether the fold takes the action is the server's to say (409).
+function actButtons(d, which) {
+  const seen = { status: d.status, fencing_token: d.fencing_token };
+  const box = el("span", { class: "act-box" });
+  for (const what of which) {
+    const b = el("button", { type: "button", class: "act act-" + what, "data-key": d.idempotency_key,
+      text: what === "resolve" ? "Resolve" : "Redrive" });
+    b.addEventListener("click", () => openAction(what, d, seen));
+    box.append(b);
+  }
+  return box;
+}
+
+let acting = null;
+
+function openAction(what, d, seen) {
+  acting = { what, key: d.idempotency_key, seen };
+  const dialog = document.getElementById("act-dialog");
+  document.getElementById("act-title").textContent =
+    what === "resolve" ? "Resolve this delivery" : "Redrive this delivery";
+  document.getElementById("act-key").textContent = d.idempotency_key;
+  document.getElementById("act-where").textContent = `${d.channel} ${d.recipient} · ${seen.status}`;
+  document.getElementById("act-outcomes").classList.toggle("hidden", what !== "resolve");
+  document.getElementById("act-submit").textContent = what === "resolve" ? "Resolve" : "Redrive";
+  document.getElementById("act-operator").value = localStorage.getItem("ledger-operator") || "";
+  document.getElementById("act-reason").value = "";
+  document.getElementById("act-receiver-id").value = "";
+  document.getElementById("act-delivered").checked = true;
+  actError("");
+  dialog.showModal();
+  const name = document.getElementById("act-operator");
+  (name.value ? document.getElementById("act-reason") : name).focus();
+}
+
+function actError(message) {
+  const node = document.getElementById("act-error");
+  node.textContent = message;
+  node.classList.toggle("hidden", !message);
+}
+
+async function submitAction(event) {
+  event.preventDefault();
+  if (!acting) return;
+  const operator = document.getElementById("act-operator").value.trim();
+  const reason = document.getElementById("act-reason").value.trim();
+  if (!operator) { actError("type your name: it goes into the event"); return; }
+  if (!reason) { actError("a reason is required, for the record"); return; }
+  localStorage.setItem("ledger-operator", operator);
+  const data = { operator, reason, seen: acting.seen };
+  if (acting.what === "resolve") {
+    data.outcome = document.querySelector('#act-outcomes input[name="outcome"]:checked').value;
+    const receiverId = document.getElementById("act-receiver-id").value.trim();
+    if (data.outcome === "delivered" && receiverId) data.receiver_id = receiverId;
+  }
+  const submit = document.getElementById("act-submit");
+  submit.disabled = true;
+  try {
+    const path = "/api/deliveries/" + encodeURIComponent(acting.key) + "/" + acting.what;
+    const answer = await post(path, data);
+    document.getElementById("act-dialog").close();
+    const notice = document.getElementById("act-notice");
+    notice.textContent = `${acting.what} of ${acting.key.slice(0, 16)}… appended as event ` +
+      `${answer.event_id} by ${answer.operator}; the run's timeline shows it once projected`;
+    notice.dataset.eventId = answer.event_id;
+    notice.classList.remove("hidden");
+    acting = null;
+  } catch (e) {
+    actError(e.message);
+  } finally {
+    submit.disabled = false;
+  }
+}
+
 function drawTables(data) {
   const total = (name) => data.counters.find((c) => c.name === name).value;
   document.getElementById("unknown-title").textContent =
     `Unknown deliveries awaiting reconciliation (${fmt(total("unknown"))})`;
+  document.getElementById("failed-title").textContent =
+    `Failed deliveries (${fmt(data.deliveries_by_status.FAILED || 0)})`;
   document.getElementById("overdue-title").textContent =
     `Pending deliveries past their SLO (${fmt(total("overdue_pending"))})`;
   document.getElementById("overdue-sent-title").textContent =
@@ -208,7 +301,14 @@ function drawTables(data) {
     runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
     keyCell, { title: "attempts", key: "attempts" }, { title: "error class", key: "last_error_class" },
     { title: "unknown since", key: "unknown_since", cls: "mono" },
+    { title: "act", render: (r) => actButtons({ ...r, status: "UNKNOWN" }, ["resolve", "redrive"]) },
   ], "no unknown deliveries"));
+  document.getElementById("table-failed").replaceChildren(table(data.failed, [
+    runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
+    keyCell, { title: "attempts", key: "attempts" }, { title: "error class", key: "last_error_class" },
+    { title: "redrives", key: "redrives" }, { title: "failed at", key: "failed_at", cls: "mono" },
+    { title: "act", render: (r) => actButtons({ ...r, status: "FAILED" }, ["redrive"]) },
+  ], "no failed deliveries"));
   document.getElementById("table-overdue").replaceChildren(table(data.overdue_pending, [
     runCell, { title: "channel", key: "channel" }, { title: "recipient", key: "recipient", cls: "mono" },
     keyCell, { title: "attempts", key: "attempts" }, { title: "SLO deadline", key: "slo_deadline", cls: "mono" },
@@ -297,6 +397,9 @@ async function refreshOverview() {
 
 // ---- run page -------------------------------------------------------------------------
 
+// Which buttons a delivery of the run page gets, by its state.
+const ACTIONS = { UNKNOWN: ["resolve", "redrive"], FAILED: ["redrive"], SENT: ["resolve"] };
+
 function answer(question, ...body) {
   return el("div", { class: "answer" }, el("h3", { text: question }), ...body);
 }
@@ -338,14 +441,16 @@ async function refreshRun(runId, highlight, offset) {
       answer("Did delivery leave?", left.length
         ? el("ul", { id: "answer-left" }, ...left.map((d) => el("li", {},
           el("b", { text: `${d.channel} ${d.recipient}: ` }),
-          el("span", { class: "status-" + d.status, text: `${d.status}, left: ${d.left_system}` }))))
+          el("span", { class: "status-" + d.status, text: `${d.status}, left: ${d.left_system} ` }),
+          ACTIONS[d.status] ? actButtons(d, ACTIONS[d.status]) : null)))
         : el("p", { id: "answer-left", text: "no deliveries were requested" })),
       answer("Which key identifies it at the receiver?", el("ul", { id: "answer-keys" },
         ...left.map((d) => el("li", { class: d.idempotency_key === highlight ? "highlight" : "" },
           el("code", { class: "key", text: d.idempotency_key }),
           el("span", { class: "note", text: ` ${d.channel} ${d.recipient} · provider message id ${d.provider_message_id || "none"}` }))))),
     );
-    document.getElementById("timeline").replaceChildren(...data.timeline.map((t) => el("li", {},
+    document.getElementById("timeline").replaceChildren(...data.timeline.map((t) => el("li",
+      t.operator ? { class: "operator-action " + t.result, "data-operator": t.operator } : {},
       el("time", { text: t.at.replace("T", " ").slice(0, 23) }),
       el("span", { class: "subject", text: t.subject }),
       el("span", { class: "what", text: t.what }))));
@@ -380,6 +485,11 @@ function schedule(fn, seconds) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("act-form").addEventListener("submit", submitAction);
+  document.getElementById("act-cancel").addEventListener("click", () => {
+    acting = null;
+    document.getElementById("act-dialog").close();
+  });
   document.getElementById("search-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const q = document.getElementById("search").value.trim();

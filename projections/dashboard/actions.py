@@ -1,0 +1,243 @@
+"""The operator's buttons: Resolve and Redrive, as JSON endpoints that append signed events.
+
+    POST /api/deliveries/{key}/resolve  {"operator", "reason", "outcome", "receiver_id"?, "seen"?}
+    POST /api/deliveries/{key}/redrive  {"operator", "reason", "seen"?}
+
+The server's guard has already checked where the request comes from (its own page) and
+its token. Here: JSON only, the operator's name and reason, the delivery's current state
+re-read from the projection, the fold's own rule (``operator_refusal``, asked through
+``clients.operator_actions``), then the event appended to the log. Nothing here writes a
+table: the worker folds the event, and the projection shows it once it has caught up.
+
+``seen`` is what the page showed (``{"status": "FAILED", "fencing_token": 3}``): when the
+delivery has moved on since, the action is refused as stale, as the fold would refuse it,
+rather than applied to a state the operator never looked at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from aiohttp import web
+from aiokafka.errors import KafkaError
+from pydantic import ValidationError
+
+from clients.operator_actions import (
+    Action,
+    OperatorLog,
+    ResolveOutcome,
+    check_operator,
+    check_reason,
+    redrive_action,
+    resolve_action,
+)
+from config.settings import Settings
+from events.delivery_state import DeliveryState, operator_refusal
+from events.errors import ConfigError, LedgerError
+from events.operator import OperatorEvent
+
+ReadState = Callable[[str], Awaitable[DeliveryState | None]]
+
+MAX_BODY = 16 * 1024
+OUTCOMES: tuple[ResolveOutcome, ...] = ("delivered", "not_delivered", "abandoned")
+SEEN_STATUSES = ("UNKNOWN", "SENT", "FAILED")
+# How long an append may take before the operator is told it may or may not have landed.
+APPEND_BUDGET_S = 30.0
+SCOPE = "key (dashboard)"
+_log = logging.getLogger("ledger.dashboard")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an action needs from the server: settings (to sign and append), the server's
+    clock, and the projection's current state of a delivery."""
+
+    settings: Settings
+    now: datetime
+    read_state: ReadState
+
+
+class Refused(Exception):
+    """An action not taken: an HTTP status, one line and a hint."""
+
+    def __init__(self, status: int, error: str, hint: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.hint = hint
+
+
+def _answer(data: dict[str, Any], status: int) -> web.Response:
+    return web.Response(text=json.dumps(data), status=status, content_type="application/json")
+
+
+async def resolve(request: web.Request, ctx: Context) -> web.Response:
+    """Settle a delivery as delivered, not delivered, or abandoned (202 with the event id)."""
+
+    async def build(body: dict[str, Any], state: DeliveryState, who: str, why: str) -> Action:
+        outcome = body.get("outcome")
+        if outcome not in OUTCOMES:
+            raise Refused(
+                400,
+                "outcome must be delivered, not_delivered or abandoned",
+                "choose what the receiver's evidence says",
+            )
+        receiver_id = _text(body, "receiver_id") or None
+        return resolve_action(
+            state,
+            operator=who,
+            outcome=cast(ResolveOutcome, outcome),
+            reason=why,
+            scope=SCOPE,
+            receiver_id=receiver_id.strip() if receiver_id else None,
+            now=ctx.now,
+        )
+
+    return await _act(request, ctx, "resolve", build)
+
+
+async def redrive(request: web.Request, ctx: Context) -> web.Response:
+    """Send a FAILED delivery again, or reconcile an UNKNOWN afresh (202 with the event id)."""
+
+    async def build(body: dict[str, Any], state: DeliveryState, who: str, why: str) -> Action:
+        return redrive_action(state, operator=who, reason=why, scope=SCOPE, now=ctx.now)
+
+    return await _act(request, ctx, "redrive", build)
+
+
+Build = Callable[[dict[str, Any], DeliveryState, str, str], Awaitable[Action]]
+
+
+async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> web.Response:
+    key = request.match_info["key"]
+    try:
+        body = await _body(request)
+        who, why = _who_and_why(body)
+        seen = _seen(body)
+        state = await ctx.read_state(key)
+        if state is None:
+            raise Refused(
+                404,
+                f"no delivery with key {key[:200]} in the projection",
+                "check the key, or that 'ledger project' has caught up",
+            )
+        try:
+            action = await build(body, state, who, why)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise Refused(400, f"{field}: {first['msg']}", "correct it and try again") from None
+        refusal = _refusal(action, seen)
+        if refusal is not None:
+            raise Refused(409, refusal, "reload: the page shows the delivery as it is now")
+        event = await _append(ctx.settings, action)
+    except Refused as no:
+        return _answer({"error": no.error, "hint": no.hint}, no.status)
+    except web.HTTPException:
+        raise  # the projection is unavailable: the server's own answer (503)
+    except Exception:  # noqa: BLE001 - an answer, never a traceback; details in the log
+        _log.exception("operator %s of %s failed", what, key[:200])
+        return _answer(
+            {"error": f"the {what} failed unexpectedly", "hint": "see the dashboard's log"}, 500
+        )
+    return _answer(
+        {
+            "event_id": str(event.event_id),
+            "action": what,
+            "idempotency_key": event.idempotency_key,
+            "run_id": event.run_id,
+            "operator": event.operator,
+            "note": "appended to the log; the run's timeline shows it once projected",
+        },
+        202,
+    )
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise Refused(
+            415, "operator actions take a JSON body", "send Content-Type: application/json"
+        )
+    if (request.content_length or 0) > MAX_BODY:
+        raise Refused(413, f"the body is over {MAX_BODY} bytes", "send the action only")
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise Refused(413, f"the body is over {MAX_BODY} bytes", "send the action only")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Refused(400, "the body is not JSON", "send a JSON object") from None
+    if not isinstance(body, dict):
+        raise Refused(400, "the body is not a JSON object", "send a JSON object")
+    return body
+
+
+def _text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise Refused(400, f"{name} must be a string", "send it as text")
+    return value
+
+
+def _who_and_why(body: dict[str, Any]) -> tuple[str, str]:
+    try:
+        who = check_operator(_text(body, "operator"))
+    except ConfigError as exc:
+        raise Refused(400, exc.message, "type your name once: it goes into the event") from None
+    try:
+        why = check_reason(_text(body, "reason"))
+    except ConfigError as exc:
+        raise Refused(400, exc.message, "say why, for the record") from None
+    return who, why
+
+
+def _seen(body: dict[str, Any]) -> tuple[str, int] | None:
+    seen = body.get("seen")
+    if seen is None:
+        return None
+    status = seen.get("status") if isinstance(seen, dict) else None
+    token = seen.get("fencing_token") if isinstance(seen, dict) else None
+    if status not in SEEN_STATUSES or not isinstance(token, int) or isinstance(token, bool):
+        raise Refused(
+            400,
+            "seen must be {status: UNKNOWN|SENT|FAILED, fencing_token: integer}",
+            "send what the page showed, or leave seen out",
+        )
+    return status, token
+
+
+def _refusal(action: Action, seen: tuple[str, int] | None) -> str | None:
+    """The fold's refusal of the action as built from the current state, or, when the
+    page showed an older state, of the action as the operator issued it (stale)."""
+    if action.refusal is not None or action.event is None or seen is None:
+        return action.refusal
+    status, token = seen
+    issued = action.event.model_copy(update={"seen_status": status, "fencing_token": token})
+    return operator_refusal(action.state, issued)
+
+
+async def _append(settings: Settings, action: Action) -> OperatorEvent:
+    """Sign and append the action's event; return it once the log has acknowledged it."""
+    event = action.event
+    assert event is not None
+    try:
+        async with asyncio.timeout(APPEND_BUDGET_S):
+            async with OperatorLog(settings) as log:
+                await log.append([event])
+    except LedgerError as exc:
+        raise Refused(503, exc.message, exc.hint) from None
+    except (TimeoutError, KafkaError) as exc:
+        raise Refused(
+            503,
+            f"the log did not acknowledge the action ({type(exc).__name__}); it may or may "
+            "not have been appended",
+            "check the run's timeline before acting again (a repeated action is refused as "
+            "stale, never applied twice)",
+        ) from None
+    return event
