@@ -15,6 +15,7 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
+    CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
@@ -184,6 +185,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
         gauge = GaugeMetricFamily(name, help_text)
         gauge.add_metric([], value)
         yield gauge
+    yield from _operator_families(page)
     lat = page.latency
     cumulative, buckets = 0, []
     for bound, n in zip([*lat["bounds"], float("inf")], lat["counts"], strict=True):
@@ -223,6 +225,33 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
         )
         dead.add_metric([], k.end_offsets.get(settings.kafka.topic_deadletter, 0))
         yield dead
+
+
+def _operator_families(page: Overview) -> Iterator[Metric]:
+    """Operators' actions (counters: the log only grows) and the oldest UNKNOWN's age."""
+    ops = page.operators
+    settled = CounterMetricFamily(
+        "ledger_operator_settled_total",
+        "Deliveries an operator settled with 'ledger resolve', by outcome (applied only)",
+        labels=["outcome"],
+    )
+    for outcome, n in ops.settled.items():
+        settled.add_metric([outcome], n)
+    yield settled
+    redrives = CounterMetricFamily(
+        "ledger_redrives_total",
+        "Operators' redrives, by result (refused: wrong state or stale)",
+        labels=["result"],
+    )
+    for result, n in ops.redrives.items():
+        redrives.add_metric([result], n)
+    yield redrives
+    oldest = GaugeMetricFamily(
+        "ledger_oldest_unknown_age_seconds",
+        "Seconds since the oldest UNKNOWN delivery became UNKNOWN (0: none unknown)",
+    )
+    oldest.add_metric([], ops.oldest_unknown_age_seconds)
+    yield oldest
 
 
 def _counter_metric(name: str) -> str:

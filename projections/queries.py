@@ -267,6 +267,73 @@ def age_seconds(stored: str, now: datetime) -> float:
     return round(max(0.0, (now - then).total_seconds()), 3)
 
 
+# Operators' actions (events/operator.py) --------------------------------------------
+
+# A resolve's outcomes, and what became of an action; every one is listed, zeros included.
+RESOLVE_OUTCOMES: tuple[str, ...] = ("delivered", "not_delivered", "abandoned")
+ACTION_RESULTS: tuple[str, ...] = ("applied", "refused")
+# The UNKNOWN deliveries and since when each has been UNKNOWN: the current attempt's
+# ``unknown_at``, not the row's ``updated_at``, which every lookup moves on.
+UNKNOWN_SINCE = (
+    "SELECT COUNT(*) AS n, MIN(COALESCE(a.unknown_at, d.updated_at)) AS since "
+    "FROM deliveries d LEFT JOIN delivery_attempts a "
+    "ON a.idempotency_key = d.idempotency_key AND a.attempt = d.attempts "
+    "WHERE d.status = 'UNKNOWN'"
+)
+
+
+@dataclass(frozen=True)
+class OperatorCounts:
+    """What operators did, and what waits for one, as of ``now``: deliveries an operator
+    settled, by the resolve's outcome (applied actions only); redrives, applied or refused;
+    the UNKNOWN deliveries now, and the age of the oldest (0 and None when there is none)."""
+
+    settled: dict[str, int]
+    redrives: dict[str, int]
+    unknown_now: int
+    oldest_unknown_since: str | None
+    oldest_unknown_age_seconds: float
+
+
+def operator_tallies(store: Store) -> dict[str, Any]:
+    """The operator counts that do not depend on ``now`` (one read of each table)."""
+    settled = dict.fromkeys(RESOLVE_OUTCOMES, 0)
+    redrives = dict.fromkeys(ACTION_RESULTS, 0)
+    for r in store.rows(
+        "SELECT action, outcome, result, COUNT(*) AS n FROM operator_actions "
+        "GROUP BY action, outcome, result"
+    ):
+        if r["action"] == "redrive" and r["result"] in redrives:
+            redrives[r["result"]] += int(r["n"])
+        elif r["result"] == "applied" and r["outcome"] in settled:
+            settled[r["outcome"]] += int(r["n"])
+    unknown = store.rows(UNKNOWN_SINCE)[0]
+    return {
+        "settled": settled,
+        "redrives": redrives,
+        "unknown_now": int(unknown["n"]),
+        "oldest_unknown_since": unknown["since"],
+    }
+
+
+def operator_counts_at(tallies: dict[str, Any], now: datetime) -> OperatorCounts:
+    """``operator_tallies`` as of ``now`` (pure: no I/O)."""
+    since = tallies["oldest_unknown_since"]
+    return OperatorCounts(
+        settled=dict(tallies["settled"]),
+        redrives=dict(tallies["redrives"]),
+        unknown_now=tallies["unknown_now"],
+        oldest_unknown_since=since,
+        oldest_unknown_age_seconds=0.0 if since is None else age_seconds(since, now),
+    )
+
+
+def operator_counts(store: Store, now: datetime) -> OperatorCounts:
+    """Operator-settled deliveries by outcome, redrives by result, and the age of the
+    oldest unresolved UNKNOWN as of ``now``."""
+    return operator_counts_at(operator_tallies(store), now)
+
+
 # Totals and distributions -----------------------------------------------------------
 
 
@@ -420,6 +487,7 @@ class StatusReport:
     confirmed_without_result: list[Row]
     duplicate_conflicts: list[Row]
     attempts_by_channel: list[Row]
+    operators: OperatorCounts
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-compatible data."""
@@ -449,10 +517,12 @@ def status_report(store: Store, now: datetime) -> StatusReport:
         confirmed_without_result=confirmed_without_result(store),
         duplicate_conflicts=duplicate_conflicts(store),
         attempts_by_channel=attempts_by_channel(store),
+        operators=operator_counts(store, now),
     )
     shown: dict[str, Any] = redacted_data(report.to_json())
-    # The backlog holds channel names, counts and times only: nothing to redact.
-    return StatusReport(**{**shown, "backlog": report.backlog})
+    # The backlog and the operator counts hold names, counts and times only: nothing to
+    # redact.
+    return StatusReport(**{**shown, "backlog": report.backlog, "operators": report.operators})
 
 
 # Operator selections ---------------------------------------------------------------

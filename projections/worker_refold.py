@@ -28,6 +28,8 @@ _DERIVED: tuple[tuple[str, str], ...] = (
     ("provider_message_id", "provider_message_id"),
     ("last_error_class", "last_error_class"),
     ("reconciliation", "reconciled"),
+    ("settled_by", "settled_by"),
+    ("redrives", "redrives"),
 )
 
 

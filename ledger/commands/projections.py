@@ -187,8 +187,9 @@ def verify_command(
 def status_command(
     dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """Pending now and the oldest pending age; overdue (pending or sent), unknown,
-    unexplained, conflicting deliveries; attempts."""
+    """Pending now and the oldest pending age; operator-settled deliveries, redrives and
+    the oldest UNKNOWN's age; overdue (pending or sent), unknown, unexplained,
+    conflicting deliveries; attempts."""
     settings = Settings()
     with _reading(dsn or default_dsn(settings)) as store:
         # The only clock read: the CLI decides what "now" is; the library never does.
@@ -343,12 +344,30 @@ def _print_status(report: dict[str, Any]) -> None:
                 highlight=False,
             )
     _print_backlog(report["backlog"])
+    _print_operators(report["operators"])
     for name, title, columns in sections:
         rows = report[name]
         table = Table(*columns, title=f"{title}: {len(rows)}", title_justify="left")
         for row in rows:
             table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
         out.print(table)
+
+
+def _print_operators(counts: dict[str, Any]) -> None:
+    """What operators settled and redrove, and how long the oldest UNKNOWN has waited."""
+    settled = ", ".join(f"{k} {v}" for k, v in counts["settled"].items())
+    redrives = ", ".join(f"{k} {v}" for k, v in counts["redrives"].items())
+    out.print(f"settled by an operator: {settled}", highlight=False, soft_wrap=True)
+    out.print(f"redrives: {redrives}", highlight=False, soft_wrap=True)
+    if not counts["unknown_now"]:
+        out.print("unknown now: 0", highlight=False)
+        return
+    out.print(
+        f"unknown now: {counts['unknown_now']}, the oldest unknown since "
+        f"{counts['oldest_unknown_since']} ({counts['oldest_unknown_age_seconds']:.1f}s ago)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_backlog(backlog: dict[str, Any]) -> None:

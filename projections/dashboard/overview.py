@@ -15,7 +15,7 @@ from typing import Any
 
 from projections import queries
 from projections.fold import Row
-from projections.queries import AggregateCache, Backlog
+from projections.queries import AggregateCache, Backlog, OperatorCounts
 from projections.schema import timestamp
 from projections.store import Store
 
@@ -57,6 +57,8 @@ class Overview:
     overdue_sent: list[Row]
     failed: list[Row]
     limit: int
+    # What operators settled and redrove, and the oldest UNKNOWN's age (beside the counters).
+    operators: OperatorCounts
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +112,7 @@ def overview(
         }
         # The pending rows change only with the projection; their ages, with now.
         pending = memo.get(store, ("pending",), lambda: queries.pending_by_channel(store))
+        tallies = memo.get(store, ("operators",), lambda: queries.operator_tallies(store))
         latency = memo.get(store, ("latency",), lambda: queries.latency(store))
         result = Overview(
             now=timestamp(now),
@@ -137,6 +140,7 @@ def overview(
                 store, ("failed", limit), lambda: queries.failed_deliveries(store, limit)
             ),
             limit=limit,
+            operators=queries.operator_counts_at(tallies, now),
         )
     finally:
         store.rollback()

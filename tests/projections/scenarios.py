@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from clients.outcome_keys import signer_for
+from clients.outcome_keys import operator_signer_for, signer_for
 from clients.outcome_signing import needs_signature
 from config.settings import Settings
 from events import (
@@ -33,6 +33,7 @@ from events import (
 from events.delivery import new_delivery_requested
 from events.execution import ExecutionEvent
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
+from events.operator import OperatorEvent
 from events.topics import record_key
 from projections.backends import open_store
 from projections.database import Dump
@@ -265,8 +266,10 @@ async def publish(
         acks="all",
         linger_ms=5,
     )
-    # Written as the workers write them: signed where a worker would sign (signing is on).
+    # Written as the workers write them: signed where a worker would sign (signing is on),
+    # and operator events as an operator signs them.
     signer = signer_for(settings)
+    operator_signer = operator_signer_for(settings)
     await producer.start()
     try:
         async with producer.transaction():
@@ -281,6 +284,8 @@ async def publish(
                 headers = (
                     signer.headers(value) if signer is not None and needs_signature(event) else None
                 )
+                if isinstance(event, OperatorEvent) and operator_signer is not None:
+                    headers = operator_signer.headers(value)
                 futures.append(
                     await producer.send(topic, value, key=record_key(event), headers=headers)
                 )

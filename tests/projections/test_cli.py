@@ -11,6 +11,7 @@ from config.settings import Settings
 from projections.backends import open_store
 from projections.schema import SCHEMA_VERSION
 from tests.fixtures.postgres import DsnFactory
+from tests.projections.operator_scenario import operator_log
 from tests.projections.scenarios import incident_log, publish, requested
 from tests.projections.test_projector import ledger_env
 
@@ -186,3 +187,26 @@ async def test_verify_sees_a_projection_that_folds_by_other_rules(settings: Sett
         "status: projected='FAILED' worker='UNKNOWN'"
     ]
     assert "1 deliveries differ from the worker's rules" in done.stdout
+
+
+async def test_status_shows_the_operator_counters(settings: Settings) -> None:
+    # Operator events signed with the operator key (tests/conftest.py), as 'ledger resolve'.
+    await publish(settings, operator_log())
+    dsn = f"sqlite://{settings.data_dir / 'ops.sqlite3'}"
+    built = ledger(settings, "rebuild", "--into", dsn)
+    assert built.returncode == 0, built.stderr
+
+    table = ledger(settings, "status", "--dsn", dsn)
+    assert table.returncode == 0, table.stderr
+    assert "settled by an operator: delivered 1, not_delivered 1, abandoned 1" in table.stdout
+    assert "redrives: applied 2, refused 2" in table.stdout
+    # U[3], UNKNOWN since T0+5s, is the oldest of the two (the real clock: long ago).
+    assert "unknown now: 2, the oldest unknown since 2026-01-05T09:00:05.000000Z (" in table.stdout
+
+    report = json.loads(ledger(settings, "status", "--dsn", dsn, "--json").stdout)
+    ops = report["operators"]
+    assert ops["settled"] == {"delivered": 1, "not_delivered": 1, "abandoned": 1}
+    assert ops["redrives"] == {"applied": 2, "refused": 2}
+    assert ops["unknown_now"] == 2
+    assert ops["oldest_unknown_since"] == "2026-01-05T09:00:05.000000Z"
+    assert ops["oldest_unknown_age_seconds"] > 3600

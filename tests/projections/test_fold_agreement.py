@@ -7,12 +7,14 @@ Run with ``--hypothesis-show-statistics`` to see which cases the histories reach
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from events.codec import encode
 from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -26,11 +28,15 @@ from events.delivery import (
     DuplicateDeliveryRequest,
     new_delivery_requested,
 )
-from events.delivery_state import DeliveryState, Status
+from events.delivery_state import DeliveryState, Status, operator_refusal
 from events.delivery_state import apply as worker_apply
 from events.model import AnyDeliveryEvent
+from events.operator import OperatorEvent
 from events.outcomes import ErrorClass
-from tests.fixtures.folds import projection_fold
+from projections.records import decode_at
+from projections.worker_refold import WorkerFold, compare_rules
+from tests.fixtures.folds import projection_dump, projection_fold, projection_tables
+from tests.fixtures.operator_events import label, operator_event
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 OUTCOMES = ["found", "processing", "not_found", "failed", "unsupported", "lookup_error"]
@@ -51,6 +57,8 @@ ACTIONS = [
     "request_again",
     "lookups_then_retry",
     "provider_failed",
+    "operator",
+    "operator",
 ]
 
 
@@ -116,6 +124,11 @@ def delivery_history(draw: Any, req: DeliveryRequested) -> list[AnyDeliveryEvent
             )
         elif action == "request_again":
             log.append(req.model_copy(update={"event_id": _uuid(draw)}))
+        elif action == "operator":
+            # Aimed as the CLI aims it (at the state the log has reached), stale, or blind.
+            state = functools.reduce(worker_apply, log, None)
+            assert state is not None
+            log.append(draw(operator_event(state, t)))
         elif attempt == 0 and (action != "failed" or draw(st.integers(0, 3))):
             continue  # outcomes need an attempt; FAILED may (rarely) come before any claim
         elif action == "sent":
@@ -289,6 +302,8 @@ def worker_fold(log: list[AnyDeliveryEvent]) -> dict[str, DeliveryState]:
             event("lookup found: UNKNOWN -> SENT")
         if isinstance(e, DeliveryReconciled) and not stale and old is new is Status.UNKNOWN:
             event(f"lookup {e.outcome} kept UNKNOWN")
+        if isinstance(e, OperatorEvent) and after is not before:
+            event(label(before, e))
     return {k: s for k, s in states.items() if s is not None}
 
 
@@ -311,3 +326,34 @@ def test_worker_and_projection_folds_agree(
             state.last_error_class,
             state.reconciled,
         )
+        assert (row["settled_by"], row["redrives"]) == (state.settled_by, state.redrives)
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_operator_actions_agree_with_the_fold_and_a_rebuild(
+    history: tuple[list[AnyDeliveryEvent], list[int]],
+) -> None:
+    """Every operator action read once is one operator_actions row, applied exactly when
+    the worker's fold applies it (refused: with the fold's own reason); and a rebuild (one
+    batch, into an empty database) gives the live projection's tables, row for row."""
+    log, cuts = history
+    expected = []
+    states: dict[str, DeliveryState | None] = {}
+    for e in log:
+        before = states.get(e.idempotency_key)
+        after = states[e.idempotency_key] = worker_apply(before, e)
+        if isinstance(e, OperatorEvent) and before is not None and after is not before:
+            refusal = operator_refusal(before, e)
+            expected.append((str(e.event_id), "refused" if refusal else "applied", refusal))
+    tables = projection_tables(log, cuts)
+    found = [(r["event_id"], r["result"], r["refusal"]) for r in tables["operator_actions"]]
+    assert sorted(found) == sorted(expected)
+    for result in {r for _, r, _ in expected}:
+        event(f"operator actions {result} in the projection")
+    live = projection_dump(log, cuts, "project")
+    assert projection_dump(log, [], "rebuild") == live
+    # And 'ledger verify''s own check: the rows against the worker's rules, re-folded.
+    fold = WorkerFold()
+    fold([decode_at("ledger.deliveries", 0, n, encode(e)) for n, e in enumerate(log)])
+    assert compare_rules(live["deliveries"], fold) == []

@@ -135,6 +135,9 @@ def valid_event(event_type: str, run_id: str, recipient: str) -> dict[str, Any]:
         return common | run_extra[event_type]
     attempt = {"attempt": 1, "fencing_token": 1}
     later = (T + timedelta(seconds=30)).isoformat()
+    # Unsigned, as anyone with write access can write them: the worker dead-letters them.
+    operator = {"operator": "op", "reason": "r", "scope": "key", "fencing_token": 1}
+    operator |= {"seen_status": "UNKNOWN"}
     extra: dict[str, dict[str, Any]] = {
         "delivery.claimed": attempt | {"worker_id": "w-hostile", "lease_expires_at": later},
         "delivery.sent": attempt
@@ -150,6 +153,8 @@ def valid_event(event_type: str, run_id: str, recipient: str) -> dict[str, Any]:
         "delivery.retry_scheduled": {"attempt": 1, "next_attempt": 2, "retry_at": later}
         | {"error_class": "http_5xx", "safety": "s", "dedupe_rule": None},
         "delivery.failed": {"attempts": 1, "error_class": "http_4xx", "reason": "r"},
+        "delivery.resolved": operator | {"outcome": "delivered", "receiver_id": None},
+        "delivery.redrive_requested": operator,
         "delivery.duplicate_requested": {
             "duplicate_event_id": str(uuid.uuid4()),
             "payload_hash": "0" * 64,

@@ -18,8 +18,10 @@ from aiokafka import AIOKafkaProducer
 
 from clients import DeliverySpec, Publisher
 from clients.outcome_keys import StoredKeys
+from clients.outcome_signing import OutcomeSigner, OutcomeVerifier, private_key, public_key
 from config.settings import changed
 from events import DeadLetter, encode
+from events.operator import DeliveryRedriveRequested
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
@@ -73,11 +75,49 @@ def test_ledger_init_writes_a_private_pair_once(tmp_path: Path) -> None:
     assert key is not None
     assert operator_key is not None
     assert key != operator_key
+    operator_verify = stored.operator_verify_key()
+    assert operator_verify is not None
+    # The operators' pair is a pair of its own: the outcome verify key accepts none of it.
+    _signs_operator_events(operator_key, operator_verify, outcome_verify=stored.verify_key())
     again = ledger(data, "init")
     assert "kept the signing pairs" in again.stdout
     assert (stored.signing_key(), stored.operator_key()) == (key, operator_key)
-    assert key not in first.stdout + first.stderr
-    assert operator_key not in first.stdout + first.stderr
+    assert stored.operator_verify_key() == operator_verify
+    for secret in (key, operator_key):
+        assert secret not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_ledger_init_adds_the_operator_pair_to_an_older_installation(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert ledger(data, "init").returncode == 0
+    stored = StoredKeys.of(data)
+    key = stored.signing_key()
+    # Initialised before operator keys existed: only the outcome pair is there.
+    stored.operator_signing_path.unlink()
+    stored.operator_verify_path.unlink()
+    done = ledger(data, "init")
+    assert done.returncode == 0, done.stderr
+    assert stored.signing_key() == key  # never overwritten
+    operator_key, operator_verify = stored.operator_key(), stored.operator_verify_key()
+    assert operator_key is not None
+    assert operator_verify is not None
+    assert stat.S_IMODE(stored.operator_signing_path.stat().st_mode) == 0o600
+    _signs_operator_events(operator_key, operator_verify, outcome_verify=stored.verify_key())
+
+
+def _signs_operator_events(signing: str, verify: str, outcome_verify: str | None) -> None:
+    """``signing`` and ``verify`` are a pair whose signatures an operator event is checked
+    against, and the outcome verify key accepts none of them."""
+    event = DeliveryRedriveRequested(
+        idempotency_key="a" * 64, run_id="r", producer="p", operator="ana", reason="why",
+        scope="key", fencing_token=1, seen_status="FAILED",
+    )  # fmt: skip
+    value = encode(event)
+    headers = OutcomeSigner(private_key(signing)).headers(value)
+    assert OutcomeVerifier([], [public_key(verify)]).refuses(event, value, headers) is None
+    assert outcome_verify is not None
+    as_outcome_key = OutcomeVerifier([public_key(outcome_verify)], [public_key(outcome_verify)])
+    assert as_outcome_key.refuses(event, value, headers) is not None
 
 
 def test_signing_turned_off_warns_at_every_start(tmp_path: Path) -> None:

@@ -356,11 +356,31 @@ function drawBacklog(backlog) {
       el("div", { class: "title", text: "pending by channel" })));
 }
 
+// Beside the counters: what operators settled and redrove, and how long the oldest
+// UNKNOWN has waited for one.
+function drawOperators(ops) {
+  const oldest = ops.unknown_now
+    ? el("div", { class: "value", id: "operators-oldest-unknown",
+      "data-seconds": String(ops.oldest_unknown_age_seconds),
+      title: `unknown since ${ops.oldest_unknown_since}`, text: age(ops.oldest_unknown_age_seconds) })
+    : el("div", { class: "value", id: "operators-oldest-unknown", "data-seconds": "0", text: "–" });
+  const list = (id, counts) => el("ul", { id }, ...Object.entries(counts).map(([name, n]) =>
+    el("li", { "data-name": name }, el("b", { text: fmt(n) }), ` ${name.replace("_", " ")}`)));
+  document.getElementById("operators").replaceChildren(
+    el("div", { class: "backlog-item" }, oldest,
+      el("div", { class: "title", text: "age of the oldest unknown delivery" })),
+    el("div", { class: "backlog-item" }, list("operators-redrives", ops.redrives),
+      el("div", { class: "title", text: "redrives by result" })),
+    el("div", { class: "backlog-item" }, list("operators-settled", ops.settled),
+      el("div", { class: "title", text: "settled by an operator, by outcome" })));
+}
+
 async function refreshOverview() {
   try {
     const data = await api("/api/overview");
     drawBacklog(data.backlog);
     drawCounters(data.counters);
+    drawOperators(data.operators);
     drawStatusBar(data.deliveries_by_status);
     drawAttempts(data.attempts_by_channel);
     drawLatency(data.latency);
