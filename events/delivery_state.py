@@ -31,6 +31,7 @@ from events.delivery import (
 )
 from events.operator import DeliveryRedriveRequested, DeliveryResolved, OperatorEvent
 from events.outcomes import NOT_FOUND_REQUIRED, ErrorClass, LookupOutcome
+from events.waiting import DeliveryHeld, WaitReason
 
 # How many applied event ids a state remembers for dedupe. A delivery sees a handful of
 # events per attempt; redelivered input is recent, so a bounded window suffices.
@@ -103,6 +104,11 @@ class DeliveryState:
     policy_from: datetime | None = None
     # A redrive asked for a lookup now, whatever the lookups before it concluded.
     fresh_lookup: bool = False
+    # Held back before its next claim (events/waiting.py), since when; the claim ends it.
+    waiting: WaitReason | None = None
+    waiting_since: datetime | None = None
+    # Who asked for it: the DeliveryRequested's producer (the agent, for send budgets).
+    agent: str | None = None
     seen: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -123,7 +129,12 @@ def apply(state: DeliveryState | None, event: Event) -> DeliveryState | None:
         return _evolve(state, seen=seen)
     # ``changed`` is a fresh copy made by this call: finish it in place, not copy it again.
     changed.__dict__.update(seen=seen, updated_at=event.occurred_at)
+    if changed.waiting is not None and changed.status not in _MAY_WAIT:
+        changed.__dict__.update(waiting=None, waiting_since=None)  # a wait ends with PENDING
     return changed
+
+
+_MAY_WAIT = frozenset({Status.PENDING, Status.RETRY_SCHEDULED})
 
 
 def _evolve(state: DeliveryState, **changes: Any) -> DeliveryState:
@@ -148,6 +159,7 @@ def _new(event: DeliveryRequested) -> DeliveryState:
         requested_at=event.occurred_at,
         request_event_id=str(event.event_id),
         updated_at=event.occurred_at,
+        agent=event.producer,
         seen=(str(event.event_id),),
     )
 
@@ -177,6 +189,8 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
             fencing_token=e.fencing_token,
             claim_worker=e.worker_id,
             lease_expires_at=e.lease_expires_at,
+            waiting=None,
+            waiting_since=None,
             retry_at=None,
             reconciled=None,
             lookups=0,
@@ -207,6 +221,11 @@ def _transition(s: DeliveryState, e: DeliveryEvent) -> DeliveryState | None:
         )
     if isinstance(e, DeliveryRetryScheduled):
         return _retry(s, e)
+    if isinstance(e, DeliveryHeld):
+        # Only before a claim: a held delivery makes no attempt.
+        if s.status not in (Status.PENDING, Status.RETRY_SCHEDULED) or s.waiting == e.reason:
+            return None
+        return _evolve(s, waiting=e.reason, waiting_since=e.occurred_at)
     if e.fencing_token != s.fencing_token:  # type: ignore[attr-defined]
         return None  # an outcome of an attempt that is no longer current
     if isinstance(e, DeliverySent):
@@ -440,4 +459,6 @@ def _again(s: DeliveryState, e: OperatorEvent, reason: str) -> DeliveryState:
         not_found=0,
         check_at=None,
         fresh_lookup=False,
+        waiting=None,
+        waiting_since=None,
     )

@@ -28,6 +28,7 @@ from events.execution import (
     RunSucceeded,
 )
 from events.operator import DeliveryRedriveRequested, DeliveryResolved
+from events.waiting import DeliveryHeld
 
 __all__ = [
     "ALL_EVENT_TYPES",
@@ -53,6 +54,7 @@ AnyDeliveryEvent = (
     | DuplicateDeliveryRequest
     | DeliveryResolved
     | DeliveryRedriveRequested
+    | DeliveryHeld
 )
 AnyEvent = Annotated[AnyExecutionEvent | AnyDeliveryEvent, Field(discriminator="type")]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from events.delivery_state import DeliveryState, Status
 from events.outcomes import ErrorClass, LookupOutcome
+from events.waiting import WaitReason
 
 _FIELDS = dataclasses.fields(DeliveryState)
 _DEFAULTS: dict[str, Any] = {
@@ -72,6 +73,8 @@ class StateCodec:
             raw["last_error_class"] = ErrorClass(raw["last_error_class"])
         if raw.get("reconciled") is not None:
             raw["reconciled"] = LookupOutcome(raw["reconciled"])
+        if raw.get("waiting") is not None:
+            raw["waiting"] = WaitReason(raw["waiting"])
         if "seen" in raw:
             raw["seen"] = tuple(raw["seen"])
         return DeliveryState(**raw)

@@ -35,6 +35,7 @@ from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceed
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.operator import DeliveryResolved, OperatorEvent
 from events.state_codec import StateCodec
+from events.waiting import DeliveryHeld
 from projections.schema import timestamp
 
 Row = dict[str, Any]
@@ -217,7 +218,7 @@ def _apply_delivery(batch: Batch, where: Position, event: AnyDeliveryEvent) -> N
             last.update(outcome="FAILED", error_class=event.error_class, reason=event.reason)
             last.update(failed_at=at, finished_at=last["finished_at"] or at, updated_at=at)
             batch.dirty_attempts.add((key, event.attempts))
-    elif not isinstance(event, OperatorEvent):
+    elif not isinstance(event, OperatorEvent | DeliveryHeld):
         _attempt_event(batch, row, event, at)
     _derive(row, before, after, at)
 
@@ -234,6 +235,10 @@ def _derive(row: Row, before: DeliveryState, after: DeliveryState, at: str) -> N
     row["next_attempt_at"] = None if retry_at is None else timestamp(retry_at)
     row["settled_by"] = after.settled_by
     row["redrives"] = after.redrives
+    waiting = after.waiting if after.status in (Status.PENDING, Status.RETRY_SCHEDULED) else None
+    row["waiting"] = waiting
+    since = after.waiting_since if waiting is not None else None
+    row["waiting_since"] = None if since is None else timestamp(since)
     if after.status is not before.status:
         if after.status is Status.CONFIRMED:
             row["confirmed_at"] = at
@@ -290,6 +295,8 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "state": "",  # written from batch.states when the batch is stored
         "settled_by": None,
         "redrives": 0,
+        "waiting": None,
+        "waiting_since": None,
     }
     batch.dirty_deliveries.add(key)
 

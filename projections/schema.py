@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,10 @@ DELIVERIES = Table(
         # operator did, and how many redrives it had.
         ("settled_by", "TEXT"),
         ("redrives", "INTEGER NOT NULL"),
+        # Version 5: why a PENDING delivery is held back before its claim
+        # (events/waiting.py: paused, disabled, circuit_open, over_budget), and since when.
+        ("waiting", "TEXT"),
+        ("waiting_since", "TEXT"),
     ),
     ("idempotency_key",),
 )
@@ -207,6 +211,7 @@ INDEXES: tuple[str, ...] = (
     # follows the pending rows, never the settled ones. An index holds no data of its own
     # and ``ledger project`` creates a missing one (Store.ensure_indexes): no version bump.
     "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
+    "CREATE INDEX deliveries_waiting ON deliveries (waiting, channel, recipient)",
     "CREATE INDEX operator_actions_run ON operator_actions (run_id, occurred_at)",
     "CREATE INDEX operator_actions_key ON operator_actions (idempotency_key, occurred_at)",
 )

@@ -30,6 +30,7 @@ _DERIVED: tuple[tuple[str, str], ...] = (
     ("reconciliation", "reconciled"),
     ("settled_by", "settled_by"),
     ("redrives", "redrives"),
+    ("waiting", "waiting"),
 )
 
 

@@ -46,6 +46,7 @@ from streams.channels.registry import ChannelRegistry
 from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
+from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
@@ -178,12 +179,19 @@ class Worker:
             metrics=self.metrics,
             verifier=verifier_for(settings),
             acting=lambda: not self.clock.skewed,
+            gate=Gates(self._gates()),
         )
         self.lag = ConsumerLag(self.app, settings.kafka.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
         self._next_verify = 0.0
         self._watch_metrics()
         self._connect()
+
+    def _gates(self) -> list[Gate]:
+        """What may hold a delivery before its claim (streams/gates.py), in the order asked:
+        the holds an operator must see first, a rate limit (which spends a token) last."""
+        gates: list[Gate] = []
+        return gates
 
     def _watch_metrics(self) -> None:
         watch = self.metrics.watch

@@ -29,6 +29,7 @@ from events.delivery import (
 )
 from events.delivery_state import DeliveryState, Status, apply, nothing_accepted
 from events.outcomes import NOT_PROCESSED, ErrorClass, LookupOutcome
+from events.waiting import DeliveryHeld, WaitReason
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 
 
@@ -75,6 +76,23 @@ def claim(state: DeliveryState, now: datetime, ctx: Context) -> DeliveryClaimed:
         worker_id=ctx.worker_id,
         lease_expires_at=now + timedelta(seconds=ctx.lease_s),
         occurred_at=now,
+    )
+
+
+def held(
+    state: DeliveryState,
+    reason: WaitReason,
+    detail: str,
+    recheck_at: datetime | None,
+    now: datetime,
+    ctx: Context,
+) -> DeliveryHeld:
+    """The record that ``state`` waits for ``reason`` before its claim."""
+    return DeliveryHeld(
+        **_common(state, ctx, now),
+        reason=reason,
+        detail=detail,
+        recheck_at=recheck_at,
     )
 
 

@@ -22,7 +22,8 @@ from events.delivery_state import DeliveryState, Status, apply
 from events.faults import crash_if_enabled
 from events.model import AnyDeliveryEvent
 from events.refusal import Refuser, SystemFailure, one_line, refusal
-from streams.decisions import Context, TimerAction, claim, due_at, on_request, on_timer
+from streams.decisions import Context, TimerAction, claim, due_at, held, on_request, on_timer
+from streams.gates import Gate, Hold, OpenGate
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
 from streams.timers import DueIndex
@@ -122,8 +123,11 @@ class DeliveryProcessor:
         metrics: WorkerMetrics | None = None,
         verifier: OutcomeVerifier | None = None,
         acting: Callable[[], bool] = lambda: True,
+        gate: Gate | None = None,
     ) -> None:
         self.ctx = ctx
+        # What may hold a delivery back before its claim (streams/gates.py).
+        self._gate: Gate = gate if gate is not None else OpenGate()
         # False while this worker must not act (its clock is off the broker's): it claims
         # nothing and its timers wait; records are still folded.
         self._acting = acting
@@ -240,6 +244,12 @@ class DeliveryProcessor:
             crash_if_enabled(BEFORE_CLAIM, self.faults)
             if AGENT_RAISES in self.faults:
                 raise SystemFailure(f"fault injection: {AGENT_RAISES}")
+            hold = self._gate.hold(after, self._clock()) if plan.claiming else None
+            if hold is not None:
+                # Held before its claim: no attempt; the timer looks again at the recheck.
+                await self._hold(after, hold)
+                self._due.schedule(record.partition, key, hold.recheck_at)
+                return
             if plan.claiming and (self._waiting or self._room() <= 0):
                 # No room now (or others wait first): it stays PENDING in the waiting room;
                 # its claim-grace timer is the backstop.
@@ -277,6 +287,11 @@ class DeliveryProcessor:
             state = self._store.get(key)
             if state is None or state.status is not Status.PENDING:
                 continue  # claimed meanwhile (a timer, another worker) or settled
+            hold = self._gate.hold(state, now)
+            if hold is not None:
+                await self._hold(state, hold)
+                self._due.schedule(partition, key, hold.recheck_at)
+                continue
             try:
                 event = claim(state, now, self.ctx)
             except Exception as exc:  # noqa: BLE001 - one key's claim never stops the others
@@ -325,17 +340,32 @@ class DeliveryProcessor:
         proposals: list[Event] = []
         proposed: dict[str, tuple[str, int, int, str]] = {}
         claims: set[str] = set()
+        states: list[tuple[int, str, DeliveryState]] = []
         for partition, key in due:
             state = self._store.get(key)
             if state is None or state.status.terminal:
                 self._due.schedule(partition, key, None)
                 continue
+            states.append((partition, key, state))
+        # Claims go out in request order: deliveries released together (an endpoint back, a
+        # budget renewed) leave in the order they were asked for.
+        states.sort(key=lambda entry: entry[2].requested_at)
+        for partition, key, state in states:
             try:
                 events, action = on_timer(state, now, self.ctx)
             except Exception as exc:  # noqa: BLE001 - one key's timer never stops the tick
                 self._timer_refused(partition, key, exc)
                 continue
             claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
+            hold = self._gate.hold(state, now) if claiming else None
+            if hold is not None:
+                if hold.reason is not None and state.waiting != hold.reason:
+                    events = [held(state, hold.reason, hold.detail, hold.recheck_at, now, self.ctx)]
+                    if self._proposed.get(key) != _proposal(state, events):
+                        proposed[key] = _proposal(state, events)
+                        proposals.extend(events)
+                self._due.schedule(partition, key, hold.recheck_at)
+                continue
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
                     self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
@@ -357,6 +387,19 @@ class DeliveryProcessor:
             self._claims_out.update(claims)
         await self.claim_waiting()
         return len(due)
+
+    async def _hold(self, state: DeliveryState, hold: Hold) -> None:
+        """Record a hold the ledger must show (once per reason), outside the tick."""
+        if hold.reason is None or state.waiting == hold.reason:
+            return
+        now = self._clock()
+        events: list[Event] = [
+            held(state, hold.reason, hold.detail, hold.recheck_at, now, self.ctx)
+        ]
+        if self._proposed.get(state.idempotency_key) == _proposal(state, events):
+            return
+        await self._append_outcomes(events)
+        self._proposed[state.idempotency_key] = _proposal(state, events)
 
     def _room(self) -> int:
         """How many more claims this worker may propose now (none while it must not act)."""

@@ -28,6 +28,7 @@ from events.base import Event
 from events.delivery import new_delivery_requested
 from events.model import ALL_EVENT_TYPES, AnyDeliveryEvent, AnyExecutionEvent
 from events.operator import DeliveryRedriveRequested, DeliveryResolved
+from events.waiting import DeliveryHeld
 
 DATA = Path(__file__).parent / "data"
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -118,6 +119,7 @@ def every_event() -> list[AnyExecutionEvent | AnyDeliveryEvent]:
             outcome="delivered",
             receiver_id="T-17",
         ),
+        DeliveryHeld(**COMMON, reason="paused", detail="endpoint paused by ana", recheck_at=NOW),
         DeliveryRedriveRequested(
             **COMMON,
             operator="ana@example.com",

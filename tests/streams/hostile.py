@@ -155,6 +155,7 @@ def valid_event(event_type: str, run_id: str, recipient: str) -> dict[str, Any]:
         "delivery.failed": {"attempts": 1, "error_class": "http_4xx", "reason": "r"},
         "delivery.resolved": operator | {"outcome": "delivered", "receiver_id": None},
         "delivery.redrive_requested": operator,
+        "delivery.held": {"reason": "paused", "detail": "d", "recheck_at": later},
         "delivery.duplicate_requested": {
             "duplicate_event_id": str(uuid.uuid4()),
             "payload_hash": "0" * 64,
