@@ -131,6 +131,12 @@ def stack(
     made.stop()
 
 
+def projected_endpoints(dsn_path: Path) -> dict[str, tuple[str, str | None, int]]:
+    with sqlite3.connect(dsn_path) as db:
+        rows = db.execute("SELECT endpoint_id, state, paused_by, secrets FROM endpoints")
+        return {r[0]: (r[1], r[2], r[3]) for r in rows.fetchall()}
+
+
 def waiting_in_projection(dsn_path: Path) -> dict[str, str | None]:
     with sqlite3.connect(dsn_path) as db:
         return dict(db.execute("SELECT idempotency_key, waiting FROM deliveries").fetchall())
@@ -192,12 +198,16 @@ async def test_a_held_endpoint_waits_then_releases_in_order_exactly_once(
         return all(seen.get(k) == reason.value for k in keys)
 
     await wait_for(projected_waiting, 60, "the projection to show them waiting")
+    endpoints = await asyncio.to_thread(projected_endpoints, stack.tmp / "live.sqlite3")
+    assert endpoints == {"acme": (reason.value, "ana" if reason is WaitReason.PAUSED else None, 1)}
 
     stack.ledger(release, "acme")
     states = await stack.settled(keys, {Status.CONFIRMED})
     assert all(receiver.accepted(k) == 1 for k in keys), "each arrives exactly once"
     assert all(len(receiver.requests(key=k, method="POST")) == 1 for k in keys)
     assert all(s.waiting is None and s.attempt == 1 for s in states.values())
+    endpoints = await asyncio.to_thread(projected_endpoints, stack.tmp / "live.sqlite3")
+    assert endpoints["acme"][0] == "active"
     # Claimed in request order (within each partition: the log's only order).
     requested_order = {k: i for i, k in enumerate(keys)}
     for partition_keys in (await claims_in_order(stack)).values():
