@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from clients.committed_log import TRANSIENT, CommittedLog
 from clients.endpoint_secrets import SecretBox, SecretUnreadable
-from clients.kafka_security import client_options, connect_error
+from clients.kafka_security import client_options, start_producer
 from config.parts import KafkaSettings, WebhookEndpoint
 from events.codec import encode
 from events.endpoints import (
@@ -80,11 +80,7 @@ async def append_endpoint_event(kafka: KafkaSettings, event: EndpointEvent) -> N
         enable_idempotence=True,
         **client_options(kafka),
     )
-    try:
-        await producer.start()
-    except TRANSIENT:
-        await producer.stop()
-        raise await connect_error(kafka) from None
+    await start_producer(producer, kafka)
     try:
         await producer.send_and_wait(
             kafka.topic_endpoints, encode(event), key=event.endpoint_id.encode("utf-8")
