@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,11 @@ ENDPOINTS = Table(
         ("disabled_by", "TEXT"),
         ("disabled_reason", "TEXT"),
         ("disabled_at", "TEXT"),
+        # Version 7: the circuit breaker (closed | open | half_open), since when, and the
+        # half-open probe delivery (events/endpoints.py Breaker).
+        ("circuit", "TEXT NOT NULL"),
+        ("circuit_since", "TEXT"),
+        ("circuit_probe", "TEXT"),
         ("lookup_url", "TEXT"),
         ("receiver_dedupes", "INTEGER NOT NULL"),
         ("rate_limit_per_s", "TEXT"),
