@@ -51,6 +51,8 @@ from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
+from streams.rate_gate import RateGate
+from streams.rate_limits import SettingsRateLimits
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
@@ -161,6 +163,12 @@ class Worker:
             halted=self.clock.why_not,
         )
         self.due = DueIndex(self.datadir / "due-index")
+        self.rate_gate = RateGate(
+            SettingsRateLimits(settings.channels),
+            tick_s=settings.worker.timer_interval_s,
+            metrics=self.metrics,
+        )
+        self.rate_gate.share(0, settings.kafka.partitions)
         self.continuity = ContinuityGuard(
             settings, settings.kafka.topic_deliveries, settings.worker.group
         )
@@ -191,6 +199,7 @@ class Worker:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
         gates: list[Gate] = []
+        gates.append(self.rate_gate)
         return gates
 
     def _watch_metrics(self) -> None:
@@ -236,6 +245,11 @@ class Worker:
             "1 while this worker does not act: its clock is off the broker's by more than "
             "LEDGER_WORKER__CLOCK_SKEW_LIMIT_S, or not measured.",
             lambda: float(self.clock.skewed),
+        )
+        watch(
+            "ledger_worker_rate_limited_waiting",
+            "Deliveries waiting now for a token of their endpoint's rate limit.",
+            lambda: self.rate_gate.waiting,
         )
         watch(
             "ledger_worker_sender_failures",
@@ -315,6 +329,7 @@ class Worker:
         self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
+        self.rate_gate.share(len(mine), self.settings.kafka.partitions)
         await self.continuity.on_assigned(mine)
         log.info("worker %s owns partitions %s", self.worker_id, sorted(mine))
 
@@ -322,6 +337,7 @@ class Worker:
         """Revocation: no queued send of those partitions may go out any more."""
         gone = {tp.partition for tp in revoked if tp.topic == self.settings.kafka.topic_deliveries}
         self.owned.difference_update(gone)
+        self.rate_gate.share(len(self.owned), self.settings.kafka.partitions)
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, REVOKED)
