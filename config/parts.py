@@ -136,8 +136,8 @@ class RateLimitSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     per_s: float = Field(gt=0)
-    # Tokens a quiet endpoint may save up (None: what one timer tick of the limit needs,
-    # per_s x worker.timer_interval_s, at least 1); streams/rate_gate.py.
+    # Tokens a quiet endpoint may save up, over all workers, each worker at least one
+    # (None: per_s x 0.05 s, what the gate's 50 ms looks need); streams/rate_gate.py.
     burst: float | None = Field(default=None, ge=1)
 
 
@@ -164,7 +164,7 @@ class WebhookEndpoint(BaseModel):
     # without opening that network to every recipient.
     allowed_networks: list[str] = Field(default_factory=list)
     # At most this many deliveries per second to this endpoint, all workers together
-    # (streams/rate_gate.py); None: no limit. The burst in tokens (None: one tick's worth).
+    # (streams/rate_gate.py); None: no limit. The burst in tokens (None: the gate's default).
     rate_limit_per_s: float | None = Field(default=None, gt=0)
     rate_limit_burst: float | None = Field(default=None, ge=1)
 

@@ -10,6 +10,7 @@ handlers faust calls: assignment, revocation, recovery, the tick and shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -51,7 +52,7 @@ from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
-from streams.rate_gate import RateGate
+from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import SettingsRateLimits
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
@@ -163,9 +164,13 @@ class Worker:
             halted=self.clock.why_not,
         )
         self.due = DueIndex(self.datadir / "due-index")
+        self.rate_limits = SettingsRateLimits(settings.channels)
+        # The timers run on the worker's tick and, with rate limits, also as soon as a held
+        # delivery's token is due: one at a time.
+        self._ticking = asyncio.Lock()
         self.rate_gate = RateGate(
-            SettingsRateLimits(settings.channels),
-            tick_s=settings.worker.timer_interval_s,
+            self.rate_limits,
+            tick_s=RATE_TICK_S if self.rate_limits.any else settings.worker.timer_interval_s,
             metrics=self.metrics,
         )
         self.rate_gate.share(0, settings.kafka.partitions)
@@ -264,6 +269,8 @@ class Worker:
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
         self.app.timer(interval=self.settings.worker.timer_interval_s)(self.on_tick)
+        if self.rate_limits.any:
+            self.app.timer(interval=RATE_TICK_S)(self.on_rate_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
 
     async def append_claims(self, events: Sequence[Event]) -> None:
@@ -361,11 +368,21 @@ class Worker:
         # Continuity first: timers act only on partitions whose state follows the log.
         await self.check_continuity()
         if self.owned and not self.app.in_recovery:
-            began = time.perf_counter()
-            await self.processor.tick(set(self.owned))
-            self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
+            async with self._ticking:
+                began = time.perf_counter()
+                await self.processor.tick(set(self.owned))
+                self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         self.lag.refresh()
         self.watchdog.check(self.app.in_recovery)
+
+    async def on_rate_tick(self) -> None:
+        """The timers, now, if a delivery held by a rate limit has its token due: a held
+        delivery waits for its token, not for the next tick (streams/rate_gate.py)."""
+        if not self.owned or self.app.in_recovery or self._ticking.locked():
+            return
+        if self.rate_gate.recheck_due(self.clock.now()):
+            async with self._ticking:
+                await self.processor.tick(set(self.owned))
 
     async def check_continuity(self) -> None:
         """Verify noted jumps and stalled tails, rewind the stream to skipped records, save

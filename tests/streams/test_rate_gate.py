@@ -95,9 +95,9 @@ def test_the_burst_is_the_shares_and_never_less_than_one_token() -> None:
     assert hold.recheck_at == at(16)
 
 
-def test_the_default_burst_is_one_ticks_worth_so_the_limit_is_reached() -> None:
-    # Held deliveries are asked again on ticks of 0.5 s: a bucket of one token would lose
-    # what falls due between two ticks and send only 2/s out of 10/s.
+def test_the_default_burst_is_one_looks_worth_so_the_limit_is_reached() -> None:
+    # Held deliveries asked again every 0.5 s: a bucket of one token would lose what falls
+    # due between two looks and send only 2/s out of 10/s.
     gate = RateGate(Fixed(10.0), tick_s=0.5)
     gate.share(8, 8)
     sent = 0
@@ -251,3 +251,41 @@ def test_settings_limits_a_webhook_endpoint_by_its_parsed_url_and_others_by_pref
         ChannelSettings(rate_limits={"email": 0})
     with pytest.raises(ValidationError):
         WebhookEndpoint(rate_limit_per_s=5, rate_limit_burst=0.5)
+
+
+async def test_in_the_processor_the_default_burst_reaches_the_share_with_the_gates_looks(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    # A backlog read over 4 s, the timers run when the gate says a token is due (looked at
+    # every 50 ms, as the worker does) and on a 0.5 s tick; a share of 5/s.
+    due = DueIndex(tmp_path / "due")
+    processor = processor_for(MemoryStore(), clock, appended, due)
+    gate = RateGate(Fixed(20.0))
+    gate.share(2, 8)
+    processor._gate = Gates([gate])
+    requests = [requested(n, at=at(n * 0.04)) for n in range(100)]
+    read = 0
+    for step in range(400):  # twenty seconds in steps of 50 ms
+        while read < len(requests) and read * 0.04 <= step * 0.05:
+            r = requests[read]
+            await processor.handle(Record("t", 0, read, r.idempotency_key.encode(), encode(r)))
+            read += 1
+        if step % 10 == 0 or gate.recheck_due(clock()):
+            await processor.tick({0})
+        clock.advance(0.05)
+    claims = appended.of(DeliveryClaimed)
+    assert len(claims) >= 97, "about 1 + 5/s x 19.5 s"
+    assert [c.run_id for c in claims] == [f"run-{n}" for n in range(len(claims))]
+    due.close()
+
+
+def test_the_worker_is_told_when_a_held_deliverys_token_is_due() -> None:
+    gate = RateGate(Fixed(4.0, burst=1.0))
+    assert gate.hold(state(0), T0) is None
+    assert gate.hold(state(1, at=at(1)), T0) is not None  # due at 0.25
+    assert gate.hold(state(2, at=at(2)), T0) is not None  # due at 0.5
+    assert not gate.recheck_due(at(0.2))
+    assert gate.recheck_due(at(0.25))
+    assert not gate.recheck_due(at(0.3)), "told once per recheck time"
+    assert gate.recheck_due(at(0.6))
+    assert not gate.recheck_due(at(5))
