@@ -152,7 +152,8 @@ async def measure_system(
     args: argparse.Namespace,
     console: Console,
 ) -> dict[str, Any]:
-    """Fresh workers on fresh topics, then ``args.rounds`` rounds of a backlog each."""
+    """Fresh workers on fresh topics, a warm-up round (connections open, code paths hot;
+    reported apart), then ``args.rounds`` rounds of a backlog each."""
     settings = fresh_settings(configured, f"rate-{label}")
     await create_topics(settings)
     ports: dict[str, int] = {}
@@ -162,10 +163,11 @@ async def measure_system(
     rounds = []
     try:
         await e2e.wait_owned(children, settings.kafka.partitions, ports=ports)
-        for number in range(args.rounds):
+        sizes = [args.warmup] + [args.deliveries] * args.rounds
+        for number, size in enumerate(sizes):
             since = len(await arrivals_since(client, base, 0))
             began = time.monotonic()
-            keys = await publish(settings, base, args.deliveries)
+            keys = await publish(settings, base, size)
             published_s = time.monotonic() - began
             wanted = set(keys)
             deadline = time.monotonic() + max(120.0, 4 * args.deliveries / args.limit)
@@ -192,12 +194,12 @@ async def measure_system(
                 "span_s": times[-1] - times[0] if times else 0.0,
             }
             rounds.append(result)
-            console.print(f"{label} round {number + 1}: {result}")
+            console.print(f"{label} round {number} (0: warm-up): {result}")
         holds = await held_count(client, ports)
     finally:
         for child in children:
             stop_child(stack, child)
-    return {"rounds": rounds, "rate_limit_holds": holds}
+    return {"warmup": rounds[0], "rounds": rounds[1:], "rate_limit_holds": holds}
 
 
 async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
@@ -254,6 +256,7 @@ async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) ->
         "limit": args.limit,
         "workers": args.workers,
         "deliveries": args.deliveries,
+        "warmup": args.warmup,
         "partitions": settings.kafka.partitions,
         "timer_interval_s": settings.worker.timer_interval_s,
         "limited": limited,
@@ -288,6 +291,10 @@ def table(results: dict[str, Any]) -> str:
         ]
         lines.append(f"| {label} | {' | '.join(cells)} | {f'{limit:g}' if against else ''} |")
     holds = " | ".join(f"{results[system]['rate_limit_holds']:,.0f}" for system in SYSTEMS)
+    warmups = [results[system]["warmup"] for system in SYSTEMS]
+    warm = " | ".join(f"{w['most_in_1s']} / {w['claims_most_in_1s']}" for w in warmups)
+    label = f"warm-up round ({results['warmup']} deliveries): most arrivals / claims in 1 s"
+    lines.append(f"| {label} | {warm} | {limit:g} |")
     lines.append(f"| claims held for a token (counter, all rounds) | {holds} |  |")
     return "\n".join(lines)
 
@@ -298,6 +305,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=20.0, help="the endpoint's limit, per s")
     parser.add_argument("--workers", type=int, default=4, choices=range(1, 10))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=60, help="deliveries of the warm-up")
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
                         help="own broker on this port and the next")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the raw results here")
