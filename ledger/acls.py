@@ -89,6 +89,7 @@ def role_acls(
 ) -> list[Acl]:
     """The ALLOW rules of one role for ``principal`` (``User:name``)."""
     runs, deliveries, deadletter = settings.kafka.topic_names()
+    endpoints = settings.kafka.topic_endpoints  # read by every role but the agent
     write, read = (Operation.WRITE, Operation.DESCRIBE), (Operation.READ, Operation.DESCRIBE)
     if role == "agent":
         return [
@@ -105,6 +106,7 @@ def role_acls(
         return [
             *_on_topics(principal, (*read, Operation.WRITE), deliveries),
             *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
+            *_on_topics(principal, read, endpoints),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").
             *(
@@ -120,13 +122,18 @@ def role_acls(
                 principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
             ),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
+            *_on_topics(principal, read, endpoints),
         ]
     if role == "operator":
         # Resolve and redrive events, on the deliveries' own topic (per topic, as for the
         # agent: nothing finer). What the operator acts on is read from the projection.
-        return _on_topics(principal, write, deliveries)
+        # And ``ledger endpoints``: the registry is read, then appended to.
+        return [
+            *_on_topics(principal, write, deliveries),
+            *_on_topics(principal, (*read, Operation.WRITE), endpoints),
+        ]
     return _on_topics(
-        principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
+        principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats, endpoints
     )
 
 

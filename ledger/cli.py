@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "broker": ("broker", True),
     "topics": ("topics", True),
     "acls": ("acls", True),
+    "endpoints": ("endpoints", True),
 }
 
 

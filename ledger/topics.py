@@ -21,6 +21,10 @@ HEARTBEATS = {
     "message.timestamp.type": "LogAppendTime",
 }
 
+# The endpoint registry: one partition (one order for every reader), compacted by endpoint
+# id (every event carries the whole endpoint, so the latest record per id is enough).
+ENDPOINTS = {"cleanup.policy": "compact", "retention.ms": "-1"}
+
 
 @dataclass(frozen=True)
 class TopicResult:
@@ -35,7 +39,11 @@ async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
     """Create the ledger topics with ``settings.kafka.partitions`` and infinite retention."""
-    names = names or (*settings.kafka.topic_names(), settings.kafka.topic_heartbeats)
+    names = names or (
+        *settings.kafka.topic_names(),
+        settings.kafka.topic_heartbeats,
+        settings.kafka.topic_endpoints,
+    )
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=15000,
@@ -55,6 +63,8 @@ async def create_topics(
                 continue
             if name == settings.kafka.topic_heartbeats:
                 topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
+            elif name == settings.kafka.topic_endpoints:
+                topic = NewTopic(name, 1, 1, topic_configs=dict(ENDPOINTS))
             else:
                 topic = NewTopic(name, settings.kafka.partitions, 1, topic_configs=dict(FOREVER))
             response = await admin.create_topics([topic])
