@@ -57,7 +57,7 @@ from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
-from streams.rate_limits import SettingsRateLimits
+from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
@@ -175,15 +175,18 @@ class Worker:
             halted=self.clock.why_not,
         )
         self.due = DueIndex(self.datadir / "due-index")
-        self.rate_limits = SettingsRateLimits(settings.channels)
-        # The timers run on the worker's tick and, with rate limits, also as soon as a held
-        # delivery's token is due: one at a time.
-        self._ticking = asyncio.Lock()
-        self.rate_gate = RateGate(
-            self.rate_limits,
-            tick_s=RATE_TICK_S if self.rate_limits.any else settings.worker.timer_interval_s,
-            metrics=self.metrics,
+        self.endpoint_gate = EndpointGate(self.endpoint_registry, settings.endpoints.recheck_s)
+        # The registry's limits first (they change at run time), then the settings'.
+        self.rate_limits = FirstRateLimit(
+            [
+                RegistryRateLimits(self.endpoint_registry, self.endpoint_gate.endpoint_of),
+                SettingsRateLimits(settings.channels),
+            ]
         )
+        # The timers run on the worker's tick and also as soon as a delivery held by a rate
+        # limit has its token due (on_rate_tick): one at a time.
+        self._ticking = asyncio.Lock()
+        self.rate_gate = RateGate(self.rate_limits, tick_s=RATE_TICK_S, metrics=self.metrics)
         self.rate_gate.share(0, settings.kafka.partitions)
         self.continuity = ContinuityGuard(
             settings, settings.kafka.topic_deliveries, settings.worker.group
@@ -214,10 +217,7 @@ class Worker:
     def _gates(self) -> list[Gate]:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
-        gates: list[Gate] = [
-            EndpointGate(self.endpoint_registry, self.settings.endpoints.recheck_s),
-            self.rate_gate,
-        ]
+        gates: list[Gate] = [self.endpoint_gate, self.rate_gate]
         return gates
 
     def _watch_metrics(self) -> None:
@@ -282,8 +282,9 @@ class Worker:
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
         self.app.timer(interval=self.settings.worker.timer_interval_s)(self.on_tick)
-        if self.rate_limits.any:
-            self.app.timer(interval=RATE_TICK_S)(self.on_rate_tick)
+        # Always: a registered endpoint may be given a limit at any time. Idle, a look is
+        # a comparison with the earliest recheck time given out.
+        self.app.timer(interval=RATE_TICK_S)(self.on_rate_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
         self.app.task(self.follow_endpoints)
 

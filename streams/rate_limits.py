@@ -11,16 +11,22 @@ bucket per ``RateLimit.endpoint``. Today the limits are settings:
   prefix) or a bare ``channel``; the longest matching key wins. For any channel, webhooks
   included when the endpoint has no limit of its own.
 
-The endpoint registry (issue 27, ``ledger.endpoints``) will be another source.
+and, first, the endpoint registry (``ledger.endpoints``, clients/endpoint_registry.py): a
+registered endpoint's ``rate_limit_per_s``, for the recipients the endpoint gate places in
+it (streams/endpoint_gate.py), picked up when the registry changes, without a restart
+(``FirstRateLimit`` asks the registry, then the settings). The registry has no burst: its
+endpoints get the gate's default.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from config.parts import ChannelSettings
 from streams.channels.endpoints import UrlPrefix, endpoint_prefix, recipient_prefix
+from streams.endpoint_gate import Registry
 
 WEBHOOK = "webhook"
 # Recipients whose limit is remembered (the answer is fixed for the process's settings).
@@ -109,5 +115,39 @@ class SettingsRateLimits:
                 return best[1]
         for limited, prefix_text, limit in self._prefixes:
             if limited == channel and recipient.startswith(prefix_text):
+                return limit
+        return None
+
+
+class RegistryRateLimits:
+    """The registry's limits: ``endpoint_of`` places a recipient in an endpoint (the
+    endpoint gate's matching), whose spec may carry ``rate_limit_per_s``."""
+
+    def __init__(self, registry: Registry, endpoint_of: Callable[[str, str], str | None]) -> None:
+        self._registry = registry
+        self._endpoint_of = endpoint_of
+
+    def limit_for(self, channel: str, recipient: str) -> RateLimit | None:
+        """The limit of the recipient's registered endpoint, if it has one."""
+        endpoint_id = self._endpoint_of(channel, recipient)
+        if endpoint_id is None:
+            return None
+        endpoint = self._registry.endpoints.get(endpoint_id)
+        if endpoint is None or endpoint.spec.rate_limit_per_s is None:
+            return None
+        return RateLimit(f"endpoint:{endpoint_id}", endpoint.spec.rate_limit_per_s)
+
+
+class FirstRateLimit:
+    """Several sources in order: the first that has a limit for a recipient decides."""
+
+    def __init__(self, sources: Sequence[RateLimitSource]) -> None:
+        self._sources = tuple(sources)
+
+    def limit_for(self, channel: str, recipient: str) -> RateLimit | None:
+        """The first source's limit, or None."""
+        for source in self._sources:
+            limit = source.limit_for(channel, recipient)
+            if limit is not None:
                 return limit
         return None

@@ -15,13 +15,21 @@ from config.parts import ChannelSettings, WebhookEndpoint
 from events.codec import encode
 from events.delivery import DeliveryClaimed
 from events.delivery_state import DeliveryState, apply
+from events.endpoints import EndpointSpec, register
+from streams.endpoint_gate import EndpointGate
 from streams.gates import Gates
 from streams.metrics import WorkerMetrics
 from streams.processor import MemoryStore, Record
 from streams.rate_gate import STALE_AFTER_S, RateGate, TokenBucket
-from streams.rate_limits import RateLimit, SettingsRateLimits
+from streams.rate_limits import (
+    FirstRateLimit,
+    RateLimit,
+    RegistryRateLimits,
+    SettingsRateLimits,
+)
 from streams.timers import DueIndex
 from tests.fixtures.core import T0, Appended, Clock, requested
+from tests.streams.test_endpoint_gate import WHO, Table
 from tests.streams.test_processor import processor_for
 
 ENDPOINT = "https://hooks.example/in/"
@@ -289,3 +297,31 @@ def test_the_worker_is_told_when_a_held_deliverys_token_is_due() -> None:
     assert not gate.recheck_due(at(0.3)), "told once per recheck time"
     assert gate.recheck_due(at(0.6))
     assert not gate.recheck_due(at(5))
+
+
+def test_the_registrys_limit_comes_first_and_changes_without_a_restart() -> None:
+    delivery = state(1)
+    prefix = delivery.recipient.rsplit("/", 1)[0] + "/"
+    table = Table()
+    endpoint_gate = EndpointGate(table)
+    settings = SettingsRateLimits(
+        ChannelSettings(webhook_endpoints={prefix: WebhookEndpoint(rate_limit_per_s=50)})
+    )
+    limits = FirstRateLimit([RegistryRateLimits(table, endpoint_gate.endpoint_of), settings])
+    assert limits.limit_for("webhook", delivery.recipient) == settings.limit_for(
+        "webhook", delivery.recipient
+    ), "not registered: the settings' limit"
+    spec = EndpointSpec(channel="webhook", address=prefix, rate_limit_per_s=2)
+    table.put(register("acme", spec, (), at=T0, existing=None, **WHO).endpoint)
+    assert limits.limit_for("webhook", delivery.recipient) == RateLimit("endpoint:acme", 2.0)
+    gate = RateGate(limits)
+    assert gate.hold(delivery, T0) is None
+    hold = gate.hold(state(2), T0)
+    assert hold is not None
+    assert hold.recheck_at == at(0.5)
+    # Updated in the registry: the bucket takes the new rate at its next use.
+    faster = EndpointSpec(channel="webhook", address=prefix, rate_limit_per_s=10)
+    table.put(register("acme", faster, (), at=T0, existing=None, **WHO).endpoint)
+    hold = gate.hold(state(2), T0)
+    assert hold is not None
+    assert hold.recheck_at == at(0.1)
