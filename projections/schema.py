@@ -247,6 +247,8 @@ INDEXES: tuple[str, ...] = (
     # and ``ledger project`` creates a missing one (Store.ensure_indexes): no version bump.
     "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
     "CREATE INDEX deliveries_waiting ON deliveries (waiting, channel, recipient)",
+    # Endpoint health (projections/health.py): pending per recipient and reason, covered.
+    "CREATE INDEX deliveries_pending_endpoint ON deliveries (status, channel, recipient, waiting)",
     "CREATE INDEX operator_actions_run ON operator_actions (run_id, occurred_at)",
     "CREATE INDEX operator_actions_key ON operator_actions (idempotency_key, occurred_at)",
 )

@@ -77,7 +77,8 @@ class EndpointGate:
         return Hold(now + self._recheck, detail[:1000], reason)
 
     def endpoint_of(self, channel: str, recipient: str) -> str | None:
-        """The id of the registry's endpoint a delivery to ``recipient`` belongs to, or None."""
+        """The id of the registry's endpoint a recipient of ``channel`` belongs to (the rate
+        limits and the circuit breaker ask it too), or None."""
         if self._registry.version != self._version:
             self._reindex()
         key = (channel, recipient)

@@ -154,6 +154,10 @@ class DeliveryProcessor:
         # New deliveries held back for want of room, oldest first (key -> partition): they
         # are claimed as soon as room frees, not when their claim-grace timer fires.
         self._waiting: dict[str, int] = {}
+        # PENDING deliveries a gate holds (key -> partition): their timer is the hold's
+        # recheck, and a claim is due then, not only at the claim-grace backstop (a new
+        # request held by a rate limit would otherwise wait claim_grace_s for its token).
+        self._held: dict[str, int] = {}
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order.
@@ -238,6 +242,8 @@ class DeliveryProcessor:
             self._store.put(key, after)
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
+            if after.status is not Status.PENDING:
+                self._held.pop(key, None)
         if self._metrics is not None:
             self._metrics.events.labels(plan.event.type).inc()
         if isinstance(plan.event, DeliveryRequested):
@@ -248,6 +254,7 @@ class DeliveryProcessor:
             if hold is not None:
                 # Held before its claim: no attempt; the timer looks again at the recheck.
                 await self._hold(after, hold)
+                self._held[key] = record.partition
                 self._due.schedule(record.partition, key, hold.recheck_at)
                 return
             if plan.claiming and (self._waiting or self._room() <= 0):
@@ -290,8 +297,10 @@ class DeliveryProcessor:
             hold = self._gate.hold(state, now)
             if hold is not None:
                 await self._hold(state, hold)
+                self._held[key] = partition
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
+            self._held.pop(key, None)
             try:
                 event = claim(state, now, self.ctx)
             except Exception as exc:  # noqa: BLE001 - one key's claim never stops the others
@@ -353,6 +362,8 @@ class DeliveryProcessor:
         for partition, key, state in states:
             try:
                 events, action = on_timer(state, now, self.ctx)
+                if not events and action is None and self._rechecked(key, state):
+                    events = [claim(state, now, self.ctx)]
             except Exception as exc:  # noqa: BLE001 - one key's timer never stops the tick
                 self._timer_refused(partition, key, exc)
                 continue
@@ -364,8 +375,11 @@ class DeliveryProcessor:
                     if self._proposed.get(key) != _proposal(state, events):
                         proposed[key] = _proposal(state, events)
                         proposals.extend(events)
+                self._held[key] = partition
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
+            if claiming:
+                self._held.pop(key, None)
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
                     self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
@@ -387,6 +401,10 @@ class DeliveryProcessor:
             self._claims_out.update(claims)
         await self.claim_waiting()
         return len(due)
+
+    def _rechecked(self, key: str, state: DeliveryState) -> bool:
+        """A gate held this PENDING delivery and its recheck time has come (its timer)."""
+        return key in self._held and state.status is Status.PENDING
 
     async def _hold(self, state: DeliveryState, hold: Hold) -> None:
         """Record a hold the ledger must show (once per reason), outside the tick."""
@@ -437,6 +455,8 @@ class DeliveryProcessor:
         self._due.drop_partition(partition)
         for key in [k for k, p in self._waiting.items() if p == partition]:
             del self._waiting[key]
+        for key in [k for k, p in self._held.items() if p == partition]:
+            del self._held[key]
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
         self._claims_out.clear()
 
