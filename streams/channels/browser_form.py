@@ -183,6 +183,9 @@ class FormAttempt:
         ):
             if carrier is not None and carrier.param is not None:
                 url = _with_param(url, carrier.param, value)
+        # The start URL is a main-frame navigation by definition: known before Playwright
+        # reports its request, which may come after a fast failure of ``goto``.
+        self._navigated.add(_host_port(url))
         try:
             response = await page.goto(url)
         except Exception as exc:
