@@ -89,6 +89,9 @@ class KafkaSettings(Part):
     """Topic of undecodable or invalid records."""
     topic_heartbeats: str = "ledger.heartbeats"
     """Workers' heartbeats: compacted, timestamped by the broker (streams/heartbeat.py)."""
+    topic_budgets: str = "ledger.budgets"
+    """Per-agent send budgets, keyed by agent: set, cleared, released and spent
+    (events/budgets.py)."""
     partitions: int = Field(default=8, ge=1, le=1024)
     """Partitions of the topics the ledger creates."""
     broker_host: str = "127.0.0.1"

@@ -35,7 +35,11 @@ async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
     """Create the ledger topics with ``settings.kafka.partitions`` and infinite retention."""
-    names = names or (*settings.kafka.topic_names(), settings.kafka.topic_heartbeats)
+    names = names or (
+        *settings.kafka.topic_names(),
+        settings.kafka.topic_heartbeats,
+        settings.kafka.topic_budgets,
+    )
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,
         request_timeout_ms=15000,

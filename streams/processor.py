@@ -154,6 +154,9 @@ class DeliveryProcessor:
         # New deliveries held back for want of room, oldest first (key -> partition): they
         # are claimed as soon as room frees, not when their claim-grace timer fires.
         self._waiting: dict[str, int] = {}
+        # PENDING deliveries a gate held back: claimed as soon as the gate lets them go,
+        # not when their claim-grace timer fires (that is for claims never proposed).
+        self._gated: set[str] = set()
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order.
@@ -238,6 +241,8 @@ class DeliveryProcessor:
             self._store.put(key, after)
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
+            if after.status is not Status.PENDING:
+                self._gated.discard(key)
         if self._metrics is not None:
             self._metrics.events.labels(plan.event.type).inc()
         if isinstance(plan.event, DeliveryRequested):
@@ -247,6 +252,7 @@ class DeliveryProcessor:
             hold = self._gate.hold(after, self._clock()) if plan.claiming else None
             if hold is not None:
                 # Held before its claim: no attempt; the timer looks again at the recheck.
+                self._gated.add(key)
                 await self._hold(after, hold)
                 self._due.schedule(record.partition, key, hold.recheck_at)
                 return
@@ -289,6 +295,7 @@ class DeliveryProcessor:
                 continue  # claimed meanwhile (a timer, another worker) or settled
             hold = self._gate.hold(state, now)
             if hold is not None:
+                self._gated.add(key)
                 await self._hold(state, hold)
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
@@ -353,12 +360,15 @@ class DeliveryProcessor:
         for partition, key, state in states:
             try:
                 events, action = on_timer(state, now, self.ctx)
+                if not events and action is None and self._held_back(key, state):
+                    events = [claim(state, now, self.ctx)]
             except Exception as exc:  # noqa: BLE001 - one key's timer never stops the tick
                 self._timer_refused(partition, key, exc)
                 continue
             claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
             hold = self._gate.hold(state, now) if claiming else None
             if hold is not None:
+                self._gated.add(key)
                 if hold.reason is not None and state.waiting != hold.reason:
                     events = [held(state, hold.reason, hold.detail, hold.recheck_at, now, self.ctx)]
                     if self._proposed.get(key) != _proposal(state, events):
@@ -401,6 +411,11 @@ class DeliveryProcessor:
         await self._append_outcomes(events)
         self._proposed[state.idempotency_key] = _proposal(state, events)
 
+    def _held_back(self, key: str, state: DeliveryState) -> bool:
+        """A PENDING delivery a gate held, not claimed since: its claim is due whenever the
+        gate lets it go."""
+        return key in self._gated and state.status is Status.PENDING
+
     def _room(self) -> int:
         """How many more claims this worker may propose now (none while it must not act)."""
         if not self._acting():
@@ -439,6 +454,7 @@ class DeliveryProcessor:
             del self._waiting[key]
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
         self._claims_out.clear()
+        self._gated.clear()  # their claim-grace timers are the backstop
 
 
 def _proposal(state: DeliveryState, events: Sequence[Event]) -> tuple[str, int, int, str]:

@@ -345,6 +345,7 @@ def _print_status(report: dict[str, Any]) -> None:
             )
     _print_backlog(report["backlog"])
     _print_operators(report["operators"])
+    _print_over_budget(report["over_budget"])
     for name, title, columns in sections:
         rows = report[name]
         table = Table(*columns, title=f"{title}: {len(rows)}", title_justify="left")
@@ -365,6 +366,17 @@ def _print_operators(counts: dict[str, Any]) -> None:
     out.print(
         f"unknown now: {counts['unknown_now']}, the oldest unknown since "
         f"{counts['oldest_unknown_since']} ({counts['oldest_unknown_age_seconds']:.1f}s ago)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _print_over_budget(rows: list[dict[str, Any]]) -> None:
+    """Deliveries held because their agent spent its send budget, per agent."""
+    held = sum(r["held"] for r in rows)
+    per_agent = ", ".join(f"{r['agent']} {r['held']} (since {r['oldest_since']})" for r in rows)
+    out.print(
+        f"held over budget: {held}" + (f": {per_agent}" if rows else ""),
         highlight=False,
         soft_wrap=True,
     )
