@@ -31,11 +31,12 @@ verdicts in the same order:
    budget and waits. A key granted once stays granted (a retry of a delivery is not a new
    delivery), so a repeated ``BudgetSpent`` — at-least-once appends, a worker that
    re-spent before it read its first one back — changes nothing.
-4. A ``BudgetReleased`` of ``count`` grants the oldest over-budget keys not yet granted
-   (oldest window first, log order within it), up to ``count``; what is left of
-   ``count`` is allowance added to the window containing the release's ``occurred_at``,
-   for deliveries held without spending (the gate holds a delivery of a full window
-   without appending anything, streams/budget_gate.py).
+4. A ``BudgetReleased`` of ``count`` (counted once, by its ``event_id``) grants the
+   oldest over-budget keys not yet granted (oldest window first, log order within it),
+   up to ``count``; what is left of ``count`` is allowance added to the window
+   containing the release's ``occurred_at`` (the operator's clock), for deliveries held
+   without spending (the gate holds a delivery of a full window without appending
+   anything, streams/budget_gate.py).
 5. ``BudgetCleared`` forgets the budget and its counts; a later ``BudgetSet`` starts
    afresh.
 
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
+from uuid import UUID
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator
 
@@ -265,6 +267,8 @@ class BudgetBook:
     def __init__(self) -> None:
         self.budgets: dict[ScopeKey, Budget] = {}
         self.applied = 0
+        # Releases are not idempotent by their content: one read twice counts once.
+        self._releases: set[UUID] = set()
 
     def apply_all(self, events: Iterable[AnyBudgetEvent]) -> BudgetBook:
         """Apply ``events`` in order; returns self."""
@@ -287,6 +291,9 @@ class BudgetBook:
         elif isinstance(event, BudgetCleared):
             self.budgets.pop(scope, None)
         elif isinstance(event, BudgetReleased):
+            if event.event_id in self._releases:
+                return
+            self._releases.add(event.event_id)
             budget = self.budgets.get(scope)
             if budget is not None:
                 _release(budget, event.count, event.occurred_at)

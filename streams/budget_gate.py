@@ -149,6 +149,10 @@ class BudgetLog:
             await consumer.start()
             self._consumer = consumer
         parts = await self._partitions(consumer)
+        # From the start, into a fresh book: a reader started again (after a failure)
+        # must not count a release twice.
+        self.ready = False
+        self.book = BudgetBook()
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends: dict[TopicPartition, int] = await consumer.end_offsets(parts)

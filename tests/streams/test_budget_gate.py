@@ -6,9 +6,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
+from clients.outcome_signing import OutcomeSigner, OutcomeVerifier, new_pair, private_key
 from config.settings import Settings
-from events.budgets import BudgetReleased, BudgetSet, BudgetSpent
+from events.budgets import (
+    BudgetEvent,
+    BudgetReleased,
+    BudgetSet,
+    BudgetSpent,
+    Verdict,
+    encode_budget,
+    record_key,
+)
 from events.codec import encode
 from events.delivery import DeliveryClaimed
 from events.delivery_state import apply
@@ -121,14 +131,57 @@ async def test_the_over_budget_delivery_is_held_recorded_once_and_released(
     assert len(appended.of(DeliveryHeld)) == 1, "a hold is recorded once"
     assert len(appended.of(DeliveryClaimed)) == 2
     # An operator releases one: it is claimed at the next look.
-    budgets.book.apply(
-        BudgetReleased(
-            agent="test-agent", count=1, operator="ana", reason="ok", producer="ledger-operator"
-        )
-    )
+    budgets.book.apply(released(1))
     clock.advance(2.5)
     await processor.tick({0})
     claims = appended.of(DeliveryClaimed)
     assert len(claims) == 3
     assert claims[-1].idempotency_key == over
     due.close()
+
+
+def test_the_reader_takes_budget_events_only_signed_by_whom_they_must_be() -> None:
+    worker_key, operator_key = private_key(new_pair()[0]), private_key(new_pair()[0])
+    verifier = OutcomeVerifier([worker_key.public_key()], [operator_key.public_key()])
+    budgets = BudgetLog(Settings(), verifier=verifier, signer=None)
+    as_worker, as_operator = OutcomeSigner(worker_key), OutcomeSigner(operator_key)
+    offsets = iter(range(100))
+
+    def read(event: BudgetEvent, signer: OutcomeSigner | None, key: bytes | None = None) -> None:
+        value = encode_budget(event)
+        headers = [] if signer is None else signer.headers(value)
+        record = SimpleNamespace(
+            topic="budgets", partition=0, offset=next(offsets), value=value, headers=headers,
+            key=record_key(event) if key is None else key,
+        )  # fmt: skip
+        budgets._fold(record)
+
+    limit = operator_set(0)
+    read(limit, None)  # unsigned: anyone who may write the topic could have
+    read(limit, as_worker)  # a worker may not set budgets
+    read(limit, as_operator, key=b"another-agent")  # not in the agent's one order
+    assert (budgets.refused, budgets.book.budgets) == (3, {})
+    read(limit, as_operator)
+    assert ("test-agent", None) in budgets.book.budgets
+    state = apply(None, requested(1))
+    assert state is not None
+    spend = BudgetSpent(
+        agent="test-agent", channel="webhook", idempotency_key=state.idempotency_key,
+        window_start=T0, producer="ledger-worker/w1",
+    )  # fmt: skip
+    read(spend, as_operator)  # an operator's key may not spend
+    read(released(1), as_worker)  # a worker's may not release
+    assert budgets.refused == 5
+    read(spend, as_worker)
+    judged = budgets.book.judge("test-agent", "webhook", state.idempotency_key, T0)
+    assert judged.verdict is Verdict.OVER, "spent, over a limit of 0"
+    read(released(1), as_operator)
+    assert budgets.book.judge("test-agent", "webhook", state.idempotency_key, T0).verdict is (
+        Verdict.GRANTED
+    )
+
+
+def released(count: int) -> BudgetReleased:
+    return BudgetReleased(
+        agent="test-agent", count=count, operator="ana", reason="ok", producer="ledger-operator"
+    )
