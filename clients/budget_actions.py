@@ -15,7 +15,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
 from clients.aiokafka_internals import refresh_metadata
-from clients.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
+from clients.kafka_security import (
+    NOT_AUTHORIZED,
+    client_options,
+    connect_error,
+    not_allowed,
+    start_producer,
+)
 from clients.outcome_keys import operator_signer_for, verifier_for
 from clients.outcome_signing import OutcomeSigner
 from config.settings import Settings
@@ -115,17 +121,7 @@ class BudgetActions:
             acks="all",
             **client_options(self._settings.kafka),
         )
-        try:
-            await producer.start()
-        except KafkaConnectionError:
-            await producer.stop()
-            raise await connect_error(self._settings.kafka) from None
-        except NOT_AUTHORIZED as exc:
-            await producer.stop()
-            raise not_allowed(self._settings.kafka, exc) from None
-        except BaseException:
-            await producer.stop()
-            raise
+        await start_producer(producer, self._settings.kafka)
         self._producer = producer
         return self
 

@@ -12,12 +12,13 @@ import logging
 import ssl
 from typing import Any
 
-from aiokafka import AIOKafkaClient
+from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     AuthenticationFailedError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
@@ -178,6 +179,22 @@ async def _ensure_reachable(settings: KafkaSettings) -> None:
     finally:
         quiet.setLevel(level)
         await client.close()
+
+
+async def start_producer(producer: AIOKafkaProducer, settings: KafkaSettings) -> None:
+    """Start ``producer``; on failure stop it (or aiokafka warns of an unclosed producer)
+    and raise one clear line: no broker answers, or the ACLs refuse this principal."""
+    try:
+        await producer.start()
+    except KafkaConnectionError:
+        await producer.stop()
+        raise await connect_error(settings) from None
+    except NOT_AUTHORIZED as exc:
+        await producer.stop()
+        raise not_allowed(settings, exc) from None
+    except BaseException:
+        await producer.stop()
+        raise
 
 
 def not_allowed(settings: KafkaSettings, exc: Exception) -> LedgerError:

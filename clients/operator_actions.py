@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaConnectionError
 
-from clients.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
+from clients.kafka_security import client_options, start_producer
 from clients.outcome_keys import operator_signer_for
 from clients.outcome_signing import OutcomeSigner
 from config.settings import Settings
@@ -95,19 +94,8 @@ def resolve_action(
     now: datetime | None = None,
 ) -> Action:
     """The resolve event for ``state`` as the operator sees it, and its refusal if any."""
-    event = DeliveryResolved(
-        idempotency_key=state.idempotency_key,
-        run_id=state.run_id,
-        producer=PRODUCER,
-        operator=operator,
-        reason=reason,
-        scope=scope,
-        fencing_token=state.fencing_token,
-        seen_status=_seen(state),
-        outcome=outcome,
-        receiver_id=receiver_id,
-        occurred_at=now or utc_now(),
-    )
+    seen = _as_seen(state, operator, reason, scope, now)
+    event = DeliveryResolved(**seen, outcome=outcome, receiver_id=receiver_id)
     return _checked(state, event)
 
 
@@ -120,18 +108,25 @@ def redrive_action(
     now: datetime | None = None,
 ) -> Action:
     """The redrive event for ``state`` as the operator sees it, and its refusal if any."""
-    event = DeliveryRedriveRequested(
-        idempotency_key=state.idempotency_key,
-        run_id=state.run_id,
-        producer=PRODUCER,
-        operator=operator,
-        reason=reason,
-        scope=scope,
-        fencing_token=state.fencing_token,
-        seen_status=_seen(state),
-        occurred_at=now or utc_now(),
-    )
+    event = DeliveryRedriveRequested(**_as_seen(state, operator, reason, scope, now))
     return _checked(state, event)
+
+
+def _as_seen(
+    state: DeliveryState, operator: str, reason: str, scope: str, now: datetime | None
+) -> dict[str, Any]:
+    """The fields every operator event takes from the state the operator saw."""
+    return {
+        "idempotency_key": state.idempotency_key,
+        "run_id": state.run_id,
+        "producer": PRODUCER,
+        "operator": operator,
+        "reason": reason,
+        "scope": scope,
+        "fencing_token": state.fencing_token,
+        "seen_status": _seen(state),
+        "occurred_at": now or utc_now(),
+    }
 
 
 def _checked(state: DeliveryState, event: OperatorEvent) -> Action:
@@ -157,17 +152,7 @@ class OperatorLog:
             acks="all",
             **client_options(self._settings.kafka),
         )
-        try:
-            await producer.start()
-        except KafkaConnectionError:
-            await producer.stop()
-            raise await connect_error(self._settings.kafka) from None
-        except NOT_AUTHORIZED as exc:
-            await producer.stop()
-            raise not_allowed(self._settings.kafka, exc) from None
-        except BaseException:
-            await producer.stop()
-            raise
+        await start_producer(producer, self._settings.kafka)
         self._producer = producer
         return self
 

@@ -20,13 +20,12 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaConnectionError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from clients.group_commit import GroupCommit, Record
 from clients.group_commit import PublishFailed as PublishFailed  # part of the SDK
-from clients.kafka_security import NOT_AUTHORIZED, client_options, connect_error, not_allowed
+from clients.kafka_security import client_options, start_producer
 from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
@@ -167,17 +166,7 @@ class Publisher:
             max_request_size=MAX_RECORD_BYTES,
             **client_options(self._settings.kafka),
         )
-        try:
-            await producer.start()
-        except KafkaConnectionError:
-            await producer.stop()
-            raise await connect_error(self._settings.kafka) from None
-        except NOT_AUTHORIZED as exc:
-            await producer.stop()
-            raise not_allowed(self._settings.kafka, exc) from None
-        except BaseException:
-            await producer.stop()  # or aiokafka warns of an unclosed producer at exit
-            raise
+        await start_producer(producer, self._settings.kafka)
         self._producer = producer
         self._group = GroupCommit(producer, self._settings, self._transactional_id)
         self._group.start()

@@ -22,6 +22,7 @@ docs/SETTINGS.md (``python -m config.table``).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -89,6 +90,9 @@ class KafkaSettings(Part):
     """Topic of undecodable or invalid records."""
     topic_heartbeats: str = "ledger.heartbeats"
     """Workers' heartbeats: compacted, timestamped by the broker (streams/heartbeat.py)."""
+    topic_endpoints: str = "ledger.endpoints"
+    """The endpoint registry: compacted, one partition, keyed by endpoint id
+    (events/endpoints.py; ``ledger endpoints``)."""
     topic_budgets: str = "ledger.budgets"
     """Per-agent send budgets, keyed by agent: set, cleared, released and spent
     (events/budgets.py)."""
@@ -342,6 +346,38 @@ class DashboardSettings(Part):
     """How often the page refreshes."""
     thresholds: dict[str, int] = Field(default_factory=dict)
     """Counter name -> value at which it turns red, as JSON."""
+
+
+class EndpointSettings(Part):
+    """The endpoint registry (``ledger.endpoints``): how its secrets are encrypted, how
+    quickly its holds are looked at again."""
+
+    encryption_keys: list[SecretStr] = Field(default_factory=list)
+    """Fernet keys (JSON list of url-safe base64 of 32 bytes) the registry's signing
+    secrets are encrypted with: the first encrypts, every one decrypts (put a new key
+    first to rotate, then ``ledger endpoints reencrypt``). Make one with ``python -c 'import
+    base64,os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())'``."""
+    recheck_s: float = Field(default=1.0, gt=0, le=60)
+    """How often a delivery held by a paused or disabled endpoint is looked at again."""
+    rotation_overlap_s: float = Field(default=24 * 3600.0, ge=0)
+    """How long an endpoint's old secret keeps signing after ``rotate-secret``."""
+    operator: str | None = None
+    """Who acts in ``ledger endpoints`` (``--as`` overrides; default: the login name)."""
+
+    @field_validator("encryption_keys")
+    @classmethod
+    def _keys_parse(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for number, key in enumerate(value, 1):
+            try:
+                raw = base64.urlsafe_b64decode(key.get_secret_value().encode("ascii"))
+            except (ValueError, UnicodeEncodeError):
+                raw = b""
+            if len(raw) != 32:
+                # Which one, never the key itself.
+                raise ValueError(
+                    f"encryption key number {number} is not url-safe base64 of 32 bytes"
+                )
+        return value
 
 
 class ProjectionSettings(Part):

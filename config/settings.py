@@ -37,6 +37,7 @@ from config.legacy import DELIMITER, PREFIX, LegacyEnvSource
 from config.parts import (
     ChannelSettings,
     DashboardSettings,
+    EndpointSettings,
     KafkaSettings,
     ProjectionSettings,
     PublisherSettings,
@@ -91,6 +92,8 @@ class Settings(BaseSettings):
     """The projections' database."""
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     """The dashboard."""
+    endpoints: EndpointSettings = Field(default_factory=EndpointSettings)
+    """The endpoint registry."""
 
     data_dir: Path = Path(user_data_dir("delivery-ledger"))
     """Where keys, the local broker's data and the default SQLite projection live."""

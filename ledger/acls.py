@@ -91,6 +91,7 @@ def role_acls(
     """The ALLOW rules of one role for ``principal`` (``User:name``)."""
     runs, deliveries, deadletter = settings.kafka.topic_names()
     budgets = settings.kafka.topic_budgets
+    endpoints = settings.kafka.topic_endpoints  # read by every role but the agent
     write, read = (Operation.WRITE, Operation.DESCRIBE), (Operation.READ, Operation.DESCRIBE)
     if role == "agent":
         return [
@@ -108,6 +109,7 @@ def role_acls(
             # Budgets: every worker reads the whole topic and appends what it spends.
             *_on_topics(principal, (*read, Operation.WRITE), deliveries, budgets),
             *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
+            *_on_topics(principal, read, endpoints),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").
             *(
@@ -123,17 +125,25 @@ def role_acls(
                 principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
             ),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
+            *_on_topics(principal, read, endpoints),
         ]
     if role == "operator":
         # Resolve and redrive events, on the deliveries' own topic (per topic, as for the
-        # agent: nothing finer). What the operator acts on is read from the projection;
-        # budgets are set, cleared and released on their own topic, read to show them.
+        # agent: nothing finer). What the operator acts on is read from the projection.
+        # And ``ledger endpoints`` and ``ledger budgets``: each read, then appended to.
         return [
             *_on_topics(principal, write, deliveries),
-            *_on_topics(principal, (*read, Operation.WRITE), budgets),
+            *_on_topics(principal, (*read, Operation.WRITE), endpoints, budgets),
         ]
     return _on_topics(
-        principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats, budgets
+        principal,
+        read,
+        runs,
+        deliveries,
+        deadletter,
+        settings.kafka.topic_heartbeats,
+        endpoints,
+        budgets,
     )
 
 

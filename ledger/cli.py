@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "broker": ("broker", True),
     "topics": ("topics", True),
     "acls": ("acls", True),
+    "endpoints": ("endpoints", True),
 }
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
@@ -34,6 +35,20 @@ class UsageError(LedgerError):
     """Bad input from the person at the terminal: exit code 2, nothing was done."""
 
     exit_code = USAGE
+
+
+def given_time(text: str | None, flag: str) -> datetime | None:
+    """The time an option gives (ISO 8601; without a zone, UTC, like every time the ledger
+    stores), or ``UsageError`` naming the option."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{flag} {text!r} is not an ISO-8601 time", "for example 2026-01-05T09:00:00Z"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class Problem:

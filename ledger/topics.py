@@ -21,6 +21,10 @@ HEARTBEATS = {
     "message.timestamp.type": "LogAppendTime",
 }
 
+# The endpoint registry: one partition (one order for every reader), compacted by endpoint
+# id (every event carries the whole endpoint, so the latest record per id is enough).
+ENDPOINTS = {"cleanup.policy": "compact", "retention.ms": "-1"}
+
 
 @dataclass(frozen=True)
 class TopicResult:
@@ -38,6 +42,7 @@ async def create_topics(
     names = names or (
         *settings.kafka.topic_names(),
         settings.kafka.topic_heartbeats,
+        settings.kafka.topic_endpoints,
         settings.kafka.topic_budgets,
     )
     admin = AIOKafkaAdminClient(
@@ -59,6 +64,8 @@ async def create_topics(
                 continue
             if name == settings.kafka.topic_heartbeats:
                 topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
+            elif name == settings.kafka.topic_endpoints:
+                topic = NewTopic(name, 1, 1, topic_configs=dict(ENDPOINTS))
             else:
                 topic = NewTopic(name, settings.kafka.partitions, 1, topic_configs=dict(FOREVER))
             response = await admin.create_topics([topic])

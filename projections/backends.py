@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from config.settings import Settings
@@ -26,3 +28,14 @@ def open_store(dsn: str) -> Store:
 
     path = dsn.removeprefix("sqlite://") if dsn.startswith("sqlite://") else dsn
     return SqliteStore(dsn, Path(path))
+
+
+@contextmanager
+def reading(dsn: str) -> Iterator[Store]:
+    """The projection the DSN names, open for reading, closed after."""
+    store = open_store(dsn)
+    try:
+        store.prepare("read")
+        yield store
+    finally:
+        store.close()

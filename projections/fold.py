@@ -31,6 +31,7 @@ from events.delivery import (
 )
 from events.delivery_state import DeliveryState, Status, operator_refusal
 from events.delivery_state import apply as fold_delivery
+from events.endpoints import AnyEndpointEvent, EndpointEvent
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.operator import DeliveryResolved, OperatorEvent
@@ -76,6 +77,8 @@ class Batch:
     attempts: dict[AttemptKey, Row] = field(default_factory=dict)
     duplicates: list[Row] = field(default_factory=list)
     operator_actions: list[Row] = field(default_factory=list)
+    endpoints: dict[str, Row] = field(default_factory=dict)
+    dirty_endpoints: set[str] = field(default_factory=set)
     skipped: list[Row] = field(default_factory=list)
     dirty_runs: set[str] = field(default_factory=set)
     dirty_deliveries: set[str] = field(default_factory=set)
@@ -105,13 +108,53 @@ class Batch:
         )
 
 
-def apply(batch: Batch, where: Position, event: AnyExecutionEvent | AnyDeliveryEvent) -> None:
+def apply(
+    batch: Batch, where: Position, event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent
+) -> None:
     """Fold one decoded event into the batch's rows."""
     if isinstance(event, DeliveryEvent):
         _apply_delivery(batch, where, event)
+    elif isinstance(event, EndpointEvent):
+        _apply_endpoint(batch, event)
     else:
         _apply_run(batch, event)
     batch.applied += 1
+
+
+# Endpoints ------------------------------------------------------------------------
+
+
+def _apply_endpoint(batch: Batch, event: EndpointEvent) -> None:
+    """The endpoint's row as its newest version says (events/endpoints.py ``fold``)."""
+    row = batch.endpoints.get(event.endpoint_id)
+    if row is not None and row["version"] >= event.endpoint.version:
+        return
+    state = event.endpoint
+    expiries = [s.expires_at for s in state.secrets if s.expires_at is not None]
+    batch.endpoints[event.endpoint_id] = {
+        "endpoint_id": state.endpoint_id,
+        "channel": state.spec.channel,
+        "address": state.spec.address,
+        "state": state.state,
+        "paused_by": state.paused.by if state.paused else None,
+        "paused_reason": state.paused.reason if state.paused else None,
+        "paused_at": timestamp(state.paused.at) if state.paused else None,
+        "disabled_by": state.disabled.by if state.disabled else None,
+        "disabled_reason": state.disabled.reason if state.disabled else None,
+        "disabled_at": timestamp(state.disabled.at) if state.disabled else None,
+        "lookup_url": state.spec.lookup_url,
+        "receiver_dedupes": int(state.spec.receiver_dedupes),
+        "rate_limit_per_s": None
+        if state.spec.rate_limit_per_s is None
+        else repr(state.spec.rate_limit_per_s),
+        "slo_s": state.spec.slo_s,
+        "secrets": len(state.secrets),
+        "rotation_ends_at": timestamp(max(expiries)) if expiries else None,
+        "version": state.version,
+        "registered_at": timestamp(state.registered_at),
+        "updated_at": timestamp(state.updated_at),
+    }
+    batch.dirty_endpoints.add(event.endpoint_id)
 
 
 # Execution ------------------------------------------------------------------------

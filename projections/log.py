@@ -17,6 +17,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from clients.committed_log import CommittedLog
 from clients.outcome_keys import require_outcome_keys, verifier_for
 from config.settings import Settings
+from events.endpoints import EndpointEvent
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
 from projections.records import LogRecord, decode_at
@@ -44,8 +45,10 @@ class LogReader:
         """Connect, assign every partition of both topics (or those in ``only``: a parallel
         rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
-        for topic in (self._settings.kafka.topic_runs, self._settings.kafka.topic_deliveries):
-            found = await self._log.partitions(topic)
+        kafka = self._settings.kafka
+        for topic in (kafka.topic_runs, kafka.topic_deliveries, kafka.topic_endpoints):
+            # The endpoint registry is optional: an installation from before it has none.
+            found = await self._log.partitions(topic, missing_ok=topic == kafka.topic_endpoints)
             if only is not None:
                 found = [tp for tp in found if (tp.topic, tp.partition) in only]
             self.partitions += found
@@ -106,6 +109,8 @@ class LogReader:
                         message.key,
                         ExecutionEvent
                         if tp.topic == self._settings.kafka.topic_runs
+                        else EndpointEvent
+                        if tp.topic == self._settings.kafka.topic_endpoints
                         else DeliveryEvent,
                         self._verifier,
                         message.headers,

@@ -635,3 +635,30 @@ def known_keys(store: Store, keys: Sequence[str]) -> set[str]:
             list(keys),
         )
     }
+
+
+ENDPOINTS = Question(
+    "endpoint_id, channel, address, state, "
+    "COALESCE(disabled_by, paused_by) AS stopped_by, "
+    "COALESCE(disabled_reason, paused_reason) AS stopped_reason, "
+    "COALESCE(disabled_at, paused_at) AS stopped_at, "
+    "secrets, rotation_ends_at, rate_limit_per_s, slo_s, updated_at",
+    "FROM endpoints",
+    "endpoint_id",
+)
+
+
+def endpoints(store: Store, limit: int | None = None) -> list[Row]:
+    """Every endpoint of the registry and its state (active, paused, disabled), with who
+    stopped it, why and since when; how many secrets it has, never the secrets."""
+    return ENDPOINTS.rows(store, (), limit)
+
+
+def waiting_by_reason(store: Store) -> dict[str, int]:
+    """PENDING deliveries held back, by why (events/waiting.py)."""
+    rows = store.rows(
+        "SELECT waiting, COUNT(*) AS n FROM deliveries "
+        "WHERE status = 'PENDING' AND waiting IS NOT NULL GROUP BY waiting ORDER BY waiting",
+        (),
+    )
+    return {str(r["waiting"]): int(r["n"]) for r in rows}

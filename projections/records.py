@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 from clients.outcome_signing import Headers, OutcomeVerifier
 from events.codec import EventDecodeError, decode
+from events.endpoints import (
+    AnyEndpointEvent,
+    EndpointDecodeError,
+    EndpointEvent,
+    decode_endpoint_event,
+)
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
 from events.refusal import Refuser, refusal
 from events.topics import record_key
@@ -17,7 +23,7 @@ class LogRecord:
     """One committed record: where it was, and its event or the reason it has none."""
 
     position: Position
-    event: AnyExecutionEvent | AnyDeliveryEvent | None
+    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | None
     reason: str | None = None
     # The original bytes, for a dead letter if the record is refused.
     key: bytes | None = None
@@ -30,7 +36,7 @@ def decode_at(
     offset: int,
     value: bytes | None,
     key: bytes | None = None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | None = None,
+    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None = None,
     verifier: OutcomeVerifier | None = None,
     headers: Headers | None = None,
 ) -> LogRecord:
@@ -41,6 +47,8 @@ def decode_at(
     With ``verifier`` (outcome signing on), neither is a worker-written event whose
     signature (in ``headers``) does not verify."""
     where = Position(topic, partition, offset)
+    if holds is EndpointEvent:
+        return _endpoint_at(where, value, key)
     try:
         return _decode_at(where, value, key, holds, verifier, headers)
     except Exception as exc:  # noqa: BLE001 - the record guard: any failure is this record's
@@ -49,11 +57,24 @@ def decode_at(
         )
 
 
+def _endpoint_at(where: Position, value: bytes | None, key: bytes | None) -> LogRecord:
+    """A record of the endpoint registry: its event, keyed by its endpoint id."""
+    try:
+        event = decode_endpoint_event(value)
+    except EndpointDecodeError as exc:
+        return LogRecord(where, None, str(exc), key, value)
+    if key is not None and key != event.endpoint_id.encode("utf-8"):
+        return LogRecord(
+            where, None, "record key does not match the event's endpoint_id", key, value
+        )
+    return LogRecord(where, event, None, key, value)
+
+
 def _decode_at(
     where: Position,
     value: bytes | None,
     key: bytes | None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | None,
+    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None,
     verifier: OutcomeVerifier | None,
     headers: Headers | None,
 ) -> LogRecord:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ DELIVERIES = Table(
         # (events/waiting.py: paused, disabled, circuit_open, over_budget), and since when.
         ("waiting", "TEXT"),
         ("waiting_since", "TEXT"),
-        # Version 6: who asked for it (the request's producer: the agent whose send budget
+        # Version 7: who asked for it (the request's producer: the agent whose send budget
         # it counts against, events/budgets.py).
         ("agent", "TEXT"),
     ),
@@ -160,6 +160,35 @@ OPERATOR_ACTIONS = Table(
     ("event_id",),
 )
 
+# Version 6: the endpoint registry (ledger.endpoints, events/endpoints.py), one row per
+# endpoint as its newest event says. Never a secret: how many it has, and the latest
+# expiry of one being rotated out (whether a secret still signs is a question of now).
+ENDPOINTS = Table(
+    "endpoints",
+    (
+        ("endpoint_id", "TEXT NOT NULL"),
+        ("channel", "TEXT NOT NULL"),
+        ("address", "TEXT NOT NULL"),
+        ("state", "TEXT NOT NULL"),  # active | paused | disabled
+        ("paused_by", "TEXT"),
+        ("paused_reason", "TEXT"),
+        ("paused_at", "TEXT"),
+        ("disabled_by", "TEXT"),
+        ("disabled_reason", "TEXT"),
+        ("disabled_at", "TEXT"),
+        ("lookup_url", "TEXT"),
+        ("receiver_dedupes", "INTEGER NOT NULL"),
+        ("rate_limit_per_s", "TEXT"),
+        ("slo_s", "INTEGER"),
+        ("secrets", "INTEGER NOT NULL"),
+        ("rotation_ends_at", "TEXT"),
+        ("version", "INTEGER NOT NULL"),
+        ("registered_at", "TEXT NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("endpoint_id",),
+)
+
 SKIPPED_RECORDS = Table(
     "skipped_records",
     (
@@ -194,6 +223,7 @@ TABLES: tuple[Table, ...] = (
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
     OPERATOR_ACTIONS,
+    ENDPOINTS,
     SKIPPED_RECORDS,
     PROJECTION_OFFSETS,
     PROJECTION_META,

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
+from events.endpoints import EndpointEvent
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
 from events.refusal import Refuser, one_line, refusal
@@ -20,6 +21,7 @@ from projections.schema import (
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
+    ENDPOINTS,
     OPERATOR_ACTIONS,
     PROJECTION_OFFSETS,
     SKIPPED_RECORDS,
@@ -128,6 +130,7 @@ class Store(Staging):
     def _load(self, batch: Batch, records: Sequence[LogRecord]) -> None:
         run_ids: set[str] = set()
         keys: set[str] = set()
+        endpoint_ids: set[str] = set()
         for record in records:
             event = record.event
             if event is None:
@@ -136,6 +139,8 @@ class Store(Staging):
             # default swallows) an AttributeError for every run event.
             if isinstance(event, DeliveryEvent):
                 keys.add(event.idempotency_key)
+            elif isinstance(event, EndpointEvent):
+                endpoint_ids.add(event.endpoint_id)
             else:
                 run_ids.add(event.run_id)
         for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
@@ -144,6 +149,8 @@ class Store(Staging):
             batch.deliveries[row["idempotency_key"]] = row
         for row in self._select_in(DELIVERY_ATTEMPTS, "idempotency_key", keys):
             batch.attempts[(row["idempotency_key"], row["attempt"])] = row
+        for row in self._select_in(ENDPOINTS, "endpoint_id", endpoint_ids):
+            batch.endpoints[row["endpoint_id"]] = row
 
     def _select_in(self, table: Table, column: str, values: set[str]) -> list[Row]:
         names = table.column_names
@@ -162,6 +169,7 @@ class Store(Staging):
         self._upsert(DELIVERY_ATTEMPTS, [batch.attempts[k] for k in sorted(batch.dirty_attempts)])
         self._upsert(DUPLICATE_KEYS, batch.duplicates, update=False)
         self._upsert(OPERATOR_ACTIONS, batch.operator_actions, update=False)
+        self._upsert(ENDPOINTS, [batch.endpoints[k] for k in sorted(batch.dirty_endpoints)])
         self._upsert(SKIPPED_RECORDS, batch.skipped, update=False)
         self._upsert(
             PROJECTION_OFFSETS,

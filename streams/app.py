@@ -23,6 +23,8 @@ from faust.types import TP
 from mode import CrashingSupervisor
 
 from clients.committed_log import TRANSIENT
+from clients.endpoint_registry import EndpointRegistry
+from clients.endpoint_secrets import SecretBox
 from clients.kafka_security import faust_credentials
 from clients.outcome_keys import (
     require_outcome_keys,
@@ -44,9 +46,11 @@ from streams.agent_log import quiet
 from streams.broker_clock import BrokerClock
 from streams.budget_gate import BudgetGate, BudgetLog
 from streams.channels.registry import ChannelRegistry
+from streams.channels.webhook import WebhookChannel
 from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
+from streams.endpoint_gate import EndpointGate
 from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
@@ -129,6 +133,13 @@ class Worker:
         self.signer = signer_for(settings)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
+        # The endpoint registry (ledger.endpoints), followed while the worker runs: its
+        # webhook endpoints sign beside the settings' (and win for the same prefix), its
+        # paused and disabled endpoints hold their deliveries (streams/endpoint_gate.py).
+        self.endpoint_registry = EndpointRegistry(settings.kafka, SecretBox.of(settings.endpoints))
+        webhook = self.registry.channels.get("webhook")
+        if isinstance(webhook, WebhookChannel):
+            webhook.follow(self.endpoint_registry)
         ctx = worker_context(
             settings.worker,
             settings.channels,
@@ -195,7 +206,11 @@ class Worker:
     def _gates(self) -> list[Gate]:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
-        gates: list[Gate] = [self.budget_gate]
+        gates: list[Gate] = [
+            EndpointGate(self.endpoint_registry, self.settings.endpoints.recheck_s),
+            # After the endpoint's holds: a budget is spent only on a delivery that may go.
+            self.budget_gate,
+        ]
         return gates
 
     def _watch_metrics(self) -> None:
@@ -268,6 +283,11 @@ class Worker:
         self.table.on_recover(self.on_recovered)
         self.app.timer(interval=self.settings.worker.timer_interval_s)(self.on_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
+        self.app.task(self.follow_endpoints)
+
+    async def follow_endpoints(self) -> None:
+        """The registry's reader, for as long as the worker runs."""
+        await self.endpoint_registry.follow()
 
     async def append_claims(self, events: Sequence[Event]) -> None:
         """Claims, through the agent's producer (at-least-once: the fold dedupes)."""
@@ -411,6 +431,7 @@ class Worker:
         await self.send_budgets.stop()
         await self.heartbeat.stop()
         await self.registry.aclose()
+        await self.endpoint_registry.stop()
         await self.continuity.stop()
 
 

@@ -36,7 +36,7 @@ from events.budgets import (
 )
 from events.errors import LedgerError
 from ledger.errors import UsageError
-from projections.backends import default_dsn, open_store
+from projections.backends import default_dsn, reading
 from projections.queries import held_over_budget
 from projections.schema import timestamp
 
@@ -299,20 +299,12 @@ def _held_rows(
 ) -> list[dict[str, Any]] | None:
     """Deliveries held over budget per agent, from the projection (None: none to read)."""
     try:
-        store = open_store(dsn or default_dsn(settings))
+        with reading(dsn or default_dsn(settings)) as store:
+            return held_over_budget(store, agent)
     except LedgerError:
         if dsn is not None:
             raise
         return None
-    try:
-        store.prepare("read")
-        return held_over_budget(store, agent)
-    except LedgerError:
-        if dsn is not None:
-            raise
-        return None
-    finally:
-        store.close()
 
 
 def _held(settings: Settings, dsn: str | None, agent: str) -> int | None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -39,8 +37,8 @@ from config.settings import Settings
 from events.delivery_state import Status
 from events.operator import OperatorEvent
 from events.redaction import redacted_url
-from ledger.errors import UsageError
-from projections.backends import default_dsn, open_store
+from ledger.errors import UsageError, given_time
+from projections.backends import default_dsn, reading
 from projections.fold import Row, state_of_row
 from projections.queries import Selection, known_keys, selected_count, selected_deliveries
 from projections.store import Store
@@ -136,7 +134,7 @@ def resolve_command(
         raise UsageError("--receiver-id is empty", "give the receiver's id, or leave it out")
     who, why = check_operator(operator), check_reason(reason)
     settings = _settings(dry_run)
-    with _reading(dsn or default_dsn(settings)) as store:
+    with reading(dsn or default_dsn(settings)) as store:
         _known(store, [key])
         [row] = selected_deliveries(store, Selection(keys=(key,)), 1)
     state = state_of_row(row)
@@ -189,7 +187,7 @@ def redrive_command(
             "redrive needs a selection",
             "give KEY..., or --run, --channel, --recipient, --state, --since/--until",
         )
-    begin, end = _when(since, "--since"), _when(until, "--until")
+    begin, end = given_time(since, "--since"), given_time(until, "--until")
     if begin is not None and end is not None and begin >= end:
         raise UsageError("--since must be before --until", "swap them, or widen the window")
     chosen = tuple(dict.fromkeys(s.value for s in states or ()))
@@ -198,7 +196,7 @@ def redrive_command(
     who, why = check_operator(operator), check_reason(reason)
     selection = Selection(given, run_id, channel, recipient, chosen, begin, end)
     settings = _settings(dry_run)
-    with _reading(dsn or default_dsn(settings)) as store:
+    with reading(dsn or default_dsn(settings)) as store:
         _known(store, given)
         rows = selected_deliveries(store, selection, limit + 1)
         if len(rows) > limit:
@@ -237,19 +235,6 @@ def _outcome(*, delivered: bool, not_delivered: bool, abandon: bool) -> ResolveO
     return chosen[0]
 
 
-def _when(text: str | None, flag: str) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r} is not an ISO-8601 time", "for example 2026-01-05T09:00:00Z"
-        ) from None
-    # A time without a zone is UTC, like every time the ledger stores.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _settings(dry_run: bool) -> Settings:
     """The settings; unless it is a dry run, the operator key is checked before anything
     is read, so a missing key is said at once."""
@@ -257,16 +242,6 @@ def _settings(dry_run: bool) -> Settings:
     if not dry_run:
         operator_signer_for(settings)
     return settings
-
-
-@contextmanager
-def _reading(dsn: str) -> Iterator[Store]:
-    store = open_store(dsn)
-    try:
-        store.prepare("read")
-        yield store
-    finally:
-        store.close()
 
 
 def _known(store: Store, keys: Sequence[str]) -> None:

@@ -23,7 +23,7 @@ from clients.committed_log import TRANSIENT
 from config.settings import Settings
 from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
-from projections.backends import default_dsn, open_store
+from projections.backends import default_dsn, open_store, reading
 from projections.database import DatabaseUnreachable, redacted
 from projections.deadletters import RunsDeadLetters
 from projections.heartbeats import worker_clocks
@@ -57,16 +57,6 @@ Dsn = Annotated[
 # such as docker compose's restart policy, starts it again).
 OUTAGE_LIMIT_S = 3600.0
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Records per transaction.")]
-
-
-@contextmanager
-def _reading(dsn: str) -> Iterator[Store]:
-    store = open_store(dsn)
-    try:
-        store.prepare("read")
-        yield store
-    finally:
-        store.close()
 
 
 @contextmanager
@@ -191,7 +181,7 @@ def status_command(
     the oldest UNKNOWN's age; overdue (pending or sent), unknown, unexplained,
     conflicting deliveries; attempts."""
     settings = Settings()
-    with _reading(dsn or default_dsn(settings)) as store:
+    with reading(dsn or default_dsn(settings)) as store:
         # The only clock read: the CLI decides what "now" is; the library never does.
         report = status_report(store, datetime.now(UTC))
     shown = report.to_json()
@@ -214,7 +204,7 @@ def run_command(
 ) -> None:
     """One run's incident view: execution, each delivery's attempts, as a timeline."""
     settings = Settings()
-    with _reading(dsn or default_dsn(settings)) as store:
+    with reading(dsn or default_dsn(settings)) as store:
         view = run_view(store, run_id)
     if as_json:
         sys.stdout.write(json.dumps(view.to_json(), indent=2) + "\n")

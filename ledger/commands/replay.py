@@ -7,7 +7,6 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TextIO
@@ -18,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from config.settings import Settings
 from events.model import ALL_EVENT_TYPES
-from ledger.errors import UsageError
+from ledger.errors import UsageError, given_time
 from ledger.render import (
     CsvWriter,
     JsonLinesWriter,
@@ -42,19 +41,6 @@ class Format(StrEnum):
     jsonl = "jsonl"
     csv = "csv"
     parquet = "parquet"
-
-
-def _when(text: str | None, flag: str) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r} is not an ISO-8601 time", "for example 2026-01-05T09:00:00Z"
-        ) from None
-    # A time without a zone is UTC, like every time the ledger stores.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _types(given: list[str] | None) -> frozenset[str]:
@@ -155,8 +141,8 @@ def replay_command(
         run_id=run_id,
         idempotency_key=key,
         event_types=_types(event_type),
-        since=_when(since, "--since"),
-        until=_when(until, "--until"),
+        since=given_time(since, "--since"),
+        until=given_time(until, "--until"),
         from_offset=from_offset,
         to_offset=to_offset,
         partitions=frozenset(partition or ()),

@@ -46,7 +46,7 @@ from projections.dashboard.overview import overview
 from projections.database import redacted
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
-from projections.queries import AggregateCache, delivery_state
+from projections.queries import AggregateCache, delivery_state, endpoints, waiting_by_reason
 from projections.store import Store
 
 T = TypeVar("T")
@@ -252,6 +252,15 @@ async def api_search(request: web.Request) -> web.Response:
     return await _json_off_loop({"query": query[:MAX_QUERY], "matches": matches})
 
 
+async def api_endpoints(request: web.Request) -> web.Response:
+    """``GET /api/endpoints``: the registry's endpoints and their state, and how many
+    deliveries wait, by reason."""
+    data = await _in_store(
+        request, lambda s: {"endpoints": endpoints(s, MAX_LIMIT), "waiting": waiting_by_reason(s)}
+    )
+    return await _json_off_loop(data)
+
+
 def _acting(request: web.Request) -> Context:
     async def read_state(key: str) -> DeliveryState | None:
         return await _in_store(request, lambda s: delivery_state(s, key))
@@ -337,6 +346,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/runs/{run_id}", api_run)
     app.router.add_get("/api/search", api_search)
     app.router.add_get("/api/workers", api_workers)
+    app.router.add_get("/api/endpoints", api_endpoints)
     app.router.add_post("/api/deliveries/{key}/resolve", api_resolve)
     app.router.add_post("/api/deliveries/{key}/redrive", api_redrive)
     app.router.add_get("/metrics", metrics)

@@ -10,15 +10,21 @@ must be a whole-segment prefix of the recipient's (``/hooks`` is not ``/hooksevi
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
 
 import httpx
 from standardwebhooks import Webhook
 
 from config.parts import ChannelSettings, WebhookEndpoint
-from events.errors import ConfigError
+from events.errors import ConfigError, LedgerError
 from streams.channels.signature import signer, signing_key
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # A percent-encoded dot is a dot to many servers: "/hooks/%2e%2e/admin" is "/admin".
@@ -140,9 +146,14 @@ def _resolve(key: str, number: int, endpoint: WebhookEndpoint) -> ResolvedEndpoi
     )
 
 
-def _resolve_all(settings: ChannelSettings) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
-    """The default (global secret) and every configured endpoint, checked: a bad key or
-    secret, or a worker that could not sign some delivery, is a LedgerError naming it."""
+def _resolve_all(
+    settings: ChannelSettings, configured: Mapping[str, WebhookEndpoint] | None = None
+) -> tuple[ResolvedEndpoint, list[ResolvedEndpoint]]:
+    """The default (global secret) and every configured endpoint (``configured``, else the
+    settings'), checked: a bad key or secret, or a worker that could not sign some
+    delivery, is a LedgerError naming it."""
+    if configured is None:
+        configured = settings.webhook_endpoints
     default_signers: tuple[Webhook, ...] = ()
     default_keys: tuple[bytes, ...] = ()
     if settings.webhook_secret is not None:
@@ -153,7 +164,7 @@ def _resolve_all(settings: ChannelSettings) -> tuple[ResolvedEndpoint, list[Reso
             raise ConfigError(f"LEDGER_CHANNELS__WEBHOOK_SECRET: {exc}", SIGNING_HINT) from None
     endpoints = [
         _resolve(key, number, endpoint)
-        for number, (key, endpoint) in enumerate(settings.webhook_endpoints.items(), 1)
+        for number, (key, endpoint) in enumerate(configured.items(), 1)
     ]
     seen: dict[UrlPrefix, None] = {}
     for endpoint in endpoints:
@@ -189,17 +200,60 @@ def _resolve_all(settings: ChannelSettings) -> tuple[ResolvedEndpoint, list[Reso
 RESOLVED_RECIPIENTS = 10_000
 
 
+class EndpointOverlay(Protocol):
+    """Webhook endpoints that come and go while the worker runs (the endpoint registry,
+    clients/endpoint_registry.py)."""
+
+    def webhook_endpoints(
+        self, now: datetime
+    ) -> tuple[object, Mapping[str, WebhookEndpoint], frozenset[str]]:
+        """(a token that changes when they do, the endpoints by URL prefix, the prefixes
+        that must sign with nothing: their secrets cannot be read here)."""
+        ...
+
+
 class WebhookEndpoints:
     """The configured endpoints, checked at start (``LedgerError`` names what is wrong),
-    and the one that applies to a recipient."""
+    and the one that applies to a recipient. With an ``overlay`` (the registry), its
+    endpoints replace the settings' for the same prefix and join the others; a change
+    applies at the next recipient asked about."""
 
-    def __init__(self, settings: ChannelSettings) -> None:
+    def __init__(self, settings: ChannelSettings, overlay: EndpointOverlay | None = None) -> None:
+        self._settings = settings
         self.default, self.endpoints = _resolve_all(settings)
         self._resolved: dict[str, ResolvedEndpoint] = {}  # insertion order: oldest first
+        self._overlay = overlay
+        self._token: object = None
+
+    def _follow_overlay(self) -> None:
+        assert self._overlay is not None
+        token, registered, unreadable = self._overlay.webhook_endpoints(datetime.now(UTC))
+        if token == self._token:
+            return
+        self._token = token
+        self._resolved = {}
+        ours: list[ResolvedEndpoint] = []
+        for number, (address, endpoint) in enumerate(registered.items(), 1):
+            try:
+                _, [resolved] = _resolve_all(self._settings, {address: endpoint})
+            except LedgerError as exc:
+                log.error("registry webhook endpoint number %d not used: %s", number, exc)
+                continue
+            ours.append(resolved)
+        for address in unreadable:
+            try:
+                ours.append(ResolvedEndpoint(endpoint_prefix(address)))  # signs nothing
+            except ValueError:
+                continue
+        taken = {e.prefix for e in ours}
+        _, configured = _resolve_all(self._settings)
+        self.endpoints = [*ours, *(e for e in configured if e.prefix not in taken)]
 
     def for_recipient(self, recipient: str) -> ResolvedEndpoint:
         """The endpoint whose parsed URL covers ``recipient`` with the most path segments,
         else the defaults (the global secret, no lookup)."""
+        if self._overlay is not None:
+            self._follow_overlay()
         resolved = self._resolved.get(recipient)
         if resolved is None:
             resolved = self._resolve(recipient)

@@ -34,7 +34,7 @@ from streams.channels.base import (
     SendOutcome,
     SendResult,
 )
-from streams.channels.endpoints import ResolvedEndpoint, WebhookEndpoints
+from streams.channels.endpoints import EndpointOverlay, ResolvedEndpoint, WebhookEndpoints
 from streams.channels.outcomes import (
     DeadlineExceeded,
     attempt_failure,
@@ -63,7 +63,12 @@ class WebhookChannel:
         self._client = client
         self._clock = clock
         self._deadline_s = settings.deadline_for(self.name)
+        self._settings = settings
         self._endpoints = WebhookEndpoints(settings)
+
+    def follow(self, overlay: EndpointOverlay) -> None:
+        """Take endpoints from ``overlay`` (the registry) too, as they change."""
+        self._endpoints = WebhookEndpoints(self._settings, overlay)
 
     def endpoint_for(self, recipient: str) -> ResolvedEndpoint:
         """The configuration for ``recipient`` (see ``WebhookEndpoints.for_recipient``)."""

@@ -13,10 +13,12 @@ from datetime import timedelta
 import httpx
 from pydantic import SecretStr
 
+from clients.endpoint_registry import append_endpoint_event
 from config.settings import Settings, changed
+from events.endpoints import EndpointSecret, EndpointSpec, pause, register
 from ledger.stack import settings_env
 from projections import status_report
-from tests.dashboard.conftest import NOW, Stack, start_stack
+from tests.dashboard.conftest import NOW, Stack, project_all, start_stack
 from tests.projections.scenarios import T0, found_later, requested
 
 
@@ -186,3 +188,32 @@ async def test_overview_lists_sent_deliveries_past_their_slo(stack: Stack) -> No
     assert [
         (r["run_id"], r["idempotency_key"], r["provider_message_id"]) for r in data["overdue_sent"]
     ] == [("run-a", a3.idempotency_key, f"msg-{a3.idempotency_key[:6]}-found")]
+
+
+async def test_the_endpoints_list_shows_each_endpoints_state_and_no_secret(stack: Stack) -> None:
+    spec = EndpointSpec(channel="webhook", address="https://hooks.test/acme/")
+    token = "gAAAA-not-a-real-token"
+    added = register(
+        "acme",
+        spec,
+        (EndpointSecret(ciphertext=token, added_at=T0),),
+        actor="ana",
+        producer="test",
+        at=T0,
+        existing=None,
+    )
+    paused = pause(added.endpoint, "maintenance", actor="ana", producer="test", at=T0)
+    for event in (added, paused, added):  # the stale re-read changes nothing
+        await append_endpoint_event(stack.settings.kafka, event)
+    await project_all(stack.settings, stack.dsn)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        answer = await http.get("/api/endpoints")
+    assert answer.status_code == 200
+    data = answer.json()
+    shown = [
+        (e["endpoint_id"], e["state"], e["stopped_by"], e["stopped_reason"], e["secrets"])
+        for e in data["endpoints"]
+    ]
+    assert shown == [("acme", "paused", "ana", "maintenance", 1)]
+    assert token not in answer.text
+    assert isinstance(data["waiting"], dict)

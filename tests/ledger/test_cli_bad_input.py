@@ -47,6 +47,10 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
 
 
+ENC = {"LEDGER_ENDPOINTS__ENCRYPTION_KEYS": '["QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="]'}
+HOOKS = ("--channel", "webhook", "--address", "https://x.test/hooks/")
+NO_BROKER_SAYS = f"no Kafka broker answers at {NO_BROKER}"
+
 # By command path. test_every_command_has_cases fails when a new command has none.
 CASES: dict[str, list[Case]] = {
     "broker start": [
@@ -109,6 +113,37 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "acls show": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
+    "endpoints add": [
+        Case(("Bad Id", *HOOKS), 2, "endpoint id 'Bad Id': "),
+        Case(("acme",), 2, "add needs --channel and --address"),
+        Case(("acme", "--channel", "webhook", "--address", "ftp://x.test/"), 2, "--address is not"),
+        Case(("acme", *HOOKS, "--rate-limit", "-1"), 2, "--rate-limit-per-s: "),
+        Case(("acme", *HOOKS, "--retry-policy", "{"), 2, "--retry-policy is not JSON"),
+        Case(("acme", *HOOKS), 2, "no endpoint encryption key"),
+        Case(("acme", *HOOKS, "--secret", "whsec_short"), 2, "--secret: ", ENC),
+        Case(("acme", *HOOKS, "--secret", "x", "--no-secret"), 2, "exclude each other", ENC),
+        Case(
+            ("acme", *HOOKS),
+            2,
+            "encryption key number 1 is not",
+            {"LEDGER_ENDPOINTS__ENCRYPTION_KEYS": '["not-a-key"]'},
+        ),
+        Case(("acme", *HOOKS), 1, NO_BROKER_SAYS, ENC),
+    ],
+    "endpoints update": [Case(("acme", "--slo-s", "5"), 1, NO_BROKER_SAYS)],
+    "endpoints pause": [
+        Case(("acme",), 2, "an operator action needs a reason"),
+        Case(("acme", "--reason", "x"), 2, "an operator action needs the operator's name"),
+        Case(("acme", "--reason", "x", "--as", "ana"), 1, NO_BROKER_SAYS),
+    ],
+    "endpoints resume": [Case(("acme",), 1, NO_BROKER_SAYS)],
+    "endpoints disable": [Case(("acme",), 2, "an operator action needs a reason")],
+    "endpoints enable": [Case(("NO",), 2, "endpoint id 'NO': ")],
+    "endpoints rotate-secret": [Case(("acme", "--finish"), 1, NO_BROKER_SAYS)],
+    "endpoints reencrypt": [Case((), 2, "no endpoint encryption key")],
+    "endpoints list": [Case((), 1, NO_BROKER_SAYS)],
+    "endpoints show": [Case(("acme", "--jsn"), 2, "No such option: --jsn")],
+    "endpoints history": [Case(("acme",), 1, NO_BROKER_SAYS)],
     "acls grant": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
     "outcome-keys": [Case(("--format", "xml"), 2, "Invalid value for '--format'")],
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],

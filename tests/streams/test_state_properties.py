@@ -133,17 +133,19 @@ def delivery_event(draw: Any, kinds: list[str] = KINDS) -> Event:
 
 def _fitted(event: Event, state: DeliveryState, bump: int) -> Event:
     """``event`` made to fit ``state``: the current attempt and token (a claim: the next)."""
+    # Literal updates: tests/config/test_settings.py reads every model_copy(update=...).
     if isinstance(event, DeliveryClaimed):
-        update = {"attempt": state.attempt + 1, "fencing_token": state.fencing_token + bump}
-    elif isinstance(event, DeliveryFailed):
-        update = {"attempts": state.attempt}
-    elif isinstance(event, DeliveryRetryScheduled):
-        update = {"attempt": state.attempt, "next_attempt": state.attempt + 1}
-    elif hasattr(event, "fencing_token"):
-        update = {"attempt": state.attempt, "fencing_token": state.fencing_token}
-    else:
-        return event
-    return event.model_copy(update=update)
+        token = state.fencing_token + bump
+        return event.model_copy(update={"attempt": state.attempt + 1, "fencing_token": token})
+    if isinstance(event, DeliveryFailed):
+        return event.model_copy(update={"attempts": state.attempt})
+    if isinstance(event, DeliveryRetryScheduled):
+        next_attempt = state.attempt + 1
+        return event.model_copy(update={"attempt": state.attempt, "next_attempt": next_attempt})
+    if hasattr(event, "fencing_token"):
+        token = state.fencing_token
+        return event.model_copy(update={"attempt": state.attempt, "fencing_token": token})
+    return event
 
 
 @st.composite

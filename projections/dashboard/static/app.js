@@ -375,6 +375,24 @@ function drawOperators(ops) {
       el("div", { class: "title", text: "settled by an operator, by outcome" })));
 }
 
+// The endpoint registry (ledger endpoints): each endpoint's state, who stopped it and why.
+async function drawEndpoints() {
+  const data = await api("/api/endpoints");
+  const waiting = Object.entries(data.waiting).map(([why, n]) => `${fmt(n)} ${why}`).join(", ");
+  document.getElementById("endpoints-title").textContent =
+    `Endpoints (${fmt(data.endpoints.length)})` + (waiting ? ` · waiting: ${waiting}` : "");
+  document.getElementById("table-endpoints").replaceChildren(table(data.endpoints, [
+    { title: "id", key: "endpoint_id", cls: "mono" },
+    { title: "channel", key: "channel" },
+    { title: "address", key: "address", cls: "mono" },
+    { title: "state", key: "state", render: (r) => el("span", { class: `endpoint-${r.state}`, text: r.state }) },
+    { title: "by", key: "stopped_by" },
+    { title: "why", key: "stopped_reason" },
+    { title: "since", key: "stopped_at" },
+    { title: "secrets", key: "secrets" },
+  ], "no endpoints registered (ledger endpoints add)"));
+}
+
 async function refreshOverview() {
   try {
     const data = await api("/api/overview");
@@ -386,6 +404,7 @@ async function refreshOverview() {
     drawLatency(data.latency);
     drawHours(data.by_hour);
     drawTables(data);
+    await drawEndpoints();
     showError("");
     stamp(`as of ${data.now.slice(0, 19).replace("T", " ")} UTC`);
     schedule(refreshOverview, data.refresh_seconds);

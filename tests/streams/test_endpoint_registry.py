@@ -1,0 +1,288 @@
+"""The endpoint registry against a real broker and real ``ledger worker`` processes.
+
+A paused or disabled endpoint holds its deliveries (PENDING, waiting, no request at the
+receiver) and releases them in request order, each exactly once, at a receiver that does
+NOT dedupe; a rotated secret is verified by the official ``standardwebhooks`` library (the
+simulator's receiver) before, during and after the rotation; an endpoint added with
+``ledger endpoints add`` is used by a running worker; the log never holds a secret in
+clear; ``ledger verify`` is identical after each scenario.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clients import DeliverySpec
+from clients.endpoint_secrets import new_encryption_key, new_webhook_secret
+from config.settings import Settings, changed
+from events.codec import EventDecodeError, decode
+from events.delivery import DeliveryClaimed
+from events.delivery_state import DeliveryState, Status
+from events.waiting import DeliveryHeld, WaitReason
+from ledger.simulator.background import BackgroundSimulator
+from ledger.stack import settings_env
+from tests.fixtures.broker import ReadTopic
+from tests.fixtures.projection import LiveProjection
+from tests.fixtures.receiver import ReceiverFactory
+from tests.fixtures.worker import WorkerFactory, fast_workers, ledger_view_of, wait_for
+from tests.streams.matrix import publish, until
+
+PICKUP_S = 3.0  # the registry is polled every 0.2 s; a worker sees a change well within this
+
+
+def free_port() -> int:
+    """A free port below the ephemeral range (32768-60999), on 127.0.0.1."""
+    for port in range(23100, 23900):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 23100-23899")
+
+
+class Stack:
+    """One test's settings (with an encryption key), worker, projection and receiver."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        tmp: Path,
+        read_topic: ReadTopic,
+        receiver: BackgroundSimulator,
+        secret: str,
+    ) -> None:
+        self.settings = settings
+        self.secret = secret  # the endpoint's own, the receiver's too
+        self.tmp = tmp
+        self.receiver = receiver
+        self.read_topic = read_topic
+        self.workers = WorkerFactory(settings, tmp)
+        self.projection = LiveProjection(
+            settings, f"sqlite://{tmp / 'live.sqlite3'}", tmp / "project.log"
+        )
+        self.view = ledger_view_of(read_topic, settings.kafka.topic_deliveries)
+
+    def ledger(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``ledger endpoints ...`` as an operator runs it."""
+        env = settings_env(self.settings)
+        env["LEDGER_OPERATOR"] = "ana"
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", "endpoints", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def hooks(self) -> str:
+        return f"{self.receiver.base_url}/hooks/"
+
+    def specs(self, prefix: str, n: int) -> list[DeliverySpec]:
+        return [
+            DeliverySpec(
+                channel="webhook",
+                recipient=self.receiver.webhook_url(f"{prefix}{i}"),
+                payload={"i": i},
+            )
+            for i in range(n)
+        ]
+
+    async def settled(self, keys: list[str], statuses: set[Status]) -> dict[str, DeliveryState]:
+        worker = self.workers.started[-1]
+        return await until(self.view, keys, statuses, [worker], "settled", self.receiver)
+
+    def stop(self) -> None:
+        self.projection.stop()
+        self.workers.stop_all()
+
+
+@pytest.fixture
+def stack(
+    settings: Settings,
+    tmp_path: Path,
+    read_topic: ReadTopic,
+    receiver_factory: ReceiverFactory,
+) -> Iterator[Stack]:
+    secret = new_webhook_secret()
+    receiver = receiver_factory(
+        dedupe=False, webhook_secret=secret, port=free_port(), control_port=None
+    )
+    fast = changed(
+        fast_workers(settings),
+        {"endpoints.encryption_keys": [new_encryption_key()], "endpoints.recheck_s": 0.5},
+    )
+    made = Stack(fast, tmp_path, read_topic, receiver, secret)
+    yield made
+    made.stop()
+
+
+def projected_endpoints(dsn_path: Path) -> dict[str, tuple[str, str | None, int]]:
+    with sqlite3.connect(dsn_path) as db:
+        rows = db.execute("SELECT endpoint_id, state, paused_by, secrets FROM endpoints")
+        return {r[0]: (r[1], r[2], r[3]) for r in rows.fetchall()}
+
+
+def waiting_in_projection(dsn_path: Path) -> dict[str, str | None]:
+    with sqlite3.connect(dsn_path) as db:
+        return dict(db.execute("SELECT idempotency_key, waiting FROM deliveries").fetchall())
+
+
+async def claims_in_order(stack: Stack) -> dict[int, list[str]]:
+    """The run ids of the claims per partition, in log order."""
+    order: dict[int, list[str]] = {}
+    for message in await stack.read_topic(stack.settings.kafka.topic_deliveries, raw=True):
+        try:
+            event = decode(message.value)
+        except EventDecodeError:
+            continue
+        if isinstance(event, DeliveryClaimed):
+            order.setdefault(message.partition, []).append(event.idempotency_key)
+    return order
+
+
+@pytest.mark.parametrize(
+    ("hold", "release", "reason"),
+    [("pause", "resume", WaitReason.PAUSED), ("disable", "enable", WaitReason.DISABLED)],
+)
+async def test_a_held_endpoint_waits_then_releases_in_order_exactly_once(
+    stack: Stack, hold: str, release: str, reason: WaitReason
+) -> None:
+    receiver = stack.receiver
+    stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret", stack.secret
+    )
+    stack.ledger(hold, "acme", "--reason", "receiver maintenance")
+    stack.workers.start("w1")
+    stack.projection.start()
+    keys: list[str] = []
+    for n in range(6):  # one run each: requested one after another
+        keys += await publish(stack.settings, f"run-{n}", stack.specs(f"h{n}-", 1))
+
+    async def all_waiting() -> bool:
+        states = await stack.view()
+        return all(k in states and states[k].waiting is reason for k in keys)
+
+    await wait_for(all_waiting, 60, f"every delivery waiting as {reason.value}")
+    await asyncio.sleep(2 * stack.settings.endpoints.recheck_s + 1)
+    states = await stack.view()
+    assert all(s.status is Status.PENDING and s.attempt == 0 for s in states.values())
+    assert receiver.requests(method="POST") == [], "a held endpoint receives nothing"
+    held = [
+        e
+        for e in await stack.read_topic(stack.settings.kafka.topic_deliveries)
+        if isinstance(e, DeliveryHeld)
+    ]
+    assert len(held) == len(keys), "one hold recorded per delivery, not one per recheck"
+    assert all("by ana: receiver maintenance" in h.detail for h in held)
+
+    async def projected_waiting() -> bool:
+        try:
+            seen = await asyncio.to_thread(waiting_in_projection, stack.tmp / "live.sqlite3")
+        except sqlite3.Error:
+            return False
+        return all(seen.get(k) == reason.value for k in keys)
+
+    await wait_for(projected_waiting, 60, "the projection to show them waiting")
+    endpoints = await asyncio.to_thread(projected_endpoints, stack.tmp / "live.sqlite3")
+    assert endpoints == {"acme": (reason.value, "ana" if reason is WaitReason.PAUSED else None, 1)}
+
+    stack.ledger(release, "acme")
+    states = await stack.settled(keys, {Status.CONFIRMED})
+    assert all(receiver.accepted(k) == 1 for k in keys), "each arrives exactly once"
+    assert all(len(receiver.requests(key=k, method="POST")) == 1 for k in keys)
+    assert all(s.waiting is None and s.attempt == 1 for s in states.values())
+    endpoints = await asyncio.to_thread(projected_endpoints, stack.tmp / "live.sqlite3")
+    assert endpoints["acme"][0] == "active"
+    # Claimed in request order (within each partition: the log's only order).
+    requested_order = {k: i for i, k in enumerate(keys)}
+    for partition_keys in (await claims_in_order(stack)).values():
+        assert partition_keys == sorted(partition_keys, key=requested_order.__getitem__)
+    await stack.projection.matches(states)
+
+
+async def test_a_rotated_secret_signs_before_during_and_after_and_never_shows_in_the_log(
+    stack: Stack,
+) -> None:
+    receiver, old, new = stack.receiver, stack.secret, new_webhook_secret()
+    stack.ledger("add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret", old)
+    stack.workers.start("w1")
+    stack.projection.start()
+    done: dict[str, DeliveryState] = {}
+
+    async def one(run_id: str, status: Status = Status.CONFIRMED) -> str:
+        [key] = await publish(stack.settings, run_id, stack.specs(run_id, 1))
+        done.update(await stack.settled([key], {status}))
+        return key
+
+    before = await one("before")  # the receiver knows the old secret only
+    assert receiver.accepted(before) == 1
+    rotated = stack.ledger("rotate-secret", "acme", "--secret", new, "--overlap-s", "600")
+    assert new not in rotated.stdout, "a secret given is never printed"
+    await asyncio.sleep(PICKUP_S)
+    during_old = await one("during-old")  # both sign: the old one verifies...
+    receiver.configure(webhook_secret=new)
+    during_new = await one("during-new")  # ...and so does the new one
+    assert receiver.accepted(during_old) == receiver.accepted(during_new) == 1
+    stack.ledger("rotate-secret", "acme", "--finish")
+    await asyncio.sleep(PICKUP_S)
+    after = await one("after")  # the new one signs
+    assert receiver.accepted(after) == 1
+    receiver.configure(webhook_secret=old)
+    dropped = await one("after-old", Status.FAILED)  # the old one no longer does
+    assert [r.signature_ok for r in receiver.requests(key=dropped, method="POST")] == [False]
+    assert receiver.accepted(dropped) == 0
+    # Nothing of either secret in clear anywhere in the registry's log.
+    raw = b"".join(
+        (m.value or b"") + (m.key or b"")
+        for m in await stack.read_topic(stack.settings.kafka.topic_endpoints, raw=True)
+    )
+    assert raw, "the registry holds the endpoint"
+    for secret in (old, new):
+        body = secret.removeprefix("whsec_")
+        for needle in (secret, body, base64.b64decode(body).hex()):
+            assert needle.encode() not in raw
+        assert base64.b64decode(body) not in raw
+    shown = stack.ledger("show", "acme", "--json").stdout + stack.ledger("list").stdout
+    assert old not in shown
+    assert new not in shown
+    await stack.projection.matches(done)
+
+
+async def test_an_endpoint_added_while_the_worker_runs_is_used_without_a_restart(
+    stack: Stack,
+) -> None:
+    receiver = stack.receiver  # verifies with the endpoint's own secret only
+    worker = stack.workers.start("w1")
+    stack.projection.start()
+    [unknown] = await publish(stack.settings, "before-add", stack.specs("x", 1))
+    done = dict(await stack.settled([unknown], {Status.FAILED}))  # signed with the global one
+    assert receiver.accepted(unknown) == 0
+    added = stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret", stack.secret
+    )
+    assert stack.secret not in added.stdout
+    await asyncio.sleep(PICKUP_S)
+    [key] = await publish(stack.settings, "after-add", stack.specs("y", 1))
+    done.update(await stack.settled([key], {Status.CONFIRMED}))
+    assert receiver.accepted(key) == 1
+    assert worker.alive()
+    assert len(stack.workers.started) == 1
+    listed = stack.ledger("list", "--json").stdout
+    assert '"id": "acme"' in listed
+    assert '"state": "active"' in listed
+    await stack.projection.matches(done)
