@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from clients.budget_actions import PRODUCER, BudgetActions, ReadBook, read_book
 from clients.operator_actions import check_operator, check_reason
@@ -234,18 +233,15 @@ def show_command(
         return
     if not budgets:
         out.print(f"no budgets{f' for {name}' if name else ''}")
-    else:
-        table = Table(
-            "agent", "channel", "limit", "window", "spent", "window ends", "held now",
-            title=f"budgets: {len(budgets)}", title_justify="left",
-        )  # fmt: skip
-        for b in budgets:
-            table.add_row(
-                b["agent"], b["channel"] or "(all)", str(b["limit"]), b["window"],
-                f"{b['spent']} of {b['allowed']}", b["window_end"],
-                "-" if b["held"] is None else str(b["held"]),
-            )  # fmt: skip
-        out.print(table)
+    for b in budgets:
+        # One line per budget, whole names (for grep and copy, at any terminal width).
+        held_now = "unknown" if b["held"] is None else str(b["held"])
+        out.print(
+            f"{b['agent']} on {b['channel'] or 'every channel'}: {b['spent']} of "
+            f"{b['allowed']} spent in the window of {b['window']} ending {b['window_end']} "
+            f"(limit {b['limit']}); held now: {held_now}",
+            soft_wrap=True,
+        )
     if held is None:
         out.print("held now: unknown (no projection to read; pass --dsn)")
     if found.refused:

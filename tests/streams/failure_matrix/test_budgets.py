@@ -157,6 +157,11 @@ async def test_an_agent_over_its_budget_is_held_exactly_and_released_by_an_opera
         LIMIT, "1h", LIMIT, 1,
     )  # fmt: skip
     assert shown["refused_records"] == 0
+    text = ok(await asyncio.to_thread(ledger, stack, "budgets", "show", "--dsn", dsn))
+    assert text.splitlines() == [
+        f"{AGENT} on every channel: 100 of 100 spent in the window of 1h ending "
+        f"{budget['window_end']} (limit 100); held now: 1"
+    ]
 
     # The operator releases one: it arrives, exactly once.
     released = ok(
