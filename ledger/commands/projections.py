@@ -178,8 +178,8 @@ def status_command(
     dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Pending now and the oldest pending age; operator-settled deliveries, redrives and
-    the oldest UNKNOWN's age; overdue (pending or sent), unknown, unexplained,
-    conflicting deliveries; attempts."""
+    the oldest UNKNOWN's age; deliveries held over their agent's budget; overdue (pending
+    or sent), unknown, unexplained, conflicting deliveries; attempts."""
     settings = Settings()
     with reading(dsn or default_dsn(settings)) as store:
         # The only clock read: the CLI decides what "now" is; the library never does.
