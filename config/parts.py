@@ -137,6 +137,17 @@ class PublisherSettings(Part):
     CONCURRENT_TRANSACTIONS answer right after a commit (bench/publisher.py)."""
 
 
+class RateLimitSpec(BaseModel):
+    """A rate limit: deliveries per second to one endpoint, over all workers together."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    per_s: float = Field(gt=0)
+    # Tokens a quiet endpoint may save up, over all workers, each worker at least one
+    # (None: per_s x 0.05 s, what the gate's 50 ms looks need); streams/rate_gate.py.
+    burst: float | None = Field(default=None, ge=1)
+
+
 class WebhookEndpoint(BaseModel):
     """One webhook endpoint: its secrets, its lookup, and what its receiver promises."""
 
@@ -159,6 +170,10 @@ class WebhookEndpoint(BaseModel):
     # routable ones, for it alone (and its lookup URL): an internal receiver allowed
     # without opening that network to every recipient.
     allowed_networks: list[str] = Field(default_factory=list)
+    # At most this many deliveries per second to this endpoint, all workers together
+    # (streams/rate_gate.py); None: no limit. The burst in tokens (None: the gate's default).
+    rate_limit_per_s: float | None = Field(default=None, gt=0)
+    rate_limit_burst: float | None = Field(default=None, ge=1)
 
     @field_validator("allowed_networks")
     @classmethod
@@ -214,12 +229,40 @@ class ChannelSettings(Part):
     write, wait, body): the hard total deadline."""
     send_deadlines: dict[str, float] = Field(default_factory=dict)
     """Per channel, replacing send_deadline_s, as JSON: ``{"browser": 20}``."""
+    rate_limits: dict[str, RateLimitSpec] = Field(default_factory=dict)
+    """Deliveries per second, all workers together, by ``channel:recipient-prefix`` (or a
+    bare ``channel`` for all of it; the longest matching key wins), as JSON: ``{"slack:acme/C123":
+    1, "email": {"per_s": 50, "burst": 10}}``. A webhook endpoint's own
+    ``rate_limit_per_s`` comes first (matched on the parsed URL, streams/rate_limits.py)."""
 
     @field_validator("allowed_networks")
     @classmethod
     def _networks_parse(cls, value: list[str]) -> list[str]:
         for network in value:
             parse_network(network)  # ValueError names the bad entry
+        return value
+
+    @field_validator("rate_limits", mode="before")
+    @classmethod
+    def _rate_limits_from_numbers(cls, value: object) -> object:
+        # A bare number is the rate: {"slack:acme/C123": 1}.
+        if not isinstance(value, dict):
+            return value
+        return {
+            key: {"per_s": given}
+            if isinstance(given, int | float) and not isinstance(given, bool)
+            else given
+            for key, given in value.items()
+        }
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limit_keys_name_a_channel(
+        cls, value: dict[str, RateLimitSpec]
+    ) -> dict[str, RateLimitSpec]:
+        for key in value:
+            if not key.partition(":")[0]:
+                raise ValueError("a rate_limits key is 'channel' or 'channel:recipient-prefix'")
         return value
 
     @field_validator("retry_policies", mode="before")

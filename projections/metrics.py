@@ -26,6 +26,7 @@ from clients.committed_log import CommittedLog
 from config.settings import Settings
 from projections import queries
 from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.health import METRIC_ENDPOINTS, HealthReport, endpoint_health
 from projections.queries import AggregateCache
 from projections.store import Store
 
@@ -44,6 +45,7 @@ class ProjectionNumbers:
     open_leases: int
     awaiting_retry: int
     consumed: dict[str, int]  # topic -> records consumed (sum of next offsets)
+    health: HealthReport | None = None
 
 
 @dataclass
@@ -59,8 +61,10 @@ def projection_numbers(
     now: datetime,
     configured: dict[str, int],
     cache: AggregateCache | None = None,
+    settings: Settings | None = None,
 ) -> ProjectionNumbers:
-    """Read the projection once for a scrape."""
+    """Read the projection once for a scrape (``settings``: the configured webhook
+    endpoints, which group recipients for the endpoint series)."""
     page = overview(store, now, configured, limit=0, cache=cache)
     store.begin_read()
     try:
@@ -68,7 +72,9 @@ def projection_numbers(
         rest = memo.get(store, ("metrics",), lambda: _log_side(store))
     finally:
         store.rollback()
-    return ProjectionNumbers(page, *rest)
+    prefixes = list(settings.channels.webhook_endpoints) if settings else []
+    health = endpoint_health(store, now, prefixes, METRIC_ENDPOINTS, cache)
+    return ProjectionNumbers(page, *rest, health=health)
 
 
 def _log_side(
@@ -186,6 +192,8 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
         gauge.add_metric([], value)
         yield gauge
     yield from _operator_families(page)
+    if p.health is not None:
+        yield from health_families(p.health)
     lat = page.latency
     cumulative, buckets = 0, []
     for bound, n in zip([*lat["bounds"], float("inf")], lat["counts"], strict=True):
@@ -252,6 +260,73 @@ def _operator_families(page: Overview) -> Iterator[Metric]:
     )
     oldest.add_metric([], ops.oldest_unknown_age_seconds)
     yield oldest
+
+
+def health_families(report: HealthReport) -> Iterator[Metric]:
+    """Per endpoint (the ``METRIC_ENDPOINTS`` busiest, the rest summed per channel as
+    endpoint="(other)": bounded cardinality) and per agent."""
+    labels = ["channel", "endpoint"]
+    ratio = GaugeMetricFamily(
+        "ledger_endpoint_success_ratio",
+        "Attempts that ended SENT or CONFIRMED over attempts that reached an outcome, per "
+        "endpoint and window (1h, all); absent while none ended",
+        labels=[*labels, "window"],
+    )
+    ended = GaugeMetricFamily(
+        "ledger_endpoint_attempts",
+        "Attempts that reached an outcome, per endpoint and window (1h, all)",
+        labels=[*labels, "window"],
+    )
+    latency = GaugeMetricFamily(
+        "ledger_endpoint_latency_seconds",
+        "Requested to confirmed, per endpoint, window (1h, all) and quantile (histogram "
+        "quantile over projections.health.LATENCY_BOUNDS); absent while none confirmed",
+        labels=[*labels, "window", "quantile"],
+    )
+    pending = GaugeMetricFamily(
+        "ledger_endpoint_pending", "PENDING deliveries now, per endpoint", labels=labels
+    )
+    waiting = GaugeMetricFamily(
+        "ledger_endpoint_waiting",
+        "PENDING deliveries held back now, per endpoint and reason",
+        labels=[*labels, "reason"],
+    )
+    status = GaugeMetricFamily(
+        "ledger_endpoint_status",
+        "1 per endpoint, with its registry state and its circuit breaker's state",
+        labels=[*labels, "state", "breaker"],
+    )
+    for e in report.endpoints:
+        at = [e.channel, e.endpoint]
+        for window, value in e.success.items():
+            ended.add_metric([*at, window], e.attempts[window])
+            if value is not None:
+                ratio.add_metric([*at, window], value)
+        for window, lat in e.latency.items():
+            for q, v in (("0.5", lat.p50), ("0.99", lat.p99)):
+                if v is not None:
+                    latency.add_metric([*at, window, q], v)
+        pending.add_metric(at, e.pending)
+        for reason, n in e.waiting.items():
+            waiting.add_metric([*at, reason], n)
+        status.add_metric([*at, e.state, e.breaker], 1)
+    yield from (ratio, ended, latency, pending, waiting, status)
+    if report.agents is not None:
+        held = GaugeMetricFamily(
+            "ledger_agent_budget_held",
+            "PENDING deliveries held over their agent's send budget, per agent",
+            labels=["agent"],
+        )
+        requested = GaugeMetricFamily(
+            "ledger_agent_requested_1h",
+            "Deliveries an agent asked for in the last hour",
+            labels=["agent"],
+        )
+        for a in report.agents:
+            held.add_metric([a.agent], a.held)
+            requested.add_metric([a.agent], a.requested_1h)
+        yield held
+        yield requested
 
 
 def _counter_metric(name: str) -> str:

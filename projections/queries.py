@@ -346,7 +346,7 @@ def deliveries_by_status(store: Store) -> dict[str, int]:
     return {status: int(found.get(status, 0)) for status in STATUSES}
 
 
-def _seconds_between(store: Store, start: str, end: str) -> str:
+def seconds_between(store: Store, start: str, end: str) -> str:
     """SQL for ``end - start`` in seconds over our fixed-width UTC text times."""
     if store.placeholder == "?":  # SQLite
         return f"((julianday({end}) - julianday({start})) * 86400.0)"
@@ -356,7 +356,7 @@ def _seconds_between(store: Store, start: str, end: str) -> str:
 def latency(store: Store) -> dict[str, Any]:
     """Requested-to-confirmed seconds of CONFIRMED deliveries, per ``LATENCY_BUCKETS``
     bucket (not cumulative), with their count and sum."""
-    seconds = _seconds_between(store, "created_at", "confirmed_at")
+    seconds = seconds_between(store, "created_at", "confirmed_at")
     cases = " ".join(f"WHEN s <= {bound} THEN {i}" for i, bound in enumerate(LATENCY_BUCKETS))
     # MATERIALIZED: parse each pair of times once, not once per CASE branch.
     rows = store.rows(

@@ -246,6 +246,8 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
     "CREATE INDEX deliveries_waiting ON deliveries (waiting, channel, recipient)",
     "CREATE INDEX deliveries_agent_waiting ON deliveries (waiting, agent)",
+    # Endpoint health (projections/health.py): pending per recipient and reason, covered.
+    "CREATE INDEX deliveries_pending_endpoint ON deliveries (status, channel, recipient, waiting)",
     "CREATE INDEX operator_actions_run ON operator_actions (run_id, occurred_at)",
     "CREATE INDEX operator_actions_key ON operator_actions (idempotency_key, occurred_at)",
 )

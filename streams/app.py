@@ -10,6 +10,7 @@ handlers faust calls: assignment, revocation, recovery, the tick and shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -56,6 +57,8 @@ from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
+from streams.rate_gate import RATE_TICK_S, RateGate
+from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
@@ -173,6 +176,19 @@ class Worker:
             halted=self.clock.why_not,
         )
         self.due = DueIndex(self.datadir / "due-index")
+        self.endpoint_gate = EndpointGate(self.endpoint_registry, settings.endpoints.recheck_s)
+        # The registry's limits first (they change at run time), then the settings'.
+        self.rate_limits = FirstRateLimit(
+            [
+                RegistryRateLimits(self.endpoint_registry, self.endpoint_gate.endpoint_of),
+                SettingsRateLimits(settings.channels),
+            ]
+        )
+        # The timers run on the worker's tick and also as soon as a delivery held by a rate
+        # limit has its token due (on_rate_tick): one at a time.
+        self._ticking = asyncio.Lock()
+        self.rate_gate = RateGate(self.rate_limits, tick_s=RATE_TICK_S, metrics=self.metrics)
+        self.rate_gate.share(0, settings.kafka.partitions)
         # Agents' send budgets: the whole budgets topic, read in the background (started
         # at the first tick; until it has been read, deliveries wait).
         self.send_budgets = BudgetLog(settings, verifier=verifier_for(settings), signer=self.signer)
@@ -206,11 +222,9 @@ class Worker:
     def _gates(self) -> list[Gate]:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
-        gates: list[Gate] = [
-            EndpointGate(self.endpoint_registry, self.settings.endpoints.recheck_s),
-            # After the endpoint's holds: a budget is spent only on a delivery that may go.
-            self.budget_gate,
-        ]
+        # The endpoint's holds first; a budget is spent only on a delivery that may go; a
+        # rate limit (which spends a token) last.
+        gates: list[Gate] = [self.endpoint_gate, self.budget_gate, self.rate_gate]
         return gates
 
     def _watch_metrics(self) -> None:
@@ -270,6 +284,11 @@ class Worker:
             lambda: self.send_budgets.refused,
         )
         watch(
+            "ledger_worker_rate_limited_waiting",
+            "Deliveries waiting now for a token of their endpoint's rate limit.",
+            lambda: self.rate_gate.waiting,
+        )
+        watch(
             "ledger_worker_sender_failures",
             "Sender tasks that raised (counted).",
             lambda: self.sender.failures,
@@ -282,6 +301,9 @@ class Worker:
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
         self.app.timer(interval=self.settings.worker.timer_interval_s)(self.on_tick)
+        # Always: a registered endpoint may be given a limit at any time. Idle, a look is
+        # a comparison with the earliest recheck time given out.
+        self.app.timer(interval=RATE_TICK_S)(self.on_rate_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
         self.app.task(self.follow_endpoints)
 
@@ -352,6 +374,7 @@ class Worker:
         self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
+        self.rate_gate.share(len(mine), self.settings.kafka.partitions)
         await self.continuity.on_assigned(mine)
         log.info("worker %s owns partitions %s", self.worker_id, sorted(mine))
 
@@ -359,6 +382,7 @@ class Worker:
         """Revocation: no queued send of those partitions may go out any more."""
         gone = {tp.partition for tp in revoked if tp.topic == self.settings.kafka.topic_deliveries}
         self.owned.difference_update(gone)
+        self.rate_gate.share(len(self.owned), self.settings.kafka.partitions)
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, REVOKED)
@@ -383,11 +407,21 @@ class Worker:
         # Continuity first: timers act only on partitions whose state follows the log.
         await self.check_continuity()
         if self.owned and not self.app.in_recovery:
-            began = time.perf_counter()
-            await self.processor.tick(set(self.owned))
-            self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
+            async with self._ticking:
+                began = time.perf_counter()
+                await self.processor.tick(set(self.owned))
+                self.metrics.timer_tick_seconds.observe(time.perf_counter() - began)
         self.lag.refresh()
         self.watchdog.check(self.app.in_recovery)
+
+    async def on_rate_tick(self) -> None:
+        """The timers, now, if a delivery held by a rate limit has its token due: a held
+        delivery waits for its token, not for the next tick (streams/rate_gate.py)."""
+        if not self.owned or self.app.in_recovery or self._ticking.locked():
+            return
+        if self.rate_gate.recheck_due(self.clock.now()):
+            async with self._ticking:
+                await self.processor.tick(set(self.owned))
 
     async def check_continuity(self) -> None:
         """Verify noted jumps and stalled tails, rewind the stream to skipped records, save

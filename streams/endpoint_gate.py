@@ -61,7 +61,7 @@ class EndpointGate:
         registry replaces."""
         if not self._registry.ready:
             return Hold(now + self._recheck, "the endpoint registry is not read yet")
-        endpoint_id = self._endpoint_of(state.channel, state.recipient)
+        endpoint_id = self.endpoint_of(state.channel, state.recipient)
         if endpoint_id is None:
             return None
         endpoint = self._registry.endpoints.get(endpoint_id)
@@ -76,7 +76,9 @@ class EndpointGate:
         detail = f"endpoint {endpoint_id} {reason.value} by {stop.by}: {stop.reason}"
         return Hold(now + self._recheck, detail[:1000], reason)
 
-    def _endpoint_of(self, channel: str, recipient: str) -> str | None:
+    def endpoint_of(self, channel: str, recipient: str) -> str | None:
+        """The id of the registry's endpoint a recipient of ``channel`` belongs to (the rate
+        limits ask it too, streams/rate_limits.py), or None."""
         if self._registry.version != self._version:
             self._reindex()
         key = (channel, recipient)

@@ -85,6 +85,13 @@ class WorkerMetrics:
             registry=self.registry,
         )
 
+        self.rate_limit_holds = Counter(
+            "ledger_worker_rate_limit_holds",
+            "Claims held back for want of a rate-limit token (each time a delivery is asked "
+            "and must wait; ledger_worker_rate_limited_waiting is how many wait now).",
+            registry=self.registry,
+        )
+
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge whose value is read at scrape time."""
         self.registry.register(_LiveGauge(name, help_text, read))

@@ -154,9 +154,10 @@ class DeliveryProcessor:
         # New deliveries held back for want of room, oldest first (key -> partition): they
         # are claimed as soon as room frees, not when their claim-grace timer fires.
         self._waiting: dict[str, int] = {}
-        # PENDING deliveries a gate held back: claimed as soon as the gate lets them go,
-        # not when their claim-grace timer fires (that is for claims never proposed).
-        self._gated: set[str] = set()
+        # PENDING deliveries a gate holds (key -> partition): their timer is the hold's
+        # recheck, and a claim is due then, not only at the claim-grace backstop (a new
+        # request held by a rate limit would otherwise wait claim_grace_s for its token).
+        self._held: dict[str, int] = {}
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order.
@@ -242,7 +243,7 @@ class DeliveryProcessor:
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
             if after.status is not Status.PENDING:
-                self._gated.discard(key)
+                self._held.pop(key, None)
         if self._metrics is not None:
             self._metrics.events.labels(plan.event.type).inc()
         if isinstance(plan.event, DeliveryRequested):
@@ -252,8 +253,8 @@ class DeliveryProcessor:
             hold = self._gate.hold(after, self._clock()) if plan.claiming else None
             if hold is not None:
                 # Held before its claim: no attempt; the timer looks again at the recheck.
-                self._gated.add(key)
                 await self._hold(after, hold)
+                self._held[key] = record.partition
                 self._due.schedule(record.partition, key, hold.recheck_at)
                 return
             if plan.claiming and (self._waiting or self._room() <= 0):
@@ -295,10 +296,11 @@ class DeliveryProcessor:
                 continue  # claimed meanwhile (a timer, another worker) or settled
             hold = self._gate.hold(state, now)
             if hold is not None:
-                self._gated.add(key)
                 await self._hold(state, hold)
+                self._held[key] = partition
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
+            self._held.pop(key, None)
             try:
                 event = claim(state, now, self.ctx)
             except Exception as exc:  # noqa: BLE001 - one key's claim never stops the others
@@ -360,7 +362,7 @@ class DeliveryProcessor:
         for partition, key, state in states:
             try:
                 events, action = on_timer(state, now, self.ctx)
-                if not events and action is None and self._held_back(key, state):
+                if not events and action is None and self._rechecked(key, state):
                     events = [claim(state, now, self.ctx)]
             except Exception as exc:  # noqa: BLE001 - one key's timer never stops the tick
                 self._timer_refused(partition, key, exc)
@@ -368,14 +370,16 @@ class DeliveryProcessor:
             claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
             hold = self._gate.hold(state, now) if claiming else None
             if hold is not None:
-                self._gated.add(key)
                 if hold.reason is not None and state.waiting != hold.reason:
                     events = [held(state, hold.reason, hold.detail, hold.recheck_at, now, self.ctx)]
                     if self._proposed.get(key) != _proposal(state, events):
                         proposed[key] = _proposal(state, events)
                         proposals.extend(events)
+                self._held[key] = partition
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
+            if claiming:
+                self._held.pop(key, None)
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
                     self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
@@ -398,6 +402,10 @@ class DeliveryProcessor:
         await self.claim_waiting()
         return len(due)
 
+    def _rechecked(self, key: str, state: DeliveryState) -> bool:
+        """A gate held this PENDING delivery and its recheck time has come (its timer)."""
+        return key in self._held and state.status is Status.PENDING
+
     async def _hold(self, state: DeliveryState, hold: Hold) -> None:
         """Record a hold the ledger must show (once per reason), outside the tick."""
         if hold.reason is None or state.waiting == hold.reason:
@@ -410,11 +418,6 @@ class DeliveryProcessor:
             return
         await self._append_outcomes(events)
         self._proposed[state.idempotency_key] = _proposal(state, events)
-
-    def _held_back(self, key: str, state: DeliveryState) -> bool:
-        """A PENDING delivery a gate held, not claimed since: its claim is due whenever the
-        gate lets it go."""
-        return key in self._gated and state.status is Status.PENDING
 
     def _room(self) -> int:
         """How many more claims this worker may propose now (none while it must not act)."""
@@ -452,9 +455,10 @@ class DeliveryProcessor:
         self._due.drop_partition(partition)
         for key in [k for k, p in self._waiting.items() if p == partition]:
             del self._waiting[key]
+        for key in [k for k, p in self._held.items() if p == partition]:
+            del self._held[key]
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
         self._claims_out.clear()
-        self._gated.clear()  # their claim-grace timers are the backstop
 
 
 def _proposal(state: DeliveryState, events: Sequence[Event]) -> tuple[str, int, int, str]:

@@ -91,7 +91,8 @@ RetryPolicyJson = Annotated[
     typer.Option("--retry-policy", help='JSON, replacing fields: {"max_attempts": 4}.'),
 ]
 RateLimit = Annotated[
-    float | None, typer.Option("--rate-limit", help="Deliveries per second (stored).")
+    float | None,
+    typer.Option("--rate-limit", help="Deliveries per second to it, all workers together."),
 ]
 SloS = Annotated[int | None, typer.Option("--slo-s", help="The endpoint's SLO, seconds.")]
 Secret = Annotated[

@@ -44,6 +44,7 @@ from projections.dashboard.guard import (
 from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
 from projections.dashboard.overview import overview
 from projections.database import redacted
+from projections.health import SHOWN, endpoint_health
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
 from projections.queries import AggregateCache, delivery_state, endpoints, waiting_by_reason
@@ -261,6 +262,24 @@ async def api_endpoints(request: web.Request) -> web.Response:
     return await _json_off_loop(data)
 
 
+async def api_health(request: web.Request) -> web.Response:
+    """``GET /api/health?limit=N``: per endpoint the success ratio, latency p50/p99,
+    breaker and state, pending and waiting by reason (the busiest N, the rest summed as
+    ``(other)``); per agent, the deliveries held over budget."""
+    try:
+        limit = max(0, min(MAX_LIMIT, int(request.query.get("limit", str(SHOWN)))))
+    except ValueError:
+        return _json({"error": "limit must be an integer"}, 400)
+    settings = request.app[SETTINGS_KEY]
+    now = request.app[CLOCK_KEY]()
+    configured = list(settings.channels.webhook_endpoints)
+    data = await _in_store(
+        request,
+        lambda s: endpoint_health(s, now, configured, limit, request.app[CACHE_KEY]).to_json(),
+    )
+    return await _json_off_loop(data)
+
+
 def _acting(request: web.Request) -> Context:
     async def read_state(key: str) -> DeliveryState | None:
         return await _in_store(request, lambda s: delivery_state(s, key))
@@ -284,7 +303,9 @@ async def metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK_KEY]()
     numbers = await _in_store(
         request,
-        lambda s: projection_numbers(s, now, settings.dashboard.thresholds, request.app[CACHE_KEY]),
+        lambda s: projection_numbers(
+            s, now, settings.dashboard.thresholds, request.app[CACHE_KEY], settings
+        ),
     )
     logged = await request.app[WATCHER_KEY].numbers()
     body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
@@ -347,6 +368,7 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/search", api_search)
     app.router.add_get("/api/workers", api_workers)
     app.router.add_get("/api/endpoints", api_endpoints)
+    app.router.add_get("/api/health", api_health)
     app.router.add_post("/api/deliveries/{key}/resolve", api_resolve)
     app.router.add_post("/api/deliveries/{key}/redrive", api_redrive)
     app.router.add_get("/metrics", metrics)

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from clients.endpoint_registry import append_endpoint_event
 from config.settings import Settings, changed
 from events.endpoints import EndpointSecret, EndpointSpec, pause, register
+from events.waiting import DeliveryHeld, WaitReason
 from ledger.stack import settings_env
 from projections import status_report
 from tests.dashboard.conftest import NOW, Stack, project_all, start_stack
@@ -217,3 +218,53 @@ async def test_the_endpoints_list_shows_each_endpoints_state_and_no_secret(stack
     assert shown == [("acme", "paused", "ana", "maintenance", 1)]
     assert token not in answer.text
     assert isinstance(data["waiting"], dict)
+
+
+async def _paused_hooks(stack: Stack) -> None:
+    """The registry's "hooks" endpoint covers the scenario's webhook recipients; it is
+    paused, and run-b's delivery waits for it."""
+    added = register(
+        "hooks",
+        EndpointSpec(channel="webhook", address="http://127.0.0.1:9/hooks/"),
+        (),
+        actor="ana",
+        producer="test",
+        at=T0,
+        existing=None,
+    )
+    await append_endpoint_event(stack.settings.kafka, added)
+    paused = pause(added.endpoint, "maintenance", actor="ana", producer="test", at=T0)
+    await append_endpoint_event(stack.settings.kafka, paused)
+    await stack.append([held_for_pause()])
+
+
+def held_for_pause() -> DeliveryHeld:
+    b1 = requested("run-b", 1, 100, slo=30)
+    return DeliveryHeld(
+        idempotency_key=b1.idempotency_key,
+        run_id="run-b",
+        producer="test",
+        reason=WaitReason.PAUSED,
+        detail="endpoint hooks paused by ana: maintenance",
+        occurred_at=T0 + timedelta(seconds=101),
+    )
+
+
+async def test_health_answers_per_endpoint_in_json_and_in_metrics(stack: Stack) -> None:
+    await _paused_hooks(stack)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+        answer = await http.get("/api/health")
+        text = (await http.get("/metrics")).text
+    assert answer.status_code == 200
+    data = answer.json()
+    hooks = next(e for e in data["endpoints"] if e["endpoint"] == "hooks")
+    assert (hooks["state"], hooks["breaker"], hooks["pending"]) == ("paused", "closed", 1)
+    assert hooks["waiting"] == {"paused": 1}
+    assert hooks["success"] == {"1h": 0.6667, "all": 0.6667}  # the clock: T0 + 1 h
+    assert hooks["latency"]["all"] == {"count": 2, "p50": 2.5, "p99": 2.99}
+    assert data["endpoints_total"] == 3
+    labels = 'channel="webhook",endpoint="hooks"'
+    assert f'ledger_endpoint_success_ratio{{{labels},window="all"}} 0.6667' in text
+    assert f'ledger_endpoint_latency_seconds{{{labels},quantile="0.99",window="all"}} 2.99' in text
+    assert f'ledger_endpoint_waiting{{{labels},reason="paused"}} 1.0' in text
+    assert f'ledger_endpoint_status{{breaker="closed",{labels},state="paused"}} 1.0' in text

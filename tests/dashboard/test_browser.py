@@ -9,6 +9,7 @@ from pathlib import Path
 from playwright.async_api import Browser, Page, expect
 
 from tests.dashboard.conftest import Stack
+from tests.dashboard.test_api import _paused_hooks
 from tests.projections.scenarios import found_later, requested, unknown
 
 COUNTS = {
@@ -140,4 +141,22 @@ async def test_search_finds_a_key_and_a_run(stack: Stack, browser: Browser) -> N
     await page.fill("#search", "nothing-like-this")
     await page.press("#search", "Enter")
     await expect(page.locator("#search-results")).to_contain_text("nothing found")
+    await page.close()
+
+
+async def test_the_endpoint_health_panel_shows_ratio_latency_and_backlog(
+    stack: Stack, browser: Browser
+) -> None:
+    await _paused_hooks(stack)
+    page = await open_page(browser, stack.url)
+    await expect(page.locator("#health-title")).to_contain_text("Endpoint health (3 of 3")
+    # The busiest first: hooks has 3 attempts and 1 pending, the provider recipients 2 each.
+    hooks = page.locator("#table-health tbody tr").first
+    await expect(hooks.locator(".health-endpoint")).to_have_text("hooks")
+    await expect(hooks.locator(".health-ratio")).to_have_text("66.7% (3)")
+    await expect(hooks.locator(".health-p50")).to_have_text("2.50 s")
+    await expect(hooks.locator(".health-p99")).to_have_text("2.99 s")
+    await expect(hooks.locator(".health-pending")).to_have_text("1")
+    await expect(hooks.locator(".health-waiting")).to_have_text("1 paused")
+    await expect(hooks).to_contain_text("closed")
     await page.close()

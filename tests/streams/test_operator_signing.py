@@ -82,12 +82,12 @@ async def test_forged_operator_events_are_dead_lettered_and_a_signed_one_applies
     await wait_for(failed, 90, "the rejected delivery FAILED")
     token = (await row())["fencing_token"]
 
-    def redrive() -> DeliveryRedriveRequested:
+    def redrive(operator: str = "mallory", producer: str = "forger") -> DeliveryRedriveRequested:
         return DeliveryRedriveRequested(
             idempotency_key=key,
             run_id=request.run_id,
-            producer="forger",
-            operator="mallory",
+            producer=producer,
+            operator=operator,
             reason="send it again",
             scope="key",
             fencing_token=token,
@@ -152,7 +152,7 @@ async def test_forged_operator_events_are_dead_lettered_and_a_signed_one_applies
     assert receiver.accepted(key) == 0
 
     # The operator's own, signed with the operator key: applied, sent again, once.
-    action = redrive().model_copy(update={"operator": "ana", "producer": "ledger-operator"})
+    action = redrive(operator="ana", producer="ledger-operator")
     async with OperatorLog(settings) as log:
         await log.append([action])
 

@@ -393,6 +393,39 @@ async function drawEndpoints() {
   ], "no endpoints registered (ledger endpoints add)"));
 }
 
+// Endpoint health (/api/health): per endpoint how its attempts end, how long deliveries
+// take (requested → confirmed), its state and breaker, and what waits for it; per agent,
+// what is held over budget.
+function ratioText(r) { return r == null ? "–" : (r * 100).toFixed(1) + "%"; }
+function secondsText(s) { return s == null ? "–" : (s < 10 ? s.toFixed(2) : s.toFixed(0)) + " s"; }
+
+async function drawHealth() {
+  const data = await api("/api/health");
+  const named = data.endpoints.filter((e) => e.endpoint !== "(other)").length;
+  document.getElementById("health-title").textContent =
+    `Endpoint health (${fmt(named)} of ${fmt(data.endpoints_total)}, busiest first)`;
+  document.getElementById("table-health").replaceChildren(table(data.endpoints, [
+    { title: "endpoint", cls: "mono", render: (r) => el("span", { class: "health-endpoint", text: r.endpoint }) },
+    { title: "channel", key: "channel" },
+    { title: "state", render: (r) => el("span", { class: `endpoint-${r.state}`, text: r.state }) },
+    { title: "breaker", render: (r) => el("span", { class: `breaker breaker-${r.breaker}`, text: r.breaker }) },
+    { title: "success 1h", cls: "health-ratio-1h", render: (r) => ratioText(r.success["1h"]) + ` (${fmt(r.attempts["1h"])})` },
+    { title: "success all", cls: "health-ratio", render: (r) => ratioText(r.success.all) + ` (${fmt(r.attempts.all)})` },
+    { title: "p50", cls: "health-p50", render: (r) => secondsText(r.latency.all.p50) },
+    { title: "p99", cls: "health-p99", render: (r) => secondsText(r.latency.all.p99) },
+    { title: "pending", cls: "health-pending", render: (r) => fmt(r.pending) },
+    { title: "waiting", cls: "health-waiting", render: (r) => Object.entries(r.waiting)
+      .map(([why, n]) => `${fmt(n)} ${why}`).join(", ") || "–" },
+  ], "no endpoint has had traffic yet"));
+  const agents = document.getElementById("table-agents");
+  if (data.agents == null) { agents.replaceChildren(); return; }
+  agents.replaceChildren(el("h3", { text: "Send budgets by agent" }), table(data.agents, [
+    { title: "agent", key: "agent" },
+    { title: "requested (1h)", key: "requested_1h" },
+    { title: "held over budget", key: "held", cls: "agent-held" },
+  ], "no agent has sent in the last hour"));
+}
+
 async function refreshOverview() {
   try {
     const data = await api("/api/overview");
@@ -405,6 +438,7 @@ async function refreshOverview() {
     drawHours(data.by_hour);
     drawTables(data);
     await drawEndpoints();
+    await drawHealth();
     showError("");
     stamp(`as of ${data.now.slice(0, 19).replace("T", " ")} UTC`);
     schedule(refreshOverview, data.refresh_seconds);
