@@ -423,6 +423,26 @@ class EndpointSettings(Part):
         return value
 
 
+class BreakerSettings(Part):
+    """The circuit breaker of each registered endpoint (streams/breaker_rule.py): when it
+    opens, how long it stays open before one probe, when a long outage disables it."""
+
+    enabled: bool = True
+    """Off: this worker neither opens circuits nor holds deliveries for one."""
+    window_s: float = Field(default=60.0, gt=0, le=3600)
+    """The sliding window each worker counts its own sends to an endpoint over."""
+    min_sends: int = Field(default=10, ge=1, le=1_000_000)
+    """Fewer sends than this in the window never open the circuit."""
+    failure_ratio: float = Field(default=0.5, gt=0, le=1)
+    """Open when failures / sends in the window reach this."""
+    open_s: float = Field(default=30.0, gt=0, le=86_400)
+    """How long the circuit stays open before one probe delivery is let through; also how
+    long a half-open probe may take before another worker names a new one."""
+    auto_disable_s: float = Field(default=3 * 86_400.0, gt=0)
+    """An outage (open and half-open, the probes failing) this long disables the endpoint
+    (an ERROR line and ``ledger_worker_endpoint_auto_disabled``); an operator enables it."""
+
+
 class ProjectionSettings(Part):
     """The projections (projections/): where the ledger tables live."""
 

@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from config.legacy import DELIMITER, PREFIX, LegacyEnvSource
 from config.parts import (
+    BreakerSettings,
     ChannelSettings,
     DashboardSettings,
     EndpointSettings,
@@ -50,6 +51,7 @@ from config.parts import (
 from events.addresses import AddressPolicy, Origin, origin_of
 
 __all__ = [
+    "BreakerSettings",
     "ChannelSettings",
     "DashboardSettings",
     "KafkaSettings",
@@ -96,6 +98,8 @@ class Settings(BaseSettings):
     """The dashboard."""
     endpoints: EndpointSettings = Field(default_factory=EndpointSettings)
     """The endpoint registry."""
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    """The endpoints' circuit breakers."""
 
     data_dir: Path = Path(user_data_dir("delivery-ledger"))
     """Where keys, the local broker's data and the default SQLite projection live."""

@@ -11,6 +11,13 @@ event (``endpoint``), and the fold takes the newest ``version`` it has seen. A r
 duplicate or a record older than one already folded changes nothing, and a reader that
 starts after compaction gets the same table as one that read every record.
 
+Each endpoint also carries its circuit breaker (``Breaker``: closed, open, half-open with
+one named probe delivery). Workers append its transitions here (``circuit_opened``,
+``circuit_half_opened``, ``circuit_closed``, ``auto_disabled``) with the next version of
+the endpoint they saw: the fold's "newest version wins" makes that a compare-and-set, so
+when two workers decide at once the first record in the log wins and the other changes
+nothing. The rule that decides when is streams/breaker_rule.py.
+
 Signing secrets are never in clear here: ``EndpointSecret.ciphertext`` is a Fernet token
 (clients/endpoint_secrets.py encrypts and decrypts; this module loads no crypto library).
 """
@@ -94,6 +101,28 @@ class Stop(BaseModel):
     at: Moment
 
 
+CircuitState = Literal["closed", "open", "half_open"]
+BREAKER_ACTOR = "circuit-breaker"
+
+
+class Breaker(BaseModel):
+    """An endpoint's circuit breaker as the last transition left it."""
+
+    model_config = FROZEN
+
+    state: CircuitState
+    since: Moment  # when this state began
+    # When the outage began (the first opening; kept while it half-opens and reopens).
+    outage_since: Moment | None = None
+    # Half-open: the one delivery that may be sent (its idempotency key), and the worker
+    # that named it (the only one that claims it).
+    probe: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    probe_worker: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    # What the worker that opened it saw: failures among sends in its window.
+    failures: int = Field(default=0, ge=0)
+    sends: int = Field(default=0, ge=0)
+
+
 class EndpointState(BaseModel):
     """One endpoint as the registry knows it after its latest event."""
 
@@ -107,8 +136,14 @@ class EndpointState(BaseModel):
     disabled: Stop | None = None
     registered_at: Moment
     updated_at: Moment
+    breaker: Breaker | None = None  # None: closed, never tripped
 
     _id = field_validator("endpoint_id")(check_endpoint_id)
+
+    @property
+    def circuit(self) -> CircuitState:
+        """The breaker's state: ``closed``, ``open`` or ``half_open``."""
+        return "closed" if self.breaker is None else self.breaker.state
 
     @property
     def state(self) -> str:
@@ -183,6 +218,37 @@ class EndpointSecretRotated(EndpointEvent):
     finished: bool = False
 
 
+class EndpointCircuitOpened(EndpointEvent):
+    """A worker's window crossed the rule (or the half-open probe failed): deliveries wait
+    as ``circuit_open``."""
+
+    TYPE: ClassVar[str] = "endpoint.circuit_opened"
+    type: Literal["endpoint.circuit_opened"] = "endpoint.circuit_opened"
+    reason: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+
+
+class EndpointCircuitHalfOpened(EndpointEvent):
+    """The open duration passed: one probe delivery (``endpoint.breaker.probe``) may go."""
+
+    TYPE: ClassVar[str] = "endpoint.circuit_half_opened"
+    type: Literal["endpoint.circuit_half_opened"] = "endpoint.circuit_half_opened"
+
+
+class EndpointCircuitClosed(EndpointEvent):
+    """The probe succeeded: the waiting deliveries go out, in request order."""
+
+    TYPE: ClassVar[str] = "endpoint.circuit_closed"
+    type: Literal["endpoint.circuit_closed"] = "endpoint.circuit_closed"
+
+
+class EndpointAutoDisabled(EndpointDisabled):
+    """The circuit stayed open longer than allowed: the endpoint is disabled (an operator
+    enables it again); its deliveries keep waiting, as ``disabled``."""
+
+    TYPE: ClassVar[str] = "endpoint.auto_disabled"
+    type: Literal["endpoint.auto_disabled"] = "endpoint.auto_disabled"  # type: ignore[assignment]
+
+
 AnyEndpointEvent = Annotated[
     EndpointRegistered
     | EndpointUpdated
@@ -190,7 +256,11 @@ AnyEndpointEvent = Annotated[
     | EndpointResumed
     | EndpointDisabled
     | EndpointEnabled
-    | EndpointSecretRotated,
+    | EndpointSecretRotated
+    | EndpointCircuitOpened
+    | EndpointCircuitHalfOpened
+    | EndpointCircuitClosed
+    | EndpointAutoDisabled,
     Field(discriminator="type"),
 ]
 ENDPOINT_EVENT: TypeAdapter[AnyEndpointEvent] = TypeAdapter(AnyEndpointEvent)
@@ -436,4 +506,109 @@ def reencrypt(
         producer=producer,
         occurred_at=at,
         changed=("secrets",),
+    )
+
+
+# -- the circuit breaker's transitions (pure; the worker decides when: breaker_rule.py) --
+
+
+def _breaker(state: EndpointState, at: datetime, breaker: Breaker) -> EndpointState:
+    return _next(state, at, breaker=breaker.model_dump())
+
+
+def open_circuit(
+    state: EndpointState,
+    *,
+    failures: int,
+    sends: int,
+    reason: str,
+    producer: str,
+    at: datetime,
+) -> EndpointCircuitOpened:
+    """Open the circuit of a closed or half-open endpoint (a duplicate is refused)."""
+    if state.circuit == "open":
+        raise EndpointRefused(f"endpoint {state.endpoint_id!r}: circuit open already", "none")
+    outage = state.breaker.outage_since if state.breaker is not None else None
+    return EndpointCircuitOpened(
+        endpoint_id=state.endpoint_id,
+        endpoint=_breaker(
+            state,
+            at,
+            Breaker(
+                state="open",
+                since=at,
+                outage_since=outage or at,
+                failures=failures,
+                sends=sends,
+            ),
+        ),
+        actor=BREAKER_ACTOR,
+        producer=producer,
+        occurred_at=at,
+        reason=reason,
+    )
+
+
+def half_open_circuit(
+    state: EndpointState, *, probe: str, worker: str, producer: str, at: datetime
+) -> EndpointCircuitHalfOpened:
+    """Let one probe delivery (``probe``, claimed by ``worker`` only) through an open (or
+    a stale half-open) circuit."""
+    if state.breaker is None or state.breaker.state == "closed":
+        raise EndpointRefused(f"endpoint {state.endpoint_id!r}: circuit closed", "none")
+    return EndpointCircuitHalfOpened(
+        endpoint_id=state.endpoint_id,
+        endpoint=_breaker(
+            state,
+            at,
+            Breaker(
+                state="half_open",
+                since=at,
+                outage_since=state.breaker.outage_since,
+                probe=probe,
+                probe_worker=worker,
+            ),
+        ),
+        actor=BREAKER_ACTOR,
+        producer=producer,
+        occurred_at=at,
+    )
+
+
+def close_circuit(
+    state: EndpointState, *, probe: str, producer: str, at: datetime
+) -> EndpointCircuitClosed:
+    """Close a half-open circuit after its probe ``probe`` succeeded."""
+    if state.breaker is None or state.breaker.state != "half_open" or state.breaker.probe != probe:
+        raise EndpointRefused(f"endpoint {state.endpoint_id!r}: {probe} is not its probe", "none")
+    return EndpointCircuitClosed(
+        endpoint_id=state.endpoint_id,
+        endpoint=_breaker(state, at, Breaker(state="closed", since=at)),
+        actor=BREAKER_ACTOR,
+        producer=producer,
+        occurred_at=at,
+    )
+
+
+def auto_disable(
+    state: EndpointState, *, reason: str, producer: str, at: datetime
+) -> EndpointAutoDisabled:
+    """Disable an endpoint whose circuit stayed open too long; its breaker starts closed
+    again when an operator enables it."""
+    if state.breaker is None or state.breaker.state == "closed" or state.disabled is not None:
+        raise EndpointRefused(f"endpoint {state.endpoint_id!r}: nothing to disable", "none")
+    stop = Stop(by=BREAKER_ACTOR, reason=reason, at=at)
+    endpoint = _next(
+        state,
+        at,
+        disabled=stop.model_dump(),
+        breaker=Breaker(state="closed", since=at).model_dump(),
+    )
+    return EndpointAutoDisabled(
+        endpoint_id=state.endpoint_id,
+        endpoint=endpoint,
+        actor=BREAKER_ACTOR,
+        producer=producer,
+        occurred_at=at,
+        reason=reason,
     )

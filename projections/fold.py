@@ -142,6 +142,9 @@ def _apply_endpoint(batch: Batch, event: EndpointEvent) -> None:
         "disabled_by": state.disabled.by if state.disabled else None,
         "disabled_reason": state.disabled.reason if state.disabled else None,
         "disabled_at": timestamp(state.disabled.at) if state.disabled else None,
+        "circuit": state.circuit,
+        "circuit_since": timestamp(state.breaker.since) if state.breaker else None,
+        "circuit_probe": state.breaker.probe if state.breaker else None,
         "lookup_url": state.spec.lookup_url,
         "receiver_dedupes": int(state.spec.receiver_dedupes),
         "rate_limit_per_s": None

@@ -45,9 +45,9 @@ QUANTILES: tuple[float, ...] = (0.5, 0.99)
 SHOWN = 50
 METRIC_ENDPOINTS = 20
 OTHER = "(other)"
-# The breaker's column in the registry's table, once the circuit breaker adds it (its name
-# is the breaker's to choose; the first of these that exists is read). Without it: closed.
-BREAKER_COLUMNS: tuple[str, ...] = ("breaker_state", "circuit_state", "breaker", "circuit")
+# The breaker's column in the registry's table (projections/schema.py, events/endpoints.py
+# ``EndpointState.circuit``: closed, open, half_open).
+BREAKER_COLUMNS: tuple[str, ...] = ("circuit",)
 CLOSED = "closed"
 SUCCESS = ("SENT", "CONFIRMED")
 

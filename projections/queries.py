@@ -638,7 +638,7 @@ def known_keys(store: Store, keys: Sequence[str]) -> set[str]:
 
 
 ENDPOINTS = Question(
-    "endpoint_id, channel, address, state, "
+    "endpoint_id, channel, address, state, circuit, circuit_since, "
     "COALESCE(disabled_by, paused_by) AS stopped_by, "
     "COALESCE(disabled_reason, paused_reason) AS stopped_reason, "
     "COALESCE(disabled_at, paused_at) AS stopped_at, "
@@ -649,8 +649,9 @@ ENDPOINTS = Question(
 
 
 def endpoints(store: Store, limit: int | None = None) -> list[Row]:
-    """Every endpoint of the registry and its state (active, paused, disabled), with who
-    stopped it, why and since when; how many secrets it has, never the secrets."""
+    """Every endpoint of the registry and its state (active, paused, disabled), its
+    circuit breaker's (closed, open, half_open) and since when, with who stopped it, why
+    and since when; how many secrets it has, never the secrets."""
     return ENDPOINTS.rows(store, (), limit)
 
 

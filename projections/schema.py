@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ DELIVERIES = Table(
         # (events/waiting.py: paused, disabled, circuit_open, over_budget), and since when.
         ("waiting", "TEXT"),
         ("waiting_since", "TEXT"),
-        # Version 7: who asked for it (the request's producer: the agent whose send budget
+        # Version 8: who asked for it (the request's producer: the agent whose send budget
         # it counts against, events/budgets.py).
         ("agent", "TEXT"),
     ),
@@ -176,6 +176,11 @@ ENDPOINTS = Table(
         ("disabled_by", "TEXT"),
         ("disabled_reason", "TEXT"),
         ("disabled_at", "TEXT"),
+        # Version 7: the circuit breaker (closed | open | half_open), since when, and the
+        # half-open probe delivery (events/endpoints.py Breaker).
+        ("circuit", "TEXT NOT NULL"),
+        ("circuit_since", "TEXT"),
+        ("circuit_probe", "TEXT"),
         ("lookup_url", "TEXT"),
         ("receiver_dedupes", "INTEGER NOT NULL"),
         ("rate_limit_per_s", "TEXT"),

@@ -24,7 +24,7 @@ from faust.types import TP
 from mode import CrashingSupervisor
 
 from clients.committed_log import TRANSIENT
-from clients.endpoint_registry import EndpointRegistry
+from clients.endpoint_registry import EndpointRegistry, append_endpoint_event
 from clients.endpoint_secrets import SecretBox
 from clients.kafka_security import faust_credentials
 from clients.outcome_keys import (
@@ -39,11 +39,14 @@ from config.settings import Settings
 from events.base import Event
 from events.codec import encode
 from events.deadletter import DeadLetter
+from events.endpoints import EndpointEvent
 from events.errors import ConfigError
 from events.private_files import private_dir
 from events.refusal import one_line
 from events.topics import record_key
 from streams.agent_log import quiet
+from streams.breaker_gate import BreakerGate
+from streams.breaker_rule import BreakerRule
 from streams.broker_clock import BrokerClock
 from streams.budget_gate import BudgetGate, BudgetLog
 from streams.channels.registry import ChannelRegistry
@@ -143,6 +146,20 @@ class Worker:
         webhook = self.registry.channels.get("webhook")
         if isinstance(webhook, WebhookChannel):
             webhook.follow(self.endpoint_registry)
+        self.endpoint_gate = EndpointGate(self.endpoint_registry, settings.endpoints.recheck_s)
+        # Each endpoint's circuit breaker: this worker's sends open and close it, through
+        # the registry's log; its gate holds an open endpoint's deliveries.
+        self.breaker = BreakerGate(
+            self.endpoint_registry,
+            self.endpoint_gate.endpoint_of,
+            BreakerRule.of(settings.breaker),
+            self.append_endpoint_event,
+            worker_id=self.worker_id,
+            producer=f"ledger-worker/{name}",
+            recheck_s=settings.endpoints.recheck_s,
+            enabled=settings.breaker.enabled,
+            metrics=self.metrics,
+        )
         ctx = worker_context(
             settings.worker,
             settings.channels,
@@ -174,9 +191,9 @@ class Worker:
             metrics=self.metrics,
             observe=self.budget.observe,
             halted=self.clock.why_not,
+            judge=self.breaker.judge,
         )
         self.due = DueIndex(self.datadir / "due-index")
-        self.endpoint_gate = EndpointGate(self.endpoint_registry, settings.endpoints.recheck_s)
         # The registry's limits first (they change at run time), then the settings'.
         self.rate_limits = FirstRateLimit(
             [
@@ -222,9 +239,10 @@ class Worker:
     def _gates(self) -> list[Gate]:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
-        # The endpoint's holds first; a budget is spent only on a delivery that may go; a
-        # rate limit (which spends a token) last.
-        gates: list[Gate] = [self.endpoint_gate, self.budget_gate, self.rate_gate]
+        # The endpoint's holds first; then the budget (before the breaker, so that an
+        # over-budget delivery is never its half-open probe); a rate limit (which spends a
+        # token) last.
+        gates: list[Gate] = [self.endpoint_gate, self.budget_gate, self.breaker, self.rate_gate]
         return gates
 
     def _watch_metrics(self) -> None:
@@ -293,6 +311,13 @@ class Worker:
             "Sender tasks that raised (counted).",
             lambda: self.sender.failures,
         )
+        self.metrics.watch_labeled(
+            "ledger_worker_endpoint_circuit",
+            "1 for each registered endpoint's circuit-breaker state (closed, open, "
+            "half_open) as this worker reads the registry, 0 for the others.",
+            ("endpoint", "state"),
+            self.breaker.circuits,
+        )
 
     def _connect(self) -> None:
         """Register the handlers with faust (its decorators, applied here)."""
@@ -306,6 +331,10 @@ class Worker:
         self.app.timer(interval=RATE_TICK_S)(self.on_rate_tick)
         self.app.on_before_shutdown.connect(self.on_shutdown)
         self.app.task(self.follow_endpoints)
+
+    async def append_endpoint_event(self, event: EndpointEvent) -> None:
+        """A circuit-breaker transition, to ``ledger.endpoints`` (rare: a producer each)."""
+        await append_endpoint_event(self.settings.kafka, event)
 
     async def follow_endpoints(self) -> None:
         """The registry's reader, for as long as the worker runs."""
@@ -465,6 +494,7 @@ class Worker:
         await self.send_budgets.stop()
         await self.heartbeat.stop()
         await self.registry.aclose()
+        await self.breaker.stop()
         await self.endpoint_registry.stop()
         await self.continuity.stop()
 

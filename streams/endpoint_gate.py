@@ -78,7 +78,7 @@ class EndpointGate:
 
     def endpoint_of(self, channel: str, recipient: str) -> str | None:
         """The id of the registry's endpoint a recipient of ``channel`` belongs to (the rate
-        limits ask it too, streams/rate_limits.py), or None."""
+        limits and the circuit breaker ask it too), or None."""
         if self._registry.version != self._version:
             self._reindex()
         key = (channel, recipient)

@@ -6,7 +6,7 @@ describe the present (consumer lag, due timers, sends in flight) are read at scr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -84,6 +84,20 @@ class WorkerMetrics:
             "Committed records the stream skipped and the continuity guard re-read.",
             registry=self.registry,
         )
+        self.circuit_transitions = Counter(
+            "ledger_worker_endpoint_circuit_transitions",
+            "Circuit-breaker transitions this worker appended, by endpoint and new state "
+            "(open, half_open, closed, auto_disabled).",
+            ["endpoint", "to"],
+            registry=self.registry,
+        )
+        self.auto_disabled = Counter(
+            "ledger_worker_endpoint_auto_disabled",
+            "Endpoints this worker disabled after their circuit stayed open too long (an "
+            "alert: an operator must look).",
+            ["endpoint"],
+            registry=self.registry,
+        )
 
         self.rate_limit_holds = Counter(
             "ledger_worker_rate_limit_holds",
@@ -95,6 +109,16 @@ class WorkerMetrics:
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge whose value is read at scrape time."""
         self.registry.register(_LiveGauge(name, help_text, read))
+
+    def watch_labeled(
+        self,
+        name: str,
+        help_text: str,
+        labels: Sequence[str],
+        read: Callable[[], Iterable[tuple[Sequence[str], float]]],
+    ) -> None:
+        """A gauge with labels, its (label values, value) pairs read at scrape time."""
+        self.registry.register(_LabeledGauge(name, help_text, labels, read))
 
     def serve(self, host: str, port: int) -> None:
         """Expose /metrics on ``host:port`` (a daemon thread)."""
@@ -112,3 +136,26 @@ class _LiveGauge(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(self._name, self._help)
+
+
+class _LabeledGauge(Collector):
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        labels: Sequence[str],
+        read: Callable[[], Iterable[tuple[Sequence[str], float]]],
+    ) -> None:
+        self._name = name
+        self._help = help_text
+        self._labels = list(labels)
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self._help, labels=self._labels)
+        for values, value in self._read():
+            family.add_metric(list(values), float(value))
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self._name, self._help, labels=self._labels)

@@ -110,7 +110,10 @@ class Sender:
         metrics: WorkerMetrics | None = None,
         observe: Callable[[float], None] = lambda _seconds: None,
         halted: Callable[[], str | None] = lambda: None,
+        judge: Callable[[DeliveryState, SendResult, datetime], None] | None = None,
     ) -> None:
+        # Told every classified send (the circuit breaker counts them: breaker_gate.py).
+        self._judge = judge
         self._observe = observe  # how long admitted sends take (the claim budget learns)
         # Why this worker must not act now (its clock is off the broker's), or None.
         self._halted = halted
@@ -333,6 +336,8 @@ class Sender:
             self._metrics.sends.labels(state.channel, str(result.outcome)).inc()
         if result.error_class is ErrorClass.FENCED:
             log.info("send of %s (token %d) refused: %s", work.key, work.token, result.evidence)
+        elif self._judge is not None:
+            self._judge(state, result, self._clock())
         events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
         await self._append(events)
 

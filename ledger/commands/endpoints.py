@@ -211,6 +211,7 @@ def _row(state: EndpointState, now: datetime) -> dict[str, Any]:
         "channel": state.spec.channel,
         "address": state.spec.address,
         "state": state.state,
+        "circuit": state.circuit,
         "by": stop.by if stop else None,
         "reason": stop.reason if stop else None,
         "since": stop.at.isoformat() if stop else None,
@@ -230,6 +231,7 @@ def _detail(state: EndpointState, now: datetime) -> dict[str, Any]:
         "slo_s": state.spec.slo_s,
         "paused": state.paused.model_dump(mode="json") if state.paused else None,
         "disabled": state.disabled.model_dump(mode="json") if state.disabled else None,
+        "breaker": state.breaker.model_dump(mode="json") if state.breaker else None,
         # Never the secrets: when each was added and until when it signs.
         "secrets": [
             {
@@ -487,7 +489,7 @@ def reencrypt_command(actor: Operator = None) -> None:
 
 @app.command("list")
 def list_command(as_json: AsJson = False) -> None:
-    """Every endpoint and its state."""
+    """Every endpoint, its state and its circuit breaker's."""
     now = datetime.now(UTC)
     rows = [
         _row(s, now) for s in sorted(_registry(_settings()).values(), key=lambda s: s.endpoint_id)
@@ -495,14 +497,10 @@ def list_command(as_json: AsJson = False) -> None:
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table("id", "channel", "address", "state", "by", "reason", "secrets")
+    table = Table("id", "channel", "address", "state", "circuit", "by", "reason", "secrets")
+    columns = ("id", "channel", "address", "state", "circuit", "by", "reason", "signing_secrets")
     for row in rows:
-        table.add_row(
-            *(
-                escape(str(row[k] if row[k] is not None else ""))
-                for k in ("id", "channel", "address", "state", "by", "reason", "signing_secrets")
-            )
-        )
+        table.add_row(*(escape(str(row[k] if row[k] is not None else "")) for k in columns))
     out.print(table)
 
 

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from clients.endpoint_registry import append_endpoint_event
 from config.settings import Settings, changed
-from events.endpoints import EndpointSecret, EndpointSpec, pause, register
+from events.endpoints import EndpointSecret, EndpointSpec, open_circuit, pause, register
 from events.waiting import DeliveryHeld, WaitReason
 from ledger.stack import settings_env
 from projections import status_report
@@ -204,7 +204,10 @@ async def test_the_endpoints_list_shows_each_endpoints_state_and_no_secret(stack
         existing=None,
     )
     paused = pause(added.endpoint, "maintenance", actor="ana", producer="test", at=T0)
-    for event in (added, paused, added):  # the stale re-read changes nothing
+    tripped = open_circuit(
+        paused.endpoint, failures=10, sends=10, reason="down", producer="test", at=T0
+    )
+    for event in (added, paused, tripped, added):  # the stale re-read changes nothing
         await append_endpoint_event(stack.settings.kafka, event)
     await project_all(stack.settings, stack.dsn)
     async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
@@ -212,10 +215,17 @@ async def test_the_endpoints_list_shows_each_endpoints_state_and_no_secret(stack
     assert answer.status_code == 200
     data = answer.json()
     shown = [
-        (e["endpoint_id"], e["state"], e["stopped_by"], e["stopped_reason"], e["secrets"])
+        (
+            e["endpoint_id"],
+            e["state"],
+            e["circuit"],
+            e["stopped_by"],
+            e["stopped_reason"],
+            e["secrets"],
+        )
         for e in data["endpoints"]
     ]
-    assert shown == [("acme", "paused", "ana", "maintenance", 1)]
+    assert shown == [("acme", "paused", "open", "ana", "maintenance", 1)]
     assert token not in answer.text
     assert isinstance(data["waiting"], dict)
 

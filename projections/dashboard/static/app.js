@@ -386,6 +386,7 @@ async function drawEndpoints() {
     { title: "channel", key: "channel" },
     { title: "address", key: "address", cls: "mono" },
     { title: "state", key: "state", render: (r) => el("span", { class: `endpoint-${r.state}`, text: r.state }) },
+    { title: "circuit", key: "circuit", render: (r) => el("span", { class: `circuit-${r.circuit}`, text: r.circuit.replace("_", "-"), title: r.circuit_since ? `since ${r.circuit_since}` : "" }) },
     { title: "by", key: "stopped_by" },
     { title: "why", key: "stopped_reason" },
     { title: "since", key: "stopped_at" },
