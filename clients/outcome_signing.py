@@ -16,6 +16,10 @@ operator key, a separate pair held by whoever may act as an operator (the CLI, t
 dashboard): an operator key cannot sign an outcome and a worker key cannot sign an operator
 event, so neither an agent nor a worker can settle a delivery in an operator's name.
 
+The budgets topic (events/budgets.py) follows the same split: a ``BudgetSpent`` is a
+worker's and carries an outcome signature, a budget set, cleared or released is an
+operator's and carries an operator signature.
+
 Keys are 32 raw bytes, base64: ``ledger outcome-keys`` makes a pair.
 """
 
@@ -29,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from config.keys import SIGNING_KEY, VERIFY_KEY, key_bytes
+from events.budgets import BudgetOperatorEvent, BudgetSpent
 from events.delivery import DeliveryEvent, DeliveryRequested
 from events.operator import OperatorEvent
 
@@ -91,9 +96,9 @@ class OutcomeVerifier:
     def refuses(self, event: object, value: bytes, headers: Headers | None) -> str | None:
         """Why this event is not a worker's, or not an operator's (no or a bad
         signature), or None."""
-        if isinstance(event, OperatorEvent):
+        if isinstance(event, OperatorEvent | BudgetOperatorEvent):
             keys, whose = self._operator_keys, "operator"
-        elif needs_signature(event):
+        elif needs_signature(event) or isinstance(event, BudgetSpent):
             keys, whose = self._keys, "outcome"
         else:
             return None

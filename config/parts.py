@@ -93,6 +93,9 @@ class KafkaSettings(Part):
     topic_endpoints: str = "ledger.endpoints"
     """The endpoint registry: compacted, one partition, keyed by endpoint id
     (events/endpoints.py; ``ledger endpoints``)."""
+    topic_budgets: str = "ledger.budgets"
+    """Per-agent send budgets, keyed by agent: set, cleared, released and spent
+    (events/budgets.py)."""
     partitions: int = Field(default=8, ge=1, le=1024)
     """Partitions of the topics the ledger creates."""
     broker_host: str = "127.0.0.1"

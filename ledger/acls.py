@@ -3,10 +3,11 @@
 agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
 outcomes) and write dead letters; the live projector reads and writes dead letters (for
 ``ledger.runs``); operators (``ledger resolve``/``ledger redrive``) append their signed
-events to ``ledger.deliveries`` and read nothing from Kafka (they select from the
-projection); dashboard, replay and verify only read. Kafka ACLs
-are per topic: requests and outcome events share ``ledger.deliveries``, so an agent
-principal can still append an outcome event there (see the README, Security).
+events to ``ledger.deliveries`` (they select from the projection), and set, clear, release
+and read agents' budgets on ``ledger.budgets``, which workers read and append to;
+dashboard, replay and verify only read. Kafka ACLs are per topic: requests and outcome
+events share ``ledger.deliveries``, so an agent principal can still append an outcome event
+there (see the README, Security).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def role_acls(
 ) -> list[Acl]:
     """The ALLOW rules of one role for ``principal`` (``User:name``)."""
     runs, deliveries, deadletter = settings.kafka.topic_names()
+    budgets = settings.kafka.topic_budgets
     endpoints = settings.kafka.topic_endpoints  # read by every role but the agent
     write, read = (Operation.WRITE, Operation.DESCRIBE), (Operation.READ, Operation.DESCRIBE)
     if role == "agent":
@@ -104,7 +106,8 @@ def role_acls(
     if role == "worker":
         group = settings.worker.group
         return [
-            *_on_topics(principal, (*read, Operation.WRITE), deliveries),
+            # Budgets: every worker reads the whole topic and appends what it spends.
+            *_on_topics(principal, (*read, Operation.WRITE), deliveries, budgets),
             *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
             *_on_topics(principal, read, endpoints),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
@@ -127,13 +130,20 @@ def role_acls(
     if role == "operator":
         # Resolve and redrive events, on the deliveries' own topic (per topic, as for the
         # agent: nothing finer). What the operator acts on is read from the projection.
-        # And ``ledger endpoints``: the registry is read, then appended to.
+        # And ``ledger endpoints`` and ``ledger budgets``: each read, then appended to.
         return [
             *_on_topics(principal, write, deliveries),
-            *_on_topics(principal, (*read, Operation.WRITE), endpoints),
+            *_on_topics(principal, (*read, Operation.WRITE), endpoints, budgets),
         ]
     return _on_topics(
-        principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats, endpoints
+        principal,
+        read,
+        runs,
+        deliveries,
+        deadletter,
+        settings.kafka.topic_heartbeats,
+        endpoints,
+        budgets,
     )
 
 

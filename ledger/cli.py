@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "run": ("projections", False),
     "resolve": ("operate", False),
     "redrive": ("operate", False),
+    "budgets": ("budgets", True),
     "replay": ("replay", False),
     "fake-provider": ("simulator", False),
     "worker": ("worker", False),

@@ -43,6 +43,7 @@ async def create_topics(
         *settings.kafka.topic_names(),
         settings.kafka.topic_heartbeats,
         settings.kafka.topic_endpoints,
+        settings.kafka.topic_budgets,
     )
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,

@@ -343,6 +343,7 @@ def _requested(batch: Batch, event: DeliveryRequested, at: str) -> None:
         "redrives": 0,
         "waiting": None,
         "waiting_since": None,
+        "agent": event.producer,
     }
     batch.dirty_deliveries.add(key)
 

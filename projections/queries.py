@@ -472,6 +472,18 @@ class AggregateCache:
         return answer
 
 
+def held_over_budget(store: Store, agent: str | None = None) -> list[Row]:
+    """Per agent (or for ``agent``), its deliveries held because it spent its send budget
+    (events/budgets.py): how many, and since when the oldest waits."""
+    select = "SELECT agent, COUNT(*) AS n, MIN(waiting_since) AS oldest FROM deliveries "
+    group = " GROUP BY agent ORDER BY agent"
+    if agent is None:
+        rows = store.rows(select + "WHERE waiting = 'over_budget'" + group)
+    else:
+        rows = store.rows(select + "WHERE waiting = 'over_budget' AND agent = ?" + group, (agent,))
+    return [{"agent": r["agent"], "held": int(r["n"]), "oldest_since": r["oldest"]} for r in rows]
+
+
 # Every question at once (``ledger status``) ------------------------------------------
 
 
@@ -488,6 +500,7 @@ class StatusReport:
     duplicate_conflicts: list[Row]
     attempts_by_channel: list[Row]
     operators: OperatorCounts
+    over_budget: list[Row] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-compatible data."""
@@ -518,6 +531,7 @@ def status_report(store: Store, now: datetime) -> StatusReport:
         duplicate_conflicts=duplicate_conflicts(store),
         attempts_by_channel=attempts_by_channel(store),
         operators=operator_counts(store, now),
+        over_budget=held_over_budget(store),
     )
     shown: dict[str, Any] = redacted_data(report.to_json())
     # The backlog and the operator counts hold names, counts and times only: nothing to

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,9 @@ DELIVERIES = Table(
         # (events/waiting.py: paused, disabled, circuit_open, over_budget), and since when.
         ("waiting", "TEXT"),
         ("waiting_since", "TEXT"),
+        # Version 8: who asked for it (the request's producer: the agent whose send budget
+        # it counts against, events/budgets.py).
+        ("agent", "TEXT"),
     ),
     ("idempotency_key",),
 )
@@ -247,6 +250,7 @@ INDEXES: tuple[str, ...] = (
     # and ``ledger project`` creates a missing one (Store.ensure_indexes): no version bump.
     "CREATE INDEX deliveries_pending ON deliveries (status, channel, created_at)",
     "CREATE INDEX deliveries_waiting ON deliveries (waiting, channel, recipient)",
+    "CREATE INDEX deliveries_agent_waiting ON deliveries (waiting, agent)",
     # Endpoint health (projections/health.py): pending per recipient and reason, covered.
     "CREATE INDEX deliveries_pending_endpoint ON deliveries (status, channel, recipient, waiting)",
     "CREATE INDEX operator_actions_run ON operator_actions (run_id, occurred_at)",

@@ -48,6 +48,7 @@ from streams.agent_log import quiet
 from streams.breaker_gate import BreakerGate
 from streams.breaker_rule import BreakerRule
 from streams.broker_clock import BrokerClock
+from streams.budget_gate import BudgetGate, BudgetLog
 from streams.channels.registry import ChannelRegistry
 from streams.channels.webhook import WebhookChannel
 from streams.claim_budget import ClaimBudget
@@ -205,6 +206,10 @@ class Worker:
         self._ticking = asyncio.Lock()
         self.rate_gate = RateGate(self.rate_limits, tick_s=RATE_TICK_S, metrics=self.metrics)
         self.rate_gate.share(0, settings.kafka.partitions)
+        # Agents' send budgets: the whole budgets topic, read in the background (started
+        # at the first tick; until it has been read, deliveries wait).
+        self.send_budgets = BudgetLog(settings, verifier=verifier_for(settings), signer=self.signer)
+        self.budget_gate = BudgetGate(self.send_budgets, producer=f"ledger-worker/{name}")
         self.continuity = ContinuityGuard(
             settings, settings.kafka.topic_deliveries, settings.worker.group
         )
@@ -234,7 +239,10 @@ class Worker:
     def _gates(self) -> list[Gate]:
         """What may hold a delivery before its claim (streams/gates.py), in the order asked:
         the holds an operator must see first, a rate limit (which spends a token) last."""
-        gates: list[Gate] = [self.endpoint_gate, self.breaker, self.rate_gate]
+        # The endpoint's holds first; then the budget (before the breaker, so that an
+        # over-budget delivery is never its half-open probe); a rate limit (which spends a
+        # token) last.
+        gates: list[Gate] = [self.endpoint_gate, self.budget_gate, self.breaker, self.rate_gate]
         return gates
 
     def _watch_metrics(self) -> None:
@@ -280,6 +288,18 @@ class Worker:
             "1 while this worker does not act: its clock is off the broker's by more than "
             "LEDGER_WORKER__CLOCK_SKEW_LIMIT_S, or not measured.",
             lambda: float(self.clock.skewed),
+        )
+        watch(
+            "ledger_worker_budgets_read",
+            "1 once this worker has read the agents' budgets to the end (until then its "
+            "deliveries wait).",
+            lambda: float(self.send_budgets.ready),
+        )
+        watch(
+            "ledger_worker_budget_records_refused",
+            "Records of the budgets topic skipped: undecodable, or not signed as they must "
+            "be (counted).",
+            lambda: self.send_budgets.refused,
         )
         watch(
             "ledger_worker_rate_limited_waiting",
@@ -412,6 +432,7 @@ class Worker:
     async def on_tick(self) -> None:
         """The heartbeat, due timers, lag, the watchdog and the continuity check."""
         self.heartbeat.maybe_beat()
+        self.send_budgets.start()
         # Continuity first: timers act only on partitions whose state follows the log.
         await self.check_continuity()
         if self.owned and not self.app.in_recovery:
@@ -470,6 +491,7 @@ class Worker:
         await self.sender.stop_partitions(self.sender.partitions_in_use, SHUTDOWN)
         await self.sender.drain(timeout_s=self.settings.channels.longest_send_deadline_s + 1)
         await self.outcomes.stop()
+        await self.send_budgets.stop()
         await self.heartbeat.stop()
         await self.registry.aclose()
         await self.breaker.stop()

@@ -178,8 +178,8 @@ def status_command(
     dsn: Dsn = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Pending now and the oldest pending age; operator-settled deliveries, redrives and
-    the oldest UNKNOWN's age; overdue (pending or sent), unknown, unexplained,
-    conflicting deliveries; attempts."""
+    the oldest UNKNOWN's age; deliveries held over their agent's budget; overdue (pending
+    or sent), unknown, unexplained, conflicting deliveries; attempts."""
     settings = Settings()
     with reading(dsn or default_dsn(settings)) as store:
         # The only clock read: the CLI decides what "now" is; the library never does.
@@ -335,6 +335,7 @@ def _print_status(report: dict[str, Any]) -> None:
             )
     _print_backlog(report["backlog"])
     _print_operators(report["operators"])
+    _print_over_budget(report["over_budget"])
     for name, title, columns in sections:
         rows = report[name]
         table = Table(*columns, title=f"{title}: {len(rows)}", title_justify="left")
@@ -355,6 +356,17 @@ def _print_operators(counts: dict[str, Any]) -> None:
     out.print(
         f"unknown now: {counts['unknown_now']}, the oldest unknown since "
         f"{counts['oldest_unknown_since']} ({counts['oldest_unknown_age_seconds']:.1f}s ago)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _print_over_budget(rows: list[dict[str, Any]]) -> None:
+    """Deliveries held because their agent spent its send budget, per agent."""
+    held = sum(r["held"] for r in rows)
+    per_agent = ", ".join(f"{r['agent']} {r['held']} (since {r['oldest_since']})" for r in rows)
+    out.print(
+        f"held over budget: {held}" + (f": {per_agent}" if rows else ""),
         highlight=False,
         soft_wrap=True,
     )

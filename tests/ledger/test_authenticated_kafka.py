@@ -71,7 +71,7 @@ async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
 ) -> None:
     granted = ledger(settings, "acls", "grant", "reader", "reader")  # as admin
     assert granted.returncode == 0, granted.stderr
-    assert "10 ACLs granted to reader (reader)" in granted.stdout
+    assert "12 ACLs granted to reader (reader)" in granted.stdout
     await grant(settings, role_acls(settings, "agent", "User:agent"))
     reader = as_user(settings, secure_broker, "reader")
     producer = AIOKafkaProducer(
@@ -138,8 +138,8 @@ async def test_every_client_works_over_sasl_ssl_each_as_its_role(
 ) -> None:
     made = ledger(settings, "topics", "create")  # as admin; the fixture made them already
     assert made.returncode == 0, made.stderr
-    # the three, the heartbeats and the endpoint registry
-    assert made.stdout.count("exists") == 5, made.stdout
+    # the three, the heartbeats, the endpoint registry and the budgets
+    assert made.stdout.count("exists") == 6, made.stdout
     base = receiver.settings(worker_factory.settings)
     for role in ROLES:
         await grant(settings, role_acls(base, role, f"User:{role}"))

@@ -257,6 +257,46 @@ CASES: dict[str, list[Case]] = {
             OPERATOR | {"LEDGER_OPERATOR": "me"},
         ),
     ],
+    "budgets set": [
+        Case(
+            ("a", "--window", "1h", "--reason", "r", "--as", "me"), 2, "budgets set needs --limit"
+        ),
+        Case(("a", "--limit", "5", "--reason", "r", "--as", "me"), 2, "budgets set needs --window"),
+        Case(
+            ("a", "--limit", "5", "--window", "1w", "--reason", "r", "--as", "me"),
+            2,
+            "window '1w' is not a number and a unit (s, m, h, d)",
+        ),
+        Case(
+            ("a", "--limit", "-1", "--window", "1h", "--reason", "r", "--as", "me"),
+            2,
+            "--limit must be between 0 and",
+        ),
+        Case(("a", "--limit", "5", "--window", "1h", "--as", "me"), 2, "needs a reason"),
+        Case(("a", "--limit", "5", "--window", "1h", "--reason", "r"), 2, "the operator's name"),
+        Case(
+            ("a", "--limit", "5", "--window", "1h", "--channel", " ", "--reason", "r", "--as", "x"),
+            2,
+            "--channel must be 1-64 characters",
+        ),
+        Case(
+            ("a", "--limit", "5", "--window", "1h", "--reason", "r", "--as", "me"),
+            1,
+            "no Kafka broker answers at 127.0.0.1:1",
+            OPERATOR,
+        ),
+    ],
+    "budgets clear": [
+        Case((), 2, "Missing argument 'agent'"),
+        Case(("a",), 2, "an operator action needs the operator's name"),
+        Case(("a", "--as", "me"), 1, "no Kafka broker answers at 127.0.0.1:1"),
+    ],
+    "budgets show": [Case((), 1, "no Kafka broker answers at 127.0.0.1:1")],
+    "budgets release": [
+        Case(("a", "--count", "0", "--reason", "r", "--as", "me"), 2, "--count must be between 1"),
+        Case(("a", "--count", "1", "--as", "me"), 2, "an operator action needs a reason"),
+        Case(("a", "--count", "1", "--reason", "r", "--as", "me"), 1, "no Kafka broker answers"),
+    ],
     "redrive": [
         Case(("--reason", "r", "--as", "me"), 2, "redrive needs a selection"),
         Case(
