@@ -5,13 +5,9 @@ dashboard). What the workers hold is the fold of the same topic, read the same w
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
 from clients.aiokafka_internals import refresh_metadata
@@ -20,10 +16,9 @@ from clients.kafka_security import (
     client_options,
     connect_error,
     not_allowed,
-    start_producer,
 )
 from clients.outcome_keys import operator_signer_for, verifier_for
-from clients.outcome_signing import OutcomeSigner
+from clients.signed_log import SignedLog
 from config.settings import Settings
 from events.budgets import (
     BudgetBook,
@@ -105,45 +100,11 @@ async def read_book(settings: Settings) -> ReadBook:
     return ReadBook(book, refused, topic_exists=True)
 
 
-class BudgetActions:
+class BudgetActions(SignedLog[BudgetOperatorEvent]):
     """Appends signed operator budget events to ``ledger.budgets`` (idempotent producer,
     acks from all in-sync replicas): ``async with BudgetActions(settings) as log``."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._signer: OutcomeSigner | None = operator_signer_for(settings)
-        self._producer: AIOKafkaProducer | None = None
-
-    async def __aenter__(self) -> Self:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self._settings.kafka.bootstrap_servers,
-            enable_idempotence=True,
-            acks="all",
-            **client_options(self._settings.kafka),
-        )
-        await start_producer(producer, self._settings.kafka)
-        self._producer = producer
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
-
-    async def append(self, events: Sequence[BudgetOperatorEvent]) -> None:
-        """Write ``events`` in order, each signed, keyed by agent; return when acknowledged."""
-        assert self._producer is not None, "use BudgetActions as 'async with'"
-        topic = self._settings.kafka.topic_budgets
-        futures = []
-        for event in events:
-            value = encode_budget(event)
-            headers = None if self._signer is None else self._signer.headers(value)
-            futures.append(
-                await self._producer.send(topic, value, key=record_key(event), headers=headers)
-            )
-        await asyncio.gather(*futures)
+        topic = settings.kafka.topic_budgets
+        signer = operator_signer_for(settings)
+        super().__init__(settings, topic, signer, encode_budget, record_key)

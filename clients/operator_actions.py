@@ -10,19 +10,13 @@ of an action that raced with the worker is still recorded, by the projection.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
-from aiokafka import AIOKafkaProducer
-
-from clients.kafka_security import client_options, start_producer
 from clients.outcome_keys import operator_signer_for
-from clients.outcome_signing import OutcomeSigner
+from clients.signed_log import SignedLog
 from config.settings import Settings
 from events.base import utc_now
 from events.codec import encode
@@ -136,46 +130,10 @@ def _checked(state: DeliveryState, event: OperatorEvent) -> Action:
     return Action(state, event if refusal is None else None, refusal)
 
 
-class OperatorLog:
+class OperatorLog(SignedLog[OperatorEvent]):
     """Appends signed operator events to ``ledger.deliveries`` (idempotent producer,
     acks from all in-sync replicas): ``async with OperatorLog(settings) as log``."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._signer: OutcomeSigner | None = operator_signer_for(settings)
-        self._producer: AIOKafkaProducer | None = None
-
-    async def __aenter__(self) -> Self:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self._settings.kafka.bootstrap_servers,
-            enable_idempotence=True,
-            acks="all",
-            **client_options(self._settings.kafka),
-        )
-        await start_producer(producer, self._settings.kafka)
-        self._producer = producer
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
-
-    async def append(self, events: Sequence[OperatorEvent]) -> None:
-        """Write ``events`` in order, each signed, keyed by its idempotency key; return when
-        every one is acknowledged."""
-        assert self._producer is not None, "use OperatorLog as 'async with'"
-        topic = self._settings.kafka.topic_deliveries
-        futures = []
-        for event in events:
-            value = encode(event)
-            headers = None if self._signer is None else self._signer.headers(value)
-            futures.append(
-                await self._producer.send(topic, value, key=record_key(event), headers=headers)
-            )
-        await asyncio.gather(*futures)
+        topic = settings.kafka.topic_deliveries
+        super().__init__(settings, topic, operator_signer_for(settings), encode, record_key)

@@ -34,6 +34,7 @@ from events.budgets import (
     window_text,
 )
 from events.errors import LedgerError
+from ledger.commands.operator_options import OperatorName, Reason
 from ledger.errors import UsageError
 from projections.backends import default_dsn, reading
 from projections.queries import held_over_budget
@@ -42,24 +43,10 @@ from projections.schema import timestamp
 out = Console(highlight=False)
 app = typer.Typer(no_args_is_help=True, help="Agents' send budgets: set, clear, show, release.")
 
-OPERATOR_ENV = "LEDGER_OPERATOR"
 AgentArg = Annotated[str, typer.Argument(help="The agent: its deliveries' producer name.")]
 ChannelOpt = Annotated[
     str | None,
     typer.Option("--channel", help="One channel's budget (default: every channel's)."),
-]
-Reason = Annotated[
-    str | None,
-    typer.Option("--reason", help="Why, for the record (required).", show_default=False),
-]
-OperatorName = Annotated[
-    str | None,
-    typer.Option(
-        "--as",
-        envvar=OPERATOR_ENV,
-        help="Who acts, for the record (default: LEDGER_OPERATOR; required).",
-        show_default=False,
-    ),
 ]
 Dsn = Annotated[
     str | None,

@@ -42,6 +42,8 @@ from events.endpoints import (
 )
 from events.errors import LedgerError
 from events.retry_policy import for_channel
+from ledger.commands.operator_options import OperatorName as Operator
+from ledger.commands.operator_options import Reason
 from ledger.errors import UsageError
 from streams.channels.endpoints import endpoint_prefix
 from streams.channels.signature import signer
@@ -49,23 +51,10 @@ from streams.channels.signature import signer
 out = Console(highlight=False, soft_wrap=True)
 app = typer.Typer(no_args_is_help=True, help="The endpoint registry (ledger.endpoints).")
 
-OPERATOR_ENV = "LEDGER_OPERATOR"
 PRODUCER = "ledger-cli/endpoints"
 
 Id = Annotated[str, typer.Argument(help="The endpoint's id (lowercase letters, digits, ._-).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-Reason = Annotated[
-    str | None, typer.Option("--reason", help="Why, for the record (required).", show_default=False)
-]
-Operator = Annotated[
-    str | None,
-    typer.Option(
-        "--as",
-        envvar=OPERATOR_ENV,
-        help="Who acts, for the record (default: LEDGER_OPERATOR).",
-        show_default=False,
-    ),
-]
 Channel = Annotated[
     str | None, typer.Option("--channel", help="webhook, slack, smtp, email_api, browser, ...")
 ]

@@ -37,6 +37,7 @@ from config.settings import Settings
 from events.delivery_state import Status
 from events.operator import OperatorEvent
 from events.redaction import redacted_url
+from ledger.commands.operator_options import OperatorName, Reason
 from ledger.errors import UsageError, given_time
 from projections.backends import default_dsn, reading
 from projections.fold import Row, state_of_row
@@ -50,7 +51,6 @@ app = typer.Typer()
 DEFAULT_LIMIT = 1000
 # Events per batch appended between two steps of the progress bar.
 APPEND_BATCH = 100
-OPERATOR_ENV = "LEDGER_OPERATOR"
 
 REQUESTED, REFUSED, SETTLED = "requested", "refused", "already settled (CONFIRMED)"
 
@@ -68,19 +68,6 @@ Dsn = Annotated[
         "--dsn",
         help="Projection database to select from (default: LEDGER_PROJECTION__DSN, else the "
         "SQLite file in the data dir), as for 'ledger status'.",
-        show_default=False,
-    ),
-]
-Reason = Annotated[
-    str | None,
-    typer.Option("--reason", help="Why, for the record (required).", show_default=False),
-]
-OperatorName = Annotated[
-    str | None,
-    typer.Option(
-        "--as",
-        envvar=OPERATOR_ENV,
-        help="Who acts, for the record (default: LEDGER_OPERATOR; required).",
         show_default=False,
     ),
 ]

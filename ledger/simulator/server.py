@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from types import TracebackType
 from typing import Self
 
@@ -23,7 +24,10 @@ class Simulator:
         self.control_port: int | None = None
         self._main: web.AppRunner | None = None
         self._control: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: web.BaseSite | None = None
+        # While refusing, the port stays bound (not listening: connects are refused), so no
+        # other server on this machine can take it before ``resume``.
+        self._held: socket.socket | None = None
         self._resume_later: asyncio.Task[None] | None = None
 
     @property
@@ -107,6 +111,7 @@ class Simulator:
             if runner is not None:
                 await runner.cleanup()
         self._main = self._control = self._site = None
+        self._release_held()
         await self.receiver.stop()
 
     async def refuse(self, for_s: float | None = None) -> None:
@@ -118,6 +123,7 @@ class Simulator:
         if self._site is not None:
             await self._site.stop()
             self._site = None
+            self._held = _bound(self.host, self.port)
         server = self._main.server if self._main is not None else None
         for handler in server.connections if server is not None else []:
             # A down server also drops its keep-alive connections; otherwise a pooled client
@@ -141,9 +147,19 @@ class Simulator:
     async def _listen(self) -> None:
         if self._main is None or self._site is not None:
             return
-        site = web.TCPSite(self._main, self.host, self.port, reuse_address=True)
+        held, self._held = self._held, None
+        site: web.BaseSite
+        if held is not None:
+            site = web.SockSite(self._main, held)  # the port it kept: listens on it again
+        else:
+            site = web.TCPSite(self._main, self.host, self.port, reuse_address=True)
         await site.start()
         self._site = site
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     async def _resume_after(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -167,3 +183,16 @@ class Simulator:
     ) -> None:
         with contextlib.suppress(Exception):
             await self.stop()
+
+
+def _bound(host: str, port: int) -> socket.socket | None:
+    """A socket bound to ``host:port`` and not listening (a connect gets ECONNREFUSED), or
+    None if the port could not be kept (then ``resume`` binds it again)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        return None
+    return sock

@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -313,3 +314,22 @@ def signed(key: str, payload: object = None, *, token: int | None = None) -> Sig
     if token is not None:
         headers["fencing-token"] = str(token)
     return {"content": body, "headers": headers}
+
+
+def test_a_refusing_receiver_keeps_its_port_from_every_other_server(
+    receiver: BackgroundSimulator,
+) -> None:
+    # Seen in CI: a receiver told to refuse released its port; another test's server, picking
+    # a free port, took it, and the first receiver's resume then failed with "address
+    # already in use" while its workers' requests reached the other test's receiver.
+    port = receiver.port
+    for _ in range(2):  # refuse, resume, refuse again: the port is kept each time
+        receiver.refuse()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(receiver.provider_url, params={"idempotency_key": "x"}, timeout=2)
+        with socket.socket() as other, pytest.raises(OSError, match="in use"):
+            other.bind(("127.0.0.1", port))  # how free_port (events/ports.py) tries a port
+        receiver.resume()
+        back = httpx.get(receiver.provider_url, params={"idempotency_key": "x"}, timeout=5)
+        assert back.status_code == 404, "listening on its port again"
+    assert receiver.port == port
