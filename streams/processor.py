@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 TIMER_GUARD_S = 5.0
 # A claim held back for want of capacity is looked at again this soon.
 NO_ROOM_RETRY_S = 1.0
+# A gate that raised is asked again this much later.
+GATE_FAILED_RETRY_S = 10.0
 BEFORE_CLAIM = "worker.before_claim"
 AGENT_RAISES = "worker.agent_raises"
 TICK_BATCH = 1000
@@ -250,7 +252,7 @@ class DeliveryProcessor:
             crash_if_enabled(BEFORE_CLAIM, self.faults)
             if AGENT_RAISES in self.faults:
                 raise SystemFailure(f"fault injection: {AGENT_RAISES}")
-            hold = self._gate.hold(after, self._clock()) if plan.claiming else None
+            hold = self._gate_hold(after, self._clock()) if plan.claiming else None
             if hold is not None:
                 # Held before its claim: no attempt; the timer looks again at the recheck.
                 await self._hold(after, hold)
@@ -294,7 +296,7 @@ class DeliveryProcessor:
             state = self._store.get(key)
             if state is None or state.status is not Status.PENDING:
                 continue  # claimed meanwhile (a timer, another worker) or settled
-            hold = self._gate.hold(state, now)
+            hold = self._gate_hold(state, now)
             if hold is not None:
                 await self._hold(state, hold)
                 self._held[key] = partition
@@ -368,7 +370,7 @@ class DeliveryProcessor:
                 self._timer_refused(partition, key, exc)
                 continue
             claiming = bool(events) and isinstance(events[0], DeliveryClaimed)
-            hold = self._gate.hold(state, now) if claiming else None
+            hold = self._gate_hold(state, now) if claiming else None
             if hold is not None:
                 if hold.reason is not None and state.waiting != hold.reason:
                     events = [held(state, hold.reason, hold.detail, hold.recheck_at, now, self.ctx)]
@@ -401,6 +403,19 @@ class DeliveryProcessor:
             self._claims_out.update(claims)
         await self.claim_waiting()
         return len(due)
+
+    def _gate_hold(self, state: DeliveryState, now: datetime) -> Hold | None:
+        """The gate's word on ``state``. A gate that raises holds it (unrecorded) and is asked
+        again later: one delivery's bad gate decision never stops the worker, and the
+        delivery stays PENDING, visible, rather than going out unchecked."""
+        try:
+            return self._gate.hold(state, now)
+        except Exception as exc:  # noqa: BLE001 - the record guard, for a gate
+            if self._metrics is not None:
+                self._metrics.timers_refused.inc()
+            log.error("gate failed for %s: %s", state.idempotency_key, one_line(exc))
+            retry = now + timedelta(seconds=GATE_FAILED_RETRY_S)
+            return Hold(retry, f"the gate failed: {one_line(exc)}")
 
     def _rechecked(self, key: str, state: DeliveryState) -> bool:
         """A gate held this PENDING delivery and its recheck time has come (its timer)."""

@@ -133,3 +133,35 @@ def test_the_fold_takes_a_hold_only_before_a_claim() -> None:
     assert after is not None
     assert (after.status, after.waiting) == (Status.CLAIMED, None), "a claimed one does not wait"
     assert state.agent == "test-agent", "the agent is the request's producer (send budgets)"
+
+
+class Broken:
+    """A gate with a bug: it raises for one delivery."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def hold(self, state: DeliveryState, now: datetime) -> Hold | None:
+        if state.idempotency_key == self.key:
+            raise ZeroDivisionError("a bug in a gate")
+        return None
+
+
+async def test_a_gate_that_raises_holds_that_delivery_and_the_worker_goes_on(
+    tmp_path: Path, clock: Clock, appended: Appended
+) -> None:
+    due = DueIndex(tmp_path / "due")
+    store = MemoryStore()
+    processor = processor_for(store, clock, appended, due)
+    bad, good = requested(1), requested(2)
+    processor._gate = Gates([Broken(bad.idempotency_key)])
+    for offset, r in enumerate((bad, good)):
+        await processor.handle(Record("t", 0, offset, r.idempotency_key.encode(), encode(r)))
+    clock.advance(CTX.claim_grace_s + 11)
+    await processor.tick({0})
+    claimed = {c.idempotency_key for c in appended.of(DeliveryClaimed)}
+    assert claimed == {good.idempotency_key}, "the other delivery is claimed as usual"
+    state = store.get(bad.idempotency_key)
+    assert state is not None
+    assert (state.status, state.attempt) == (Status.PENDING, 0), "held, visible, not sent"
+    due.close()
