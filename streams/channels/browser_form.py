@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
-SCREENSHOT_TIMEOUT_MS = 2000
+# A screenshot waits for the page's fonts and a frame from a busy renderer: 2 s was too
+# short on a loaded machine (a clean-clone CI run lost one).
+SCREENSHOT_TIMEOUT_MS = 10_000
 REFUSALS_CHARS = 400
 
 
@@ -257,7 +259,9 @@ class FormAttempt:
                 await self.page.screenshot(path=str(path), timeout=SCREENSHOT_TIMEOUT_MS)
                 private_file(path)
             except Exception as exc:  # noqa: BLE001 - the page may be gone with the browser
-                log.info("no screenshot of %s: %s", delivery.idempotency_key, first_line(exc))
+                reason = redacted_text(first_line(exc))
+                log.info("no screenshot of %s: %s", delivery.idempotency_key, reason)
+                result = replace(result, evidence=f"{result.evidence} (no screenshot: {reason})")
             else:
                 result = replace(result, evidence=f"{result.evidence} (screenshot {path})")
         if self.context is not None:

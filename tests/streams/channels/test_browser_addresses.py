@@ -219,3 +219,18 @@ def sandboxed_children(main: int) -> list[int]:
         return False
 
     return [pid for pid in renderers if under_main(pid)]
+
+
+async def test_a_failed_attempt_without_a_screenshot_says_why_in_its_evidence(
+    fake_form: BackgroundFakeForm, refused: RefusedServer, tmp_path: Path
+) -> None:
+    """The screenshot is evidence too: when it cannot be taken (here its directory is a
+    file), the attempt's evidence says so, instead of only a log line."""
+    not_a_dir = tmp_path / "shots"
+    not_a_dir.write_text("a file where the screenshots would go")
+    target = {**form_target(fake_form.app.url), "start_url": f"{refused.url}/form"}
+    async with channel_for(target, tmp_path, screenshots_dir=str(not_a_dir)) as channel:
+        result = await channel.send(delivery())
+    assert result.error_class is ErrorClass.BLOCKED_ADDRESS, result
+    assert SHOT.search(result.evidence) is None, result.evidence
+    assert "(no screenshot: " in result.evidence, result.evidence
