@@ -29,6 +29,7 @@ from clients.kafka_security import client_options, start_producer
 from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
+from events.bounds import MAX_SLO_SECONDS, check_json_values
 from events.channels import (
     channel_names,
     check_channel,
@@ -36,7 +37,7 @@ from events.channels import (
     recipient_refusal,
     shown,
 )
-from events.codec import encode
+from events.codec import MAX_DEPTH, encode, json_depth
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
 from events.topics import record_key
@@ -61,7 +62,7 @@ class DeliverySpec(BaseModel):
     recipient: str
     payload: JsonValue = Field(default_factory=dict)
     event_type: str = Field(default="run.succeeded", pattern=r"^[A-Za-z0-9._\-]{1,100}$")
-    slo_seconds: int | None = Field(default=None, ge=1)
+    slo_seconds: int | None = Field(default=None, ge=1, le=MAX_SLO_SECONDS)
 
     @field_validator("channel")
     @classmethod
@@ -202,26 +203,38 @@ class Publisher:
     ) -> None:
         await self.stop()
 
-    async def run_started(self, run_id: str, *, agent: str | None = None) -> RunStarted:
-        """Record that a run began."""
-        event = RunStarted(run_id=_run_id(run_id), agent=agent, producer=self._producer_name)
+    async def run_started(
+        self, run_id: str, *, agent: str | None = None, producer: str | None = None
+    ) -> RunStarted:
+        """Record that a run began. ``producer``, on any call, names the agent the events
+        come from, for a publisher shared by several (the HTTP API); by default the
+        publisher's own name."""
+        event = RunStarted(
+            run_id=_run_id(run_id), agent=agent, producer=producer or self._producer_name
+        )
         await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
 
-    async def run_failed(self, run_id: str, error: str) -> RunFailed:
+    async def run_failed(
+        self, run_id: str, error: str, *, producer: str | None = None
+    ) -> RunFailed:
         """Record that a run failed; no deliveries follow a failure."""
         if not error:
             raise PublishRejected("error must not be empty")
-        event = RunFailed(run_id=_run_id(run_id), error=error, producer=self._producer_name)
+        event = RunFailed(
+            run_id=_run_id(run_id), error=error, producer=producer or self._producer_name
+        )
         await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
 
-    async def run_marked_unknown(self, run_id: str, reason: str) -> RunMarkedUnknown:
+    async def run_marked_unknown(
+        self, run_id: str, reason: str, *, producer: str | None = None
+    ) -> RunMarkedUnknown:
         """Record that nobody can tell whether the run finished (e.g. its agent vanished)."""
         if not reason:
             raise PublishRejected("reason must not be empty")
         event = RunMarkedUnknown(
-            run_id=_run_id(run_id), reason=reason, producer=self._producer_name
+            run_id=_run_id(run_id), reason=reason, producer=producer or self._producer_name
         )
         await self._commit([(self._settings.kafka.topic_runs, event)])
         return event
@@ -231,11 +244,13 @@ class Publisher:
         run_id: str,
         result_hash: str,
         deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
+        *,
+        producer: str | None = None,
     ) -> list[DeliveryRequested]:
         """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically."""
-        requests = self.check_run_succeeded(run_id, result_hash, deliveries)
+        requests = self.check_run_succeeded(run_id, result_hash, deliveries, producer=producer)
         run_event = RunSucceeded(
-            run_id=run_id, result_hash=result_hash, producer=self._producer_name
+            run_id=run_id, result_hash=result_hash, producer=producer or self._producer_name
         )
         batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
         batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
@@ -263,21 +278,36 @@ class Publisher:
         run_id: str,
         result_hash: str,
         deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...] = (),
+        *,
+        producer: str | None = None,
     ) -> list[DeliveryRequested]:
         """Every check ``run_succeeded`` makes, without connecting: its requests, or
         ``PublishRejected``."""
         run_id = _run_id(run_id)
         if not result_hash or len(result_hash) > 200:
             raise PublishRejected("result_hash must be 1-200 characters")
-        return self.delivery_requests(run_id, deliveries)
+        return self.delivery_requests(run_id, deliveries, producer=producer)
 
     def delivery_requests(
-        self, run_id: str, deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...]
+        self,
+        run_id: str,
+        deliveries: list[DeliverySpec] | tuple[DeliverySpec, ...],
+        *,
+        producer: str | None = None,
     ) -> list[DeliveryRequested]:
         """Validate every delivery and build its event; raise before anything is written."""
         requests: list[DeliveryRequested] = []
         seen: dict[str, int] = {}
         for index, spec in enumerate(deliveries, start=1):
+            if unfit := check_json_values(spec.payload):
+                raise PublishRejected(f"delivery {index}: payload: {unfit}")
+            # The event nests the payload one level down; deeper than the reader's limit,
+            # the record would only be dead-lettered.
+            if (depth := json_depth(spec.payload)) > MAX_DEPTH - 1:
+                raise PublishRejected(
+                    f"delivery {index}: payload nests {depth} levels deep, over the limit of "
+                    f"{MAX_DEPTH - 1}"
+                )
             if too_large := payload_too_large(
                 spec.payload, self._settings.publisher.max_payload_bytes
             ):
@@ -291,7 +321,7 @@ class Publisher:
                 recipient=spec.recipient,
                 payload=spec.payload,
                 slo_seconds=spec.slo_seconds or self._settings.publisher.default_slo_s,
-                producer=self._producer_name,
+                producer=producer or self._producer_name,
             )
             if request.idempotency_key in seen:
                 raise PublishRejected(

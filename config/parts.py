@@ -13,6 +13,7 @@ A component is given its part (or the few it needs), never the whole ``Settings`
   clock, lookups, its metrics endpoint.
 * ``SigningSettings``: signed outcome events (workers sign, every folding reader checks).
 * ``DashboardSettings``: ``ledger dashboard``.
+* ``ApiSettings``: ``ledger api``, the HTTP ingest API.
 * ``ProjectionSettings``: the projections' database.
 
 Every duration ends in ``_s`` and is seconds (a float unless an event field it feeds is
@@ -96,6 +97,9 @@ class KafkaSettings(Part):
     topic_budgets: str = "ledger.budgets"
     """Per-agent send budgets, keyed by agent: set, cleared, released and spent
     (events/budgets.py)."""
+    topic_api_keys: str = "ledger.api_keys"
+    """API keys of the HTTP ingest API: compacted, one partition, keyed by key id
+    (events/api_keys.py; ``ledger api-keys``)."""
     partitions: int = Field(default=8, ge=1, le=1024)
     """Partitions of the topics the ledger creates."""
     broker_host: str = "127.0.0.1"
@@ -389,6 +393,35 @@ class DashboardSettings(Part):
     """How often the page refreshes."""
     thresholds: dict[str, int] = Field(default_factory=dict)
     """Counter name -> value at which it turns red, as JSON."""
+
+
+class ApiSettings(Part):
+    """``ledger api``: the HTTP ingest API (api/): where it listens, its own database of
+    first answers (idempotency), and its limits."""
+
+    host: str = "127.0.0.1"
+    """Address the API listens on."""
+    port: int = Field(default=8780, ge=0, le=65535)
+    """Port the API listens on (0: any free)."""
+    dsn: str | None = None
+    """The API's own database of first answers (idempotency by run id):
+    ``sqlite:///path`` (none: ``api.sqlite3`` in the data dir); every API instance that
+    serves the same agents must share one. ``ledger api --dsn`` overrides it."""
+    transactional_id: str | None = None
+    """Kafka transactional id of the API's publisher (none: ``ledger-api-`` and a random
+    suffix). Give each instance a stable one to fence its dead predecessor at restart."""
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Largest request body accepted (413 above)."""
+    max_deliveries_per_run: int = Field(default=100, ge=1, le=10_000)
+    """Most deliveries one run may ask for (413 above)."""
+    rate_per_key_s: float = Field(default=200.0, gt=0)
+    """Requests per second each API key may make, per API process (a token bucket;
+    429 with Retry-After beyond it)."""
+    burst_per_key: int = Field(default=400, ge=1)
+    """How many requests a key may make at once before the rate applies."""
+    in_flight_stale_s: float = Field(default=60.0, gt=0)
+    """A request still "in flight" after this long is taken to have died with its process:
+    the next request for the same run takes it over (longer than a publish can take)."""
 
 
 class EndpointSettings(Part):

@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from config.legacy import DELIMITER, PREFIX, LegacyEnvSource
 from config.parts import (
+    ApiSettings,
     BreakerSettings,
     ChannelSettings,
     DashboardSettings,
@@ -51,6 +52,7 @@ from config.parts import (
 from events.addresses import AddressPolicy, Origin, origin_of
 
 __all__ = [
+    "ApiSettings",
     "BreakerSettings",
     "ChannelSettings",
     "DashboardSettings",
@@ -96,6 +98,8 @@ class Settings(BaseSettings):
     """The projections' database."""
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     """The dashboard."""
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    """The HTTP ingest API."""
     endpoints: EndpointSettings = Field(default_factory=EndpointSettings)
     """The endpoint registry."""
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)

@@ -68,14 +68,14 @@ def _decode(data: bytes) -> AnyExecutionEvent | AnyDeliveryEvent:
         raise EventDecodeError(f"value is not JSON: {exc}") from None
     except RecursionError:
         raise EventDecodeError(f"value nests deeper than {MAX_DEPTH} levels") from None
-    if (depth := _depth(record)) > MAX_DEPTH:
+    if (depth := json_depth(record)) > MAX_DEPTH:
         raise EventDecodeError(f"value nests {depth} levels deep, over the limit of {MAX_DEPTH}")
     if (unfit := check_json_values(record)) is not None:
         raise EventDecodeError(f"value is not an event: {unfit}")
     return decode_record(record)
 
 
-def _depth(value: Any) -> int:
+def json_depth(value: Any) -> int:
     """How deeply ``value`` nests objects and arrays (iteratively: no recursion limit)."""
     deepest = 0
     stack = [(value, 1)]

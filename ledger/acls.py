@@ -5,9 +5,11 @@ outcomes) and write dead letters; the live projector reads and writes dead lette
 ``ledger.runs``); operators (``ledger resolve``/``ledger redrive``) append their signed
 events to ``ledger.deliveries`` (they select from the projection), and set, clear, release
 and read agents' budgets on ``ledger.budgets``, which workers read and append to;
-dashboard, replay and verify only read. Kafka ACLs are per topic: requests and outcome
-events share ``ledger.deliveries``, so an agent principal can still append an outcome event
-there (see the README, Security).
+dashboard, replay and verify only read. The HTTP ingest API (``ledger api``) is an agent
+for every agent that holds one of its keys: it writes runs and requests under its own
+transactional ids, and reads the API keys, which operators issue and revoke. Kafka ACLs
+are per topic: requests and outcome events share ``ledger.deliveries``, so an agent
+principal can still append an outcome event there (see the README, Security).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from clients.kafka_security import client_options, connect_error
 from config.settings import Settings
 from events.errors import LedgerError
 
-Role = Literal["agent", "worker", "projector", "operator", "reader"]
-ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "operator", "reader")
+Role = Literal["agent", "worker", "projector", "operator", "reader", "api"]
+ROLES: tuple[Role, ...] = ("agent", "worker", "projector", "operator", "reader", "api")
 # The transactional ids agents use unless they give their own (clients/publisher.py).
 AGENT_TRANSACTIONAL_PREFIX = "ledger-publisher-"
+# The API server's (api/publishing.py), unless LEDGER_API__TRANSACTIONAL_ID names one.
+API_TRANSACTIONAL_PREFIX = "ledger-api-"
 
 
 class Resource(IntEnum):
@@ -103,6 +107,21 @@ def role_acls(
                 for op in write
             ),
         ]
+    if role == "api":
+        return [
+            *_on_topics(principal, write, runs, deliveries),
+            *_on_topics(principal, read, settings.kafka.topic_api_keys),
+            *(
+                Acl(
+                    principal,
+                    op,
+                    Resource.TRANSACTIONAL_ID,
+                    settings.api.transactional_id or API_TRANSACTIONAL_PREFIX,
+                    Pattern.LITERAL if settings.api.transactional_id else Pattern.PREFIXED,
+                )
+                for op in write
+            ),
+        ]
     if role == "worker":
         group = settings.worker.group
         return [
@@ -130,10 +149,17 @@ def role_acls(
     if role == "operator":
         # Resolve and redrive events, on the deliveries' own topic (per topic, as for the
         # agent: nothing finer). What the operator acts on is read from the projection.
-        # And ``ledger endpoints`` and ``ledger budgets``: each read, then appended to.
+        # And ``ledger endpoints``, ``ledger budgets`` and ``ledger api-keys``: each read,
+        # then appended to.
         return [
             *_on_topics(principal, write, deliveries),
-            *_on_topics(principal, (*read, Operation.WRITE), endpoints, budgets),
+            *_on_topics(
+                principal,
+                (*read, Operation.WRITE),
+                endpoints,
+                budgets,
+                settings.kafka.topic_api_keys,
+            ),
         ]
     return _on_topics(
         principal,

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "demo": ("demo", False),
     "channels": ("channels", False),
     "dashboard": ("dashboard", False),
+    "api": ("api", False),
+    "api-keys": ("api_keys", True),
     "fake-email-api": ("fake_email_api", False),
     "fake-form": ("fake_form", False),
     "fake-mail": ("fake_mail", False),

@@ -23,6 +23,7 @@ HEARTBEATS = {
 
 # The endpoint registry: one partition (one order for every reader), compacted by endpoint
 # id (every event carries the whole endpoint, so the latest record per id is enough).
+# The API keys alike, by key id.
 ENDPOINTS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
@@ -44,6 +45,7 @@ async def create_topics(
         settings.kafka.topic_heartbeats,
         settings.kafka.topic_endpoints,
         settings.kafka.topic_budgets,
+        settings.kafka.topic_api_keys,
     )
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers,
@@ -64,7 +66,7 @@ async def create_topics(
                 continue
             if name == settings.kafka.topic_heartbeats:
                 topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
-            elif name == settings.kafka.topic_endpoints:
+            elif name in (settings.kafka.topic_endpoints, settings.kafka.topic_api_keys):
                 topic = NewTopic(name, 1, 1, topic_configs=dict(ENDPOINTS))
             else:
                 topic = NewTopic(name, settings.kafka.partitions, 1, topic_configs=dict(FOREVER))

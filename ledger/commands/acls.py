@@ -14,7 +14,7 @@ from ledger.acls import AGENT_TRANSACTIONAL_PREFIX, Acl, Role, grant, role_acls
 out = Console(highlight=False)
 app = typer.Typer(no_args_is_help=True, help="Kafka ACLs per role (SASL principals).")
 
-RoleArg = Annotated[Role, typer.Argument(help="agent, worker, projector, operator or reader.")]
+RoleArg = Annotated[Role, typer.Argument(help="agent, worker, projector, operator, reader or api.")]
 UserArg = Annotated[str, typer.Argument(help="The SASL user name (or User:NAME).")]
 PrefixOpt = Annotated[
     str,

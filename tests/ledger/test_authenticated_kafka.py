@@ -138,8 +138,8 @@ async def test_every_client_works_over_sasl_ssl_each_as_its_role(
 ) -> None:
     made = ledger(settings, "topics", "create")  # as admin; the fixture made them already
     assert made.returncode == 0, made.stderr
-    # the three, the heartbeats, the endpoint registry and the budgets
-    assert made.stdout.count("exists") == 6, made.stdout
+    # the three, the heartbeats, the endpoint registry, the budgets and the API keys
+    assert made.stdout.count("exists") == 7, made.stdout
     base = receiver.settings(worker_factory.settings)
     for role in ROLES:
         await grant(settings, role_acls(base, role, f"User:{role}"))

@@ -1,0 +1,53 @@
+"""The API application: ``create_app(settings)`` (no module-level app)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+from fastapi import FastAPI
+
+from api import errors, reads, runs
+from api.limits import BodyLimit
+from api.services import Services
+from config.settings import Settings
+
+DESCRIPTION = """\
+Publish an agent's runs over HTTP: a run's result and its deliveries are written in ONE
+Kafka transaction (the SDK's), idempotent by run id (the same request again gets the first
+answer; a different one for the same run gets 409 naming the fields). Every error is one
+line of JSON naming the field. Authenticate with an API key (`ledger api-keys create`).
+"""
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] | None = None,
+) -> FastAPI:
+    """The API over ``settings``: its services start with the app and stop with it."""
+    held = Services.of(settings, clock or (lambda: datetime.now(UTC)))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await held.start()
+        try:
+            yield
+        finally:
+            await held.stop()
+
+    app = FastAPI(
+        title="delivery-ledger ingest API",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.services = held
+    errors.install(app)
+    app.include_router(runs.router)
+    app.include_router(reads.router)
+    app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+    return app

@@ -1,0 +1,171 @@
+"""First answers by run id: Stripe's idempotency semantics, kept in the API's own database.
+
+Each run event (``complete``, ``start``, ``fail``, ``unknown``) of a run id is answered
+once. The request's fingerprint (the agent, and a hash per body field) is recorded
+*before* anything is published, as "in flight"; then the answer once the transaction
+committed. So:
+
+* the same request again gets the first answer, unpublished a second time;
+* a different request for the same run event gets a conflict naming the fields that
+  differ (409), and so does one arriving while the first is still in flight ("retry");
+* an in-flight record older than ``in_flight_stale_s`` belonged to a process that died
+  before answering: the next request takes it over and publishes (the log dedupes the
+  deliveries by key if the dead one had committed after all);
+* a publish that failed removes its record, so the caller's retry publishes afresh.
+
+SQLite (one file under the data dir), used from one thread: the connection is never
+shared between threads, and the event loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS first_answers (
+  run_id TEXT NOT NULL,
+  action TEXT NOT NULL,
+  agent TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  state TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  status INTEGER,
+  answer TEXT,
+  PRIMARY KEY (run_id, action)
+)
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the record of a run event says about a new request for it.
+
+    ``new``: recorded in flight, publish it; ``replay``: answer ``status``/``answer``
+    again; ``conflict``: a different request holds it (``fields`` differ, or another
+    ``agent``); ``in_flight``: the same request is being published right now.
+    """
+
+    kind: Literal["new", "replay", "conflict", "in_flight"]
+    status: int | None = None
+    answer: dict[str, Any] | None = None
+    fields: tuple[str, ...] = ()
+    agent: str | None = None
+
+
+def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
+    """The body fields whose hashes differ between two fingerprints."""
+    return tuple(sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k)))
+
+
+class FirstAnswers:
+    """The ``first_answers`` table of one SQLite file, used from a thread of its own."""
+
+    def __init__(self, dsn: str, stale_s: float) -> None:
+        if not dsn.startswith("sqlite://"):
+            raise ValueError(
+                "LEDGER_API__DSN must be sqlite:///path (the API's idempotency database)"
+            )
+        self._path = Path(dsn.removeprefix("sqlite://"))
+        self._stale_s = stale_s
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-answers")
+        self._db: sqlite3.Connection | None = None
+
+    async def _call(self, work: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self._path, isolation_level=None, timeout=10.0)
+            db.execute("PRAGMA journal_mode=WAL")
+            # A commit survives a crash of this process (not of the machine's power): the
+            # answer is also in the log, and a lost record only re-publishes, deduped by key.
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(SCHEMA)
+            self._db = db
+        return self._db
+
+    async def open(self) -> None:
+        """Create the file and the table if they are not there."""
+        await self._call(self._conn)
+
+    async def close(self) -> None:
+        """Close the connection and the thread."""
+
+        def closing() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await self._call(closing)
+        self._executor.shutdown(wait=True)
+
+    async def claim(
+        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
+    ) -> Claim:
+        """Record the request in flight, or say why not (see ``Claim``)."""
+        result: Claim = await self._call(self._claim, run_id, action, agent, fingerprint, now)
+        return result
+
+    def _claim(
+        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
+    ) -> Claim:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(
+                "SELECT agent, fingerprint, state, started_at, status, answer "
+                "FROM first_answers WHERE run_id = ? AND action = ?",
+                (run_id, action),
+            ).fetchone()
+            mine = json.dumps(fingerprint, sort_keys=True)
+            if row is None:
+                db.execute(
+                    "INSERT INTO first_answers VALUES (?, ?, ?, ?, 'in_flight', ?, NULL, NULL)",
+                    (run_id, action, agent, mine, now),
+                )
+                return Claim("new")
+            their_agent, theirs, state, started_at, status, answer = row
+            if their_agent != agent:
+                return Claim("conflict", agent=their_agent)
+            fields = differing(json.loads(theirs), fingerprint)
+            if fields:
+                return Claim("conflict", fields=fields)
+            if state == "done":
+                return Claim("replay", status=status, answer=json.loads(answer))
+            if now - started_at < self._stale_s:
+                return Claim("in_flight")
+            db.execute(
+                "UPDATE first_answers SET started_at = ? WHERE run_id = ? AND action = ?",
+                (now, run_id, action),
+            )
+            return Claim("new")
+        finally:
+            db.execute("COMMIT")
+
+    async def answered(self, run_id: str, action: str, status: int, answer: dict[str, Any]) -> None:
+        """Keep the first answer of a run event."""
+        await self._call(self._answered, run_id, action, status, json.dumps(answer))
+
+    def _answered(self, run_id: str, action: str, status: int, answer: str) -> None:
+        self._conn().execute(
+            "UPDATE first_answers SET state = 'done', status = ?, answer = ? "
+            "WHERE run_id = ? AND action = ?",
+            (status, answer, run_id, action),
+        )
+
+    async def abandon(self, run_id: str, action: str) -> None:
+        """Forget an in-flight request whose publish failed: a retry publishes afresh."""
+        await self._call(self._abandon, run_id, action)
+
+    def _abandon(self, run_id: str, action: str) -> None:
+        self._conn().execute(
+            "DELETE FROM first_answers WHERE run_id = ? AND action = ? AND state = 'in_flight'",
+            (run_id, action),
+        )

@@ -1,0 +1,58 @@
+"""Serving the API with uvicorn until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+
+import uvicorn
+
+from api.app import create_app
+from config.settings import Settings
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, leaving signals to the caller (who sets ``stop``)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve on ``settings.api.host``/``port`` until ``stop`` is set; ``ready`` gets the
+    base URL once it listens (port 0: the one it got)."""
+    app = create_app(settings)
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET, socket.SOCK_STREAM
+    )
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.api.host, settings.api.port))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                await task  # raises what stopped it
+                return
+            await asyncio.sleep(0.05)
+        port = sock.getsockname()[1]
+        host = settings.api.host
+        if ready is not None:
+            ready(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+        await stop.wait()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()

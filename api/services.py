@@ -1,0 +1,71 @@
+"""What one API process holds while it serves: one shared publisher (so group commit
+batches concurrent requests into few Kafka transactions), the API keys followed from the
+log, the first answers, the rate limiter, and where the projection is read."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from fastapi import Request
+
+from api.idempotency import FirstAnswers
+from api.limits import RateLimiter
+from clients.api_keys import ApiKeyTable
+from clients.publisher import Publisher
+from config.settings import Settings
+from projections.backends import default_dsn
+
+PRODUCER = "ledger-api"
+TRANSACTIONAL_PREFIX = "ledger-api-"  # ledger/acls.py grants the api role this prefix
+
+
+@dataclass
+class Services:
+    """The API's parts, built from its settings; ``start`` and ``stop`` them."""
+
+    settings: Settings
+    publisher: Publisher
+    keys: ApiKeyTable
+    answers: FirstAnswers
+    limiter: RateLimiter
+    projection_dsn: str
+    clock: Callable[[], datetime]
+
+    @classmethod
+    def of(cls, settings: Settings, clock: Callable[[], datetime]) -> Services:
+        """Everything the API needs, unstarted."""
+        api = settings.api
+        transactional_id = api.transactional_id or f"{TRANSACTIONAL_PREFIX}{uuid.uuid4().hex[:12]}"
+        dsn = api.dsn or f"sqlite://{(settings.data_dir / 'api.sqlite3').resolve()}"
+        return cls(
+            settings=settings,
+            publisher=Publisher(
+                settings, producer_name=PRODUCER, transactional_id=transactional_id
+            ),
+            keys=ApiKeyTable(settings.kafka),
+            answers=FirstAnswers(dsn, api.in_flight_stale_s),
+            limiter=RateLimiter(api.rate_per_key_s, api.burst_per_key),
+            projection_dsn=default_dsn(settings),
+            clock=clock,
+        )
+
+    async def start(self) -> None:
+        """Open the answers, follow the keys, connect the publisher."""
+        await self.answers.open()
+        self.keys.start()
+        await self.publisher.start()
+
+    async def stop(self) -> None:
+        """Commit what is queued, stop following, close."""
+        await self.publisher.stop()
+        await self.keys.stop()
+        await self.answers.close()
+
+
+def services(request: Request) -> Services:
+    """The running app's services."""
+    found: Services = request.app.state.services
+    return found
