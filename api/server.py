@@ -11,6 +11,7 @@ import uvicorn
 
 from api.app import create_app
 from config.settings import Settings
+from events.ports import listen_port
 
 
 class _Server(uvicorn.Server):
@@ -34,7 +35,8 @@ async def serve(
         socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET, socket.SOCK_STREAM
     )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.api.host, settings.api.port))
+    # Port 0: a free one below the kernel's ephemeral range (events/ports.py).
+    sock.bind((settings.api.host, listen_port(settings.api.port, settings.api.host)))
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
     )

@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.fixtures.form",
     "tests.fixtures.worker",
     "tests.fixtures.projection",
+    "tests.fixtures.api",
     "tests.fixtures.core",
     "tests.fixtures.durations",
 ]
