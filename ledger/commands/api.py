@@ -1,0 +1,49 @@
+"""``ledger api``: serve the HTTP ingest API (api/). Thin: parse, serve."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from config.settings import Settings, changed
+from ledger.commands.serving import run_server, stop_on_signals
+
+out = Console(highlight=False)
+app = typer.Typer()
+
+
+@app.command("api")
+def api_command(
+    host: Annotated[
+        str | None, typer.Option("--host", help="Listen address (default: LEDGER_API__HOST).")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", min=0, max=65535, help="Port (default LEDGER_API__PORT, 8780; 0: any free)."
+        ),
+    ] = None,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn", help="The API's idempotency database, sqlite:///path (LEDGER_API__DSN)."
+        ),
+    ] = None,
+) -> None:
+    """Serve the HTTP ingest API (OpenAPI at /openapi.json) until Ctrl-C."""
+    given = {"api.host": host, "api.port": port, "api.dsn": dsn}
+    settings = changed(Settings(), {k: v for k, v in given.items() if v is not None})
+    from api import serve  # FastAPI is loaded by this command only
+
+    async def serving() -> None:
+        stop = stop_on_signals()
+
+        def ready(url: str) -> None:
+            out.print(f"api on {url} (OpenAPI at {url}/openapi.json); Ctrl-C stops")
+
+        await serve(settings, stop, ready=ready)
+
+    run_server(serving(), "choose another with --port or LEDGER_API__PORT")
+    out.print("api stopped")
