@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 
 from fastapi import FastAPI
 
-from api import errors, reads, runs
+from api.errors import install
 from api.limits import BodyLimit
+from api.reads import router as reads_router
+from api.runs import router as runs_router
 from api.services import Services
 from config.settings import Settings
 
@@ -46,8 +48,8 @@ def create_app(
         redoc_url=None,
     )
     app.state.services = held
-    errors.install(app)
-    app.include_router(runs.router)
-    app.include_router(reads.router)
+    install(app)
+    app.include_router(runs_router)
+    app.include_router(reads_router)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
     return app

@@ -57,7 +57,10 @@ async def _read(request: Request, work: Callable[[Store], T]) -> T:
             try:
                 store.prepare("read")
             except LedgerError as exc:
-                raise ApiError(503, exc.message, hint=exc.hint) from None
+                # No projection yet (or not ours): nothing is known of anything there.
+                raise ApiError(
+                    404, f"not in the projection: {exc.message}", hint=exc.hint
+                ) from None
             return work(store)
         except store.system_errors as exc:
             raise ApiError(
@@ -91,7 +94,7 @@ def delivery_answer(row: Row) -> DeliveryAnswer:
 
 
 @router.get(
-    "/runs/{run_id:path}",
+    "/runs/{run_id:run_id}",
     response_model=RunAnswer,
     responses=READ_ERRORS,
     summary="One run: did execution finish, did delivery leave, which key the receiver sees",

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.convertors import Convertor, register_url_convertor
 
 from api.auth import Caller
 from api.errors import ApiError
@@ -30,6 +31,24 @@ from clients.publisher import PublishFailed, PublishRejected
 from events.base import RUN_ID_PATTERN, utc_now
 from events.delivery import DeliveryRequested
 from events.keys import canonical_json
+
+
+class RunIdConvertor(Convertor[str]):
+    """A run id in a path: anything (FastAPI then checks it and names ``run_id`` in a
+    422), slashes included (run ids may hold them), but not ending like a run event's
+    path, so that ``GET /v1/runs/x/start`` is a 405, not a read of run ``x/start``."""
+
+    regex = r"(?s:.+)(?<!/complete)(?<!/start)(?<!/fail)(?<!/unknown)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+# Starlette's convertors are one global table: registered once, on import, by name.
+register_url_convertor("run_id", RunIdConvertor())
 
 RunId = Annotated[
     str,
@@ -178,7 +197,7 @@ def _checked(held: Services, check: Callable[[], object]) -> None:
 
 
 @router.post(
-    "/{run_id:path}/complete",
+    "/{run_id:run_id}/complete",
     status_code=201,
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
@@ -213,7 +232,7 @@ async def complete(request: Request, run_id: RunId, body: CompleteRun, key: Call
 
 
 @router.post(
-    "/{run_id:path}/start",
+    "/{run_id:run_id}/start",
     status_code=201,
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
@@ -231,7 +250,7 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
 
 
 @router.post(
-    "/{run_id:path}/fail",
+    "/{run_id:run_id}/fail",
     status_code=201,
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
@@ -249,7 +268,7 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
 
 
 @router.post(
-    "/{run_id:path}/unknown",
+    "/{run_id:run_id}/unknown",
     status_code=201,
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},

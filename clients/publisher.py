@@ -52,13 +52,19 @@ class PublishRejected(ValueError):
     """Input refused before anything was written; the message names what was wrong."""
 
 
+def _installed_channels(schema: dict[str, JsonValue]) -> None:
+    """The installed channels, listed in the schema (OpenAPI, JSON Schema) when it is made."""
+    names: list[JsonValue] = list(channel_names())
+    schema["enum"] = names
+
+
 class DeliverySpec(BaseModel):
     """One delivery an agent asks for: a channel, a recipient and a JSON payload."""
 
     # Inputs stay out of error texts: a recipient may carry a secret, a payload anything.
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    channel: str
+    channel: str = Field(json_schema_extra=_installed_channels)
     recipient: str
     payload: JsonValue = Field(default_factory=dict)
     event_type: str = Field(default="run.succeeded", pattern=r"^[A-Za-z0-9._\-]{1,100}$")

@@ -131,7 +131,7 @@ MOVED: dict[str, Moved] = {
 # The root's fields (config/settings.py): its parts and the fields every part shares.
 ROOT_FIELDS = frozenset(
     {"kafka", "publisher", "channels", "worker", "signing", "projection", "dashboard"}
-    | {"endpoints", "breaker"}
+    | {"endpoints", "breaker", "api"}
     | {"data_dir", "cache_dir", "event_loop", "faults"}
 )
 

@@ -3,7 +3,8 @@ functions and under TYPE_CHECKING): dependencies point one way and make no circl
 
 events imports nothing of ours; config and clients import events (clients may import
 config); receiver imports events only; streams and projections import those and never
-each other; ledger sits on top (docs: ARCHITECTURE.md, "Layout")."""
+each other; api (the HTTP ingest API) imports those and projections; ledger sits on top
+(docs: ARCHITECTURE.md, "Layout")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from ledger.cli import COMMANDS, module_commands
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("events", "config", "clients", "receiver", "streams", "projections", "ledger")
+PACKAGES = ("events", "config", "clients", "receiver", "streams", "projections", "api", "ledger")
 ALLOWED = {
     "events": set(),
     "config": {"events"},
@@ -21,6 +22,7 @@ ALLOWED = {
     "receiver": {"events"},
     "streams": {"events", "config", "clients"},
     "projections": {"events", "config", "clients"},
+    "api": {"events", "config", "clients", "projections"},
     "ledger": set(PACKAGES) - {"ledger"},
 }
 
