@@ -4,6 +4,7 @@ with concurrent requests by group commit), as the SDK writes them."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -16,7 +17,8 @@ from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 
 from api.auth import Caller
-from api.errors import ApiError
+from api.errors import ApiError, log
+from api.idempotency import AnswersUnavailable
 from api.models import (
     AcceptedDelivery,
     CompleteRun,
@@ -111,7 +113,10 @@ async def publish_once(
     or publish and keep the answer."""
     held = services(request)
     action = _ACTIONS[event]
-    claim = await held.answers.claim(run_id, action, key.agent, fingerprint(body), time.time())
+    try:
+        claim = await held.answers.claim(run_id, action, key.agent, fingerprint(body), time.time())
+    except AnswersUnavailable as exc:
+        raise ApiError(503, str(exc), hint="nothing was published: retry") from None
     if claim.kind == "replay":
         assert claim.status is not None
         assert claim.answer is not None
@@ -159,8 +164,13 @@ async def publish_once(
                 for r in requests
             ],
         ).model_dump(mode="json")
-        await held.answers.answered(run_id, action, 201, answer)
-        answered = True
+        answered = True  # committed: whatever happens to its record, this is the answer
+        try:
+            await held.answers.answered(run_id, action, 201, answer)
+        except AnswersUnavailable as exc:
+            # A repeat then finds it in flight, and once stale publishes it again: the
+            # log dedupes its deliveries by key. The caller still learns it committed.
+            log.warning("run %s: %s answered but not recorded: %s", run_id, action, exc)
     except PublishRejected as exc:
         raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
     except PublishFailed as exc:
@@ -172,7 +182,8 @@ async def publish_once(
         ) from None
     finally:
         if not answered:
-            await held.answers.abandon(run_id, action)
+            with contextlib.suppress(AnswersUnavailable):  # then it goes stale instead
+                await held.answers.abandon(run_id, action)
     return JSONResponse(answer, status_code=201)
 
 
