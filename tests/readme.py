@@ -19,6 +19,13 @@ def python_blocks() -> list[tuple[str | None, str]]:
     return [(m.group(1), m.group(2)) for m in _BLOCK.finditer(README.read_text())]
 
 
+def readme_shell_block(name: str) -> str:
+    """The shell block after ``<!-- name -->``, as written."""
+    found = re.findall(rf"<!-- {re.escape(name)} -->\n```sh\n(.*?)```", README.read_text(), re.S)
+    assert len(found) == 1, f"README.md has {len(found)} sh blocks marked {name!r}"
+    return str(found[0])
+
+
 def readme_block(name: str) -> str:
     """The Python block after ``<!-- name -->``, as written."""
     found = [code for marker, code in python_blocks() if marker == name]
