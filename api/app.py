@@ -27,12 +27,19 @@ def create_app(
     settings: Settings,
     *,
     clock: Callable[[], datetime] | None = None,
+    services: Services | None = None,
 ) -> FastAPI:
-    """The API over ``settings``: its services start with the app and stop with it."""
-    held = Services.of(settings, clock or (lambda: datetime.now(UTC)))
+    """The API over ``settings``. Its services start and stop with the app, unless they
+    are given (``services``): then their owner starts them first and stops them after
+    (``serve`` does, so that a broker that does not answer is one line, not a server
+    that failed its start)."""
+    held = services or Services.of(settings, clock or (lambda: datetime.now(UTC)))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if services is not None:
+            yield
+            return
         await held.start()
         try:
             yield

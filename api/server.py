@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import uvicorn
 
 from api.app import create_app
+from api.services import Services
 from config.settings import Settings
 from events.ports import listen_port
 
@@ -30,7 +32,8 @@ async def serve(
 ) -> None:
     """Serve on ``settings.api.host``/``port`` until ``stop`` is set; ``ready`` gets the
     base URL once it listens (port 0: the one it got)."""
-    app = create_app(settings)
+    held = Services.of(settings, lambda: datetime.now(UTC))
+    app = create_app(settings, services=held)
     sock = socket.socket(
         socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET, socket.SOCK_STREAM
     )
@@ -38,9 +41,15 @@ async def serve(
     # Port 0: a free one below the kernel's ephemeral range (events/ports.py).
     sock.bind((settings.api.host, listen_port(settings.api.port, settings.api.host)))
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=10
     )
     server = _Server(config)
+    try:
+        await held.start()  # a broker that does not answer: LedgerError, one line
+    except BaseException:
+        await held.stop()
+        sock.close()
+        raise
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -58,3 +67,4 @@ async def serve(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         sock.close()
+        await held.stop()

@@ -53,10 +53,11 @@ class Services:
         )
 
     async def start(self) -> None:
-        """Open the answers, follow the keys, connect the publisher."""
+        """Connect the publisher (a broker that does not answer: ``LedgerError``), open
+        the answers, follow the keys."""
+        await self.publisher.start()
         await self.answers.open()
         self.keys.start()
-        await self.publisher.start()
 
     async def stop(self) -> None:
         """Commit what is queued, stop following, close."""

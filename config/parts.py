@@ -406,7 +406,8 @@ class ApiSettings(Part):
     dsn: str | None = None
     """The API's own database of first answers (idempotency by run id):
     ``sqlite:///path`` (none: ``api.sqlite3`` in the data dir); every API instance that
-    serves the same agents must share one. ``ledger api --dsn`` overrides it."""
+    serves the same agents must share one (so, for now, run them on one machine).
+    ``ledger api --dsn`` overrides it."""
     transactional_id: str | None = None
     """Kafka transactional id of the API's publisher (none: ``ledger-api-`` and a random
     suffix). Give each instance a stable one to fence its dead predecessor at restart."""
@@ -422,6 +423,15 @@ class ApiSettings(Part):
     in_flight_stale_s: float = Field(default=60.0, gt=0)
     """A request still "in flight" after this long is taken to have died with its process:
     the next request for the same run takes it over (longer than a publish can take)."""
+
+    @field_validator("dsn")
+    @classmethod
+    def _sqlite_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sqlite://"):
+            raise ValueError(
+                "must be sqlite:///path (the API's idempotency database is SQLite for now)"
+            )
+        return value
 
 
 class EndpointSettings(Part):

@@ -147,6 +147,17 @@ CASES: dict[str, list[Case]] = {
     "acls grant": [Case(("boss", "u"), 2, "Invalid value for 'role'")],
     "outcome-keys": [Case(("--format", "xml"), 2, "Invalid value for '--format'")],
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
+    "api": [
+        Case(("--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--dsn", "postgresql://db/x"), 2, "must be sqlite:///path"),
+        Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
+    ],
+    "api-keys create": [
+        Case(("--agent", ""), 2, "--agent must be 1-200 characters"),
+        Case(("--agent", "bot"), 1, NO_BROKER_SAYS),
+    ],
+    "api-keys list": [Case((), 1, NO_BROKER_SAYS)],
+    "api-keys revoke": [Case(("0123456789abcdef",), 1, NO_BROKER_SAYS)],
     "fake-provider": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--timeout-pct", "200"), 2, "Invalid value for '--timeout-pct'"),
