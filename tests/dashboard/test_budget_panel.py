@@ -106,6 +106,8 @@ async def test_an_operator_releases_held_deliveries_from_the_page(
         assert timedelta(0) < left <= timedelta(hours=1), "the window the budget was set in"
         await expect(page.locator("#budgets-title")).to_contain_text("held over budget: 2")
 
+        await api_and_metrics_agree(dash, resets)
+
         # Release: the dialog offers the held count; the operator's name and reason go in.
         await row.locator("button.act-release").click()
         dialog = page.locator("#release-dialog")
@@ -144,6 +146,34 @@ async def test_an_operator_releases_held_deliveries_from_the_page(
         await refused_bad_input(dash)
         assert len(await releases(stack, read_topic)) == 1, "nothing refused was appended"
     await stack.matches()
+
+
+async def api_and_metrics_agree(dash: LiveDashboard, resets: str) -> None:
+    """``GET /api/budgets`` and ``/metrics`` give the page's numbers."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=dash.origin, timeout=30, headers=auth) as http:
+        [shown] = (await http.get("/api/budgets")).json()["budgets"]
+        text = (await http.get("/metrics")).text
+    assert shown["resets_at"] == resets
+    assert {k: shown[k] for k in ("agent", "channel", "limit", "window", "used", "held")} == {
+        "agent": AGENT, "channel": None, "limit": LIMIT, "window": "1h", "used": LIMIT,
+        "held": ASKED - LIMIT,
+    }  # fmt: skip
+    at = f'{{agent="{AGENT}",channel="*"}}'
+    for line in (
+        f"ledger_agent_budget_limit{at} {LIMIT}.0",
+        f"ledger_agent_budget_used{at} {LIMIT}.0",
+        f"ledger_agent_budget_allowed{at} {LIMIT}.0",
+        f"ledger_agent_budget_held_deliveries{at} {ASKED - LIMIT}.0",
+        f"ledger_agent_budget_window_seconds{at} 3600.0",
+    ):
+        assert line in text.splitlines(), line
+    reset = datetime.fromisoformat(resets).timestamp()
+    assert any(
+        ln.startswith(f"ledger_agent_budget_resets_at_seconds{at} ")
+        and float(ln.split()[-1]) == reset
+        for ln in text.splitlines()
+    )
 
 
 async def refused_without_the_token(dash: LiveDashboard, browser: Browser) -> None:
