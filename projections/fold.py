@@ -38,7 +38,7 @@ from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.operator import DeliveryResolved, OperatorEvent
 from events.state_codec import StateCodec
 from events.waiting import DeliveryHeld
-from projections.budgets import apply_budget
+from projections.budget_fold import apply_budget
 from projections.schema import timestamp
 
 Row = dict[str, Any]

@@ -15,7 +15,7 @@ from events.endpoints import EndpointEvent
 from events.faults import crash_if_enabled
 from events.model import DeliveryEvent
 from events.refusal import Refuser, one_line, refusal
-from projections.budgets import book_of_row, book_row, budget_rows
+from projections.budget_fold import book_of_row, book_row, budget_rows
 from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
