@@ -113,8 +113,9 @@ class TokenBucket:
             return now
         if self.rate <= 0:
             return now + timedelta(seconds=GRANT_MEMORY_S)
-        # Rounded up to the clock's microsecond: at the time said, the token is there.
-        return now + timedelta(microseconds=math.ceil(missing / self.rate * 1e6))
+        # Up to the clock's microsecond (float noise below a nanosecond aside, which
+        # EPSILON forgives): at the time said, the token is there.
+        return now + timedelta(microseconds=math.ceil(round(missing / self.rate * 1e6, 3)))
 
 
 @dataclass
