@@ -1,5 +1,10 @@
 """Per-endpoint rate limits: a token bucket per endpoint, as a gate before the claim.
 
+The gate bounds claims; the arrivals are bounded by the sender, which paces each worker's
+sends to a limited endpoint with a bucket sized the same way (``sized``) right before the
+request (streams/send_pacer.py). The gate keeps a flood of claims from sitting in the
+send queue (and their leases from running out there).
+
 **The rule.** An endpoint limited to L deliveries per second gets, in each worker, a token
 bucket filled at that worker's share of L; a claim (the first, a retry's, a re-claim after
 a lease) takes one token. A delivery that finds no token is held (``Hold`` with no reason:

@@ -157,7 +157,8 @@ async def test_one_endpoints_sends_wait_in_turn_in_the_order_they_came() -> None
     gaps = [(b - a).total_seconds() for (_, a), (_, b) in itertools.pairwise(left)]
     assert gaps == pytest.approx([spacing(5.0)] * 3, abs=1e-5)
     assert pacer.waiting == 0
-    assert metrics.rate_paced_sends._value.get() == 3  # the first went at once
+    paced = metrics.registry.get_sample_value("ledger_worker_rate_paced_sends_total")
+    assert paced == 3  # the first went at once
     # Another channel is never paced, however busy the endpoint.
     assert await pacer.wait("slack", "acme/C1", None) is None
 
@@ -284,7 +285,9 @@ async def test_a_turn_after_the_lease_lets_a_send_start_is_not_waited_for(
     assert not_sent.idempotency_key == second.idempotency_key
     assert "after its lease lets a send start" in not_sent.reason
     assert time.slept == []  # it did not wait
-    refused = metrics.refused_sends.labels(SendRefusal.LEASE)._value.get()
+    refused = metrics.registry.get_sample_value(
+        "ledger_worker_refused_sends_total", {"reason": SendRefusal.LEASE}
+    )
     assert refused == 1
     after = apply(second, not_sent)
     assert after is not None
