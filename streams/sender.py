@@ -237,12 +237,14 @@ class Sender:
             return Refusal(
                 SendRefusal.PARTITION, f"this worker no longer owns partition {work.partition}"
             )
-        if claimed.lease_expires_at is None:
+        write_by = self._write_by(claimed)
+        if write_by is None or claimed.lease_expires_at is None:
             return Refusal(SendRefusal.OTHER, "the claim has no lease")
-        left = (claimed.lease_expires_at - self._clock()).total_seconds()
-        deadline = self.deadline_for(claimed.channel)
-        needed = deadline + self._margin_s
-        if left <= needed:
+        at = self._clock()
+        if at >= write_by:
+            left = (claimed.lease_expires_at - at).total_seconds()
+            deadline = self.deadline_for(claimed.channel)
+            needed = deadline + self._margin_s
             return Refusal(
                 SendRefusal.LEASE,
                 f"the lease has {left:.1f}s left; a send needs more than {needed:g}s "
