@@ -4,7 +4,7 @@ Four ``ledger worker`` processes in one group (8 partitions: two each, so each w
 share is a quarter of the limit, streams/rate_gate.py) send a backlog of webhook deliveries
 to one endpoint limited to 20/s (``rate_limit_per_s`` on the endpoint): with the default
 burst, the claims gated and the sends paced (streams/send_pacer.py); the same with the
-claims gated only (``LEDGER_CHANNELS__RATE_LIMIT_PACING=false``, the code before pacing);
+claims gated only (``LEDGER_CHANNELS__RATE_LIMIT_PACING=false``, as before pacing);
 then paced with a burst of two tokens per worker. The receiver is
 bench/verifying_receiver.py on 127.0.0.1, in its own process: it verifies every POST with
 ``standardwebhooks``, records each arrival's time and does not dedupe. Figures per round:
@@ -304,7 +304,7 @@ def table(results: dict[str, Any]) -> str:
     limit = results["limit"]
     lines = [
         "| figure (per round) | limited, paced sends (default burst: 1 token per worker) | "
-        "limited, claims only (no pacing: the code before) | limited, paced, burst "
+        "limited, claims only (no pacing, as before) | limited, paced, burst "
         f"{2 * results['workers']} (2 per worker) | no limit (baseline) | limit |",
         "|---|---|---|---|---|---|",
     ]
@@ -334,7 +334,7 @@ def shape(deliveries: int, rounds: int, warmup: int) -> argparse.Namespace:
 
 def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
     """bench/run_all.py's rows: the paced system's arrivals against the claims-only one's
-    (the code before pacing), in the same invocation."""
+    (as before pacing), in the same invocation."""
     limit = results["limit"]
     paced, before = results["limited"]["rounds"], results["claims_only"]["rounds"]
     most = max(r["most_in_1s"] for r in paced)
