@@ -34,8 +34,13 @@ async def serve(
     base URL once it listens (port 0: the one it got)."""
     held = Services.of(settings, lambda: datetime.now(UTC))
     app = create_app(settings, services=held)
+    # proto=IPPROTO_TCP, as asyncio's own servers make them: asyncio sets TCP_NODELAY only
+    # on a socket that says it is TCP, and without it every keep-alive answer written in
+    # two parts (uvicorn: headers, then body) waited out the client's delayed ACK (~40 ms).
     sock = socket.socket(
-        socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET, socket.SOCK_STREAM
+        socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET,
+        socket.SOCK_STREAM,
+        socket.IPPROTO_TCP,
     )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Port 0: a free one below the kernel's ephemeral range (events/ports.py).
