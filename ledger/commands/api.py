@@ -8,7 +8,9 @@ import typer
 from rich.console import Console
 
 from config.settings import Settings, changed
-from ledger.commands.serving import run_server, stop_on_signals
+from events.errors import LedgerError
+from ledger import event_loop
+from ledger.commands.serving import stop_on_signals
 
 out = Console(highlight=False)
 app = typer.Typer()
@@ -45,5 +47,11 @@ def api_command(
 
         await serve(settings, stop, ready=ready)
 
-    run_server(serving(), "choose another with --port or LEDGER_API__PORT")
+    try:
+        event_loop.run(serving(), settings)  # LEDGER_EVENT_LOOP, as the worker's
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot listen: {exc.strerror or exc}",
+            "choose another with --port or LEDGER_API__PORT",
+        ) from None
     out.print("api stopped")
