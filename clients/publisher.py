@@ -39,6 +39,7 @@ from events.channels import (
 from events.codec import encode
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
+from events.payload_hashes import jcs_refusal
 from events.topics import record_key
 
 # The producer refuses a larger record (aiokafka's default), and the broker's
@@ -278,6 +279,10 @@ class Publisher:
         requests: list[DeliveryRequested] = []
         seen: dict[str, int] = {}
         for index, spec in enumerate(deliveries, start=1):
+            # Before the size (its JSON has no NaN either): a payload must have an RFC 8785
+            # form for its hash (events/payload_hashes.py), which names the field.
+            if unhashable := jcs_refusal(spec.payload):
+                raise PublishRejected(f"delivery {index}: {unhashable}")
             if too_large := payload_too_large(
                 spec.payload, self._settings.publisher.max_payload_bytes
             ):

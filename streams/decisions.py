@@ -29,6 +29,7 @@ from events.delivery import (
 )
 from events.delivery_state import DeliveryState, Status, apply, nothing_accepted
 from events.outcomes import NOT_PROCESSED, ErrorClass, LookupOutcome
+from events.payload_hashes import comparable
 from events.waiting import DeliveryHeld, WaitReason
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 
@@ -108,16 +109,20 @@ def on_request(
         return [claim(after, now, ctx)]
     if before is None or str(event.event_id) in before.seen:
         return []
-    same = event.payload_hash == before.payload_hash
+    # Under one hash scheme: a request stored before the RFC 8785 hashes and repeated after
+    # them is compared by what its payload is, not by how it was hashed.
+    again, original = comparable(
+        (event.payload_hash, event.payload), (before.payload_hash, before.payload)
+    )
     return [
         DuplicateDeliveryRequest(
             idempotency_key=before.idempotency_key,
             run_id=before.run_id,
             producer=ctx.producer,
             duplicate_event_id=event.event_id,
-            payload_hash=event.payload_hash,
-            original_payload_hash=before.payload_hash,
-            outcome="deduplicated" if same else "conflict",
+            payload_hash=again,
+            original_payload_hash=original,
+            outcome="deduplicated" if again == original else "conflict",
             occurred_at=now,
         )
     ]
