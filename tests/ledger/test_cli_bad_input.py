@@ -129,6 +129,10 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "schema": [
+        Case(("--out", "/dev/null"), 2, "--out /dev/null is a file, not a directory"),
+        Case(("--out", "/proc/no/such"), 2, "cannot write the schemas into /proc/no/such"),
+    ],
     "channels": [
         Case(("--jsn",), 2, "No such option: --jsn"),
         Case((), 2, "LEDGER_CHANNELS__SETTINGS: ", {"LEDGER_CHANNELS__SETTINGS": "{not json"}),
