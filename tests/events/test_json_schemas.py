@@ -18,6 +18,7 @@ from events.delivery import DuplicateDeliveryRequest, new_delivery_requested
 from events.endpoints import ENDPOINT_EVENT
 from events.json_schemas import INDEX, EventSchema, event_schemas, rendered
 from events.model import ALL_EVENT_TYPES, EVENT_ADAPTER
+from tests.readme import readme_block
 
 SCHEMAS = {s.event_type: s for s in event_schemas()}
 
@@ -104,3 +105,7 @@ def test_the_index_lists_every_file_with_its_topic() -> None:
     assert topics["budget.spent"] == "kafka.topic_budgets"
     # Stable byte for byte: a second run writes the same files.
     assert rendered(event_schemas()) == files
+
+
+def test_the_readme_example_runs() -> None:
+    exec(readme_block("schema-example"), {})  # the README's own example

@@ -28,6 +28,7 @@ from events.payload_hashes import (
 )
 from streams.decisions import on_request
 from tests.fixtures.core import T0, core_context
+from tests.readme import readme_block
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "contracts" / "payload_hash_vectors.json").read_text())
@@ -232,3 +233,7 @@ def test_across_schemes_the_verdict_is_jcs_equality(first: Any, second: Any) -> 
     assert (a2, b2) == (a, b)
     assert matches(old, first)
     assert matches(new, second)
+
+
+def test_the_readme_example_runs() -> None:
+    exec(readme_block("payload-hash-example"), {})  # the README's own example
