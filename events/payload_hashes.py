@@ -59,12 +59,14 @@ def payload_hash(payload: Any) -> str:
 def jcs_json(payload: Any, where: str = "payload") -> bytes:
     """The RFC 8785 canonical JSON of ``payload``, or ``PayloadHashError`` naming the
     field that has none (NaN, an infinity, an integer beyond 2**53 - 1, a lone surrogate)."""
-    if (why := jcs_refusal(payload, where)) is not None:
-        raise PayloadHashError(why)
     try:
         return rfc8785.dumps(payload)
-    except rfc8785.CanonicalizationError as exc:  # a case the walk above does not know
-        raise PayloadHashError(f"{where} has no RFC 8785 (JCS) form: {exc}") from None
+    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
+        # (rfc8785 0.1.4 sorts keys by their UTF-16 form: a lone surrogate in a key raises
+        # UnicodeEncodeError there, not its own error.) Only now walk the payload for the
+        # field at fault: every decoded request is hashed, and the walk costs as much again.
+        why = jcs_refusal(payload, where) or f"{where} has no RFC 8785 (JCS) form: {exc}"
+        raise PayloadHashError(why) from None
 
 
 def jcs_refusal(payload: Any, where: str = "payload") -> str | None:
