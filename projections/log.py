@@ -17,6 +17,8 @@ from aiokafka.errors import OffsetOutOfRangeError
 from clients.committed_log import CommittedLog
 from clients.outcome_keys import require_outcome_keys, verifier_for
 from config.settings import Settings
+from events.base import Event
+from events.budgets import BudgetEvent
 from events.endpoints import EndpointEvent
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
@@ -25,7 +27,8 @@ from projections.store import Offsets
 
 
 class LogReader:
-    """Batches of decoded records from ``ledger.runs`` and ``ledger.deliveries``."""
+    """Batches of decoded records from ``ledger.runs``, ``ledger.deliveries``, the endpoint
+    registry and the budgets."""
 
     def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
         """``batch_size`` caps the records one ``read`` returns."""
@@ -38,6 +41,14 @@ class LogReader:
         self._log = CommittedLog(settings.kafka, reset="none", large_fetches=True)
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
+        kafka = settings.kafka
+        # The kind of event each topic holds.
+        self._holds: dict[str, type[Event]] = {
+            kafka.topic_runs: ExecutionEvent,
+            kafka.topic_deliveries: DeliveryEvent,
+            kafka.topic_endpoints: EndpointEvent,
+            kafka.topic_budgets: BudgetEvent,
+        }
 
     async def start(
         self, offsets: Offsets, only: Collection[tuple[str, int]] | None = None
@@ -46,9 +57,11 @@ class LogReader:
         rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
         kafka = self._settings.kafka
-        for topic in (kafka.topic_runs, kafka.topic_deliveries, kafka.topic_endpoints):
-            # The endpoint registry is optional: an installation from before it has none.
-            found = await self._log.partitions(topic, missing_ok=topic == kafka.topic_endpoints)
+        optional = (kafka.topic_endpoints, kafka.topic_budgets)
+        for topic in (kafka.topic_runs, kafka.topic_deliveries, *optional):
+            # The endpoint registry and the budgets are optional: an installation from
+            # before them has neither.
+            found = await self._log.partitions(topic, missing_ok=topic in optional)
             if only is not None:
                 found = [tp for tp in found if (tp.topic, tp.partition) in only]
             self.partitions += found
@@ -107,11 +120,7 @@ class LogReader:
                         message.offset,
                         message.value,
                         message.key,
-                        ExecutionEvent
-                        if tp.topic == self._settings.kafka.topic_runs
-                        else EndpointEvent
-                        if tp.topic == self._settings.kafka.topic_endpoints
-                        else DeliveryEvent,
+                        self._holds[tp.topic],
                         self._verifier,
                         message.headers,
                     )

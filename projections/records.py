@@ -5,17 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clients.outcome_signing import Headers, OutcomeVerifier
+from events.base import Event
+from events.budgets import BudgetDecodeError, BudgetEvent, decode_budget
+from events.budgets import record_key as budget_key
 from events.codec import EventDecodeError, decode
 from events.endpoints import (
-    AnyEndpointEvent,
     EndpointDecodeError,
     EndpointEvent,
     decode_endpoint_event,
 )
-from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
+from events.model import DeliveryEvent
 from events.refusal import Refuser, refusal
 from events.topics import record_key
-from projections.fold import Position
+from projections.fold import LogEvent, Position
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class LogRecord:
     """One committed record: where it was, and its event or the reason it has none."""
 
     position: Position
-    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | None
+    event: LogEvent | None
     reason: str | None = None
     # The original bytes, for a dead letter if the record is refused.
     key: bytes | None = None
@@ -36,7 +38,7 @@ def decode_at(
     offset: int,
     value: bytes | None,
     key: bytes | None = None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None = None,
+    holds: type[Event] | None = None,
     verifier: OutcomeVerifier | None = None,
     headers: Headers | None = None,
 ) -> LogRecord:
@@ -49,6 +51,8 @@ def decode_at(
     where = Position(topic, partition, offset)
     if holds is EndpointEvent:
         return _endpoint_at(where, value, key)
+    if holds is BudgetEvent:
+        return _budget_at(where, value, key, verifier, headers)
     try:
         return _decode_at(where, value, key, holds, verifier, headers)
     except Exception as exc:  # noqa: BLE001 - the record guard: any failure is this record's
@@ -70,11 +74,31 @@ def _endpoint_at(where: Position, value: bytes | None, key: bytes | None) -> Log
     return LogRecord(where, event, None, key, value)
 
 
+def _budget_at(
+    where: Position,
+    value: bytes | None,
+    key: bytes | None,
+    verifier: OutcomeVerifier | None,
+    headers: Headers | None,
+) -> LogRecord:
+    """A record of the budgets topic, as every worker reads it (streams/budget_gate.py):
+    keyed by its agent, signed as its writer must sign it (operator or worker)."""
+    try:
+        event = decode_budget(value)
+    except BudgetDecodeError as exc:
+        return LogRecord(where, None, str(exc), key, value)
+    if key is not None and key != budget_key(event):
+        return LogRecord(where, None, "record key is not the event's agent", key, value)
+    if verifier is not None and (forged := verifier.refuses(event, value or b"", headers)):
+        return LogRecord(where, None, forged, key, value)
+    return LogRecord(where, event, None, key, value)
+
+
 def _decode_at(
     where: Position,
     value: bytes | None,
     key: bytes | None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None,
+    holds: type[Event] | None,
     verifier: OutcomeVerifier | None,
     headers: Headers | None,
 ) -> LogRecord:
