@@ -4,14 +4,17 @@ A paused or disabled endpoint holds its deliveries (PENDING, waiting, no request
 receiver) and releases them in request order, each exactly once, at a receiver that does
 NOT dedupe; a rotated secret is verified by the official ``standardwebhooks`` library (the
 simulator's receiver) before, during and after the rotation; an endpoint added with
-``ledger endpoints add`` is used by a running worker; the log never holds a secret in
-clear; ``ledger verify`` is identical after each scenario.
+``ledger endpoints add`` is used by a running worker; an endpoint's retry policy limits the
+attempts at a receiver that always answers 500, and an update of it applies without a
+restart; the log never holds a secret in clear; ``ledger verify`` is identical after each
+scenario.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 import sqlite3
 import subprocess
@@ -29,6 +32,7 @@ from events.delivery import DeliveryClaimed
 from events.delivery_state import DeliveryState, Status
 from events.waiting import DeliveryHeld, WaitReason
 from ledger.simulator.background import BackgroundSimulator
+from ledger.simulator.faults import FaultKind
 from ledger.stack import settings_env
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
@@ -285,4 +289,41 @@ async def test_an_endpoint_added_while_the_worker_runs_is_used_without_a_restart
     listed = stack.ledger("list", "--json").stdout
     assert '"id": "acme"' in listed
     assert '"state": "active"' in listed
+    await stack.projection.matches(done)
+
+
+async def test_a_registered_retry_policy_limits_the_attempts_and_an_update_needs_no_restart(
+    stack: Stack,
+) -> None:
+    receiver = stack.receiver  # does not dedupe; every POST answers 500, nothing accepted
+    receiver.fault(FaultKind.REJECT, status=500, count=10_000)
+    quick = {"base_delay_s": 0.2, "max_delay_s": 0.5}
+    three = json.dumps({**quick, "max_attempts": 3})  # the webhook default is 10
+    stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret",
+        stack.secret, "--lookup-url", receiver.webhook_lookup_url, "--retry-policy", three,
+    )  # fmt: skip
+    worker = stack.workers.start("w1")
+    stack.projection.start()
+
+    async def failed_after(run_id: str) -> tuple[str, DeliveryState]:
+        [key] = await publish(stack.settings, run_id, stack.specs(run_id, 1))
+        state = (await stack.settled([key], {Status.FAILED}))[key]
+        await asyncio.sleep(1.5)  # nothing more arrives once it is FAILED
+        return key, state
+
+    key, state = await failed_after("three")
+    assert len(receiver.requests(key=key, method="POST")) == 3, "exactly N attempts arrive"
+    assert state.attempt == 3
+    assert receiver.accepted(key) == 0
+    done = {key: state}
+
+    stack.ledger("update", "acme", "--retry-policy", json.dumps({**quick, "max_attempts": 2}))
+    await asyncio.sleep(PICKUP_S)
+    key, state = await failed_after("two")
+    assert len(receiver.requests(key=key, method="POST")) == 2, "the update applies"
+    assert state.attempt == 2
+    done[key] = state
+    assert worker.alive()
+    assert len(stack.workers.started) == 1, "no restart"
     await stack.projection.matches(done)
