@@ -282,6 +282,18 @@ def decode_endpoint_event(data: bytes | None) -> AnyEndpointEvent:
         raise EndpointDecodeError(f"not an endpoint event: {where}: {first['msg']}") from None
 
 
+def decode_endpoint_record(value: bytes | None, key: bytes | None) -> AnyEndpointEvent:
+    """One record of ``ledger.endpoints`` (value and key) as every reader takes it, or
+    ``EndpointDecodeError``: a record keyed other than by its endpoint id is refused too
+    (compaction keeps one record per key, so a mis-keyed one could outlive its endpoint's
+    newer versions). The registry's followers skip what this refuses; the projector
+    dead-letters it (projections/deadletters.py)."""
+    event = decode_endpoint_event(value)
+    if key is not None and key != event.endpoint_id.encode("utf-8"):
+        raise EndpointDecodeError("record key does not match the event's endpoint_id")
+    return event
+
+
 def fold(current: EndpointState | None, event: EndpointEvent) -> EndpointState:
     """The endpoint after ``event``: the newest version wins, so a duplicate, a re-read or
     an older record changes nothing (and a compacted topic folds to the same table)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from events.budgets import AnyBudgetEvent, BudgetEvent
 from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -109,13 +110,17 @@ class Batch:
 
 
 def apply(
-    batch: Batch, where: Position, event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent
+    batch: Batch,
+    where: Position,
+    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | AnyBudgetEvent,
 ) -> None:
     """Fold one decoded event into the batch's rows."""
     if isinstance(event, DeliveryEvent):
         _apply_delivery(batch, where, event)
     elif isinstance(event, EndpointEvent):
         _apply_endpoint(batch, event)
+    elif isinstance(event, BudgetEvent):
+        pass  # read to dead-letter the bad ones (projections/log.py); no table of budgets
     else:
         _apply_run(batch, event)
     batch.applied += 1

@@ -17,15 +17,18 @@ from aiokafka.errors import OffsetOutOfRangeError
 from clients.committed_log import CommittedLog
 from clients.outcome_keys import require_outcome_keys, verifier_for
 from config.settings import Settings
+from events.budgets import BudgetEvent
 from events.endpoints import EndpointEvent
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
-from projections.records import LogRecord, decode_at
+from projections.records import EventKind, LogRecord, decode_at
 from projections.store import Offsets
 
 
 class LogReader:
-    """Batches of decoded records from ``ledger.runs`` and ``ledger.deliveries``."""
+    """Batches of decoded records from ``ledger.runs``, ``ledger.deliveries``, and the
+    registry ``ledger.endpoints`` and ``ledger.budgets`` when they exist (budgets only to
+    find, and dead-letter, the records the workers skip: nothing of them is folded)."""
 
     def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
         """``batch_size`` caps the records one ``read`` returns."""
@@ -46,9 +49,16 @@ class LogReader:
         rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
         kafka = self._settings.kafka
-        for topic in (kafka.topic_runs, kafka.topic_deliveries, kafka.topic_endpoints):
-            # The endpoint registry is optional: an installation from before it has none.
-            found = await self._log.partitions(topic, missing_ok=topic == kafka.topic_endpoints)
+        optional = {kafka.topic_endpoints, kafka.topic_budgets}
+        for topic in (
+            kafka.topic_runs,
+            kafka.topic_deliveries,
+            kafka.topic_endpoints,
+            kafka.topic_budgets,
+        ):
+            # The endpoint registry and the budgets are optional: an installation from
+            # before them has neither.
+            found = await self._log.partitions(topic, missing_ok=topic in optional)
             if only is not None:
                 found = [tp for tp in found if (tp.topic, tp.partition) in only]
             self.partitions += found
@@ -107,16 +117,21 @@ class LogReader:
                         message.offset,
                         message.value,
                         message.key,
-                        ExecutionEvent
-                        if tp.topic == self._settings.kafka.topic_runs
-                        else EndpointEvent
-                        if tp.topic == self._settings.kafka.topic_endpoints
-                        else DeliveryEvent,
+                        self._holds(tp.topic),
                         self._verifier,
                         message.headers,
                     )
                 )
         return records
+
+    def _holds(self, topic: str) -> EventKind:
+        kafka = self._settings.kafka
+        kinds: dict[str, EventKind] = {
+            kafka.topic_runs: ExecutionEvent,
+            kafka.topic_endpoints: EndpointEvent,
+            kafka.topic_budgets: BudgetEvent,
+        }
+        return kinds.get(topic, DeliveryEvent)
 
     async def reached(self, until: Offsets) -> bool:
         """True when every partition has been read up to ``until``."""

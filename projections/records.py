@@ -5,17 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clients.outcome_signing import Headers, OutcomeVerifier
+from events.budgets import AnyBudgetEvent, BudgetDecodeError, BudgetEvent, decode_budget_record
 from events.codec import EventDecodeError, decode
 from events.endpoints import (
     AnyEndpointEvent,
     EndpointDecodeError,
     EndpointEvent,
-    decode_endpoint_event,
+    decode_endpoint_record,
 )
 from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
 from events.refusal import Refuser, refusal
 from events.topics import record_key
 from projections.fold import Position
+
+# The kind of event a topic holds (its records of another kind are refused).
+EventKind = type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | type[BudgetEvent]
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class LogRecord:
     """One committed record: where it was, and its event or the reason it has none."""
 
     position: Position
-    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | None
+    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | AnyBudgetEvent | None
     reason: str | None = None
     # The original bytes, for a dead letter if the record is refused.
     key: bytes | None = None
@@ -36,7 +40,7 @@ def decode_at(
     offset: int,
     value: bytes | None,
     key: bytes | None = None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None = None,
+    holds: EventKind | None = None,
     verifier: OutcomeVerifier | None = None,
     headers: Headers | None = None,
 ) -> LogRecord:
@@ -49,6 +53,8 @@ def decode_at(
     where = Position(topic, partition, offset)
     if holds is EndpointEvent:
         return _endpoint_at(where, value, key)
+    if holds is BudgetEvent:
+        return _budget_at(where, value, key, verifier, headers)
     try:
         return _decode_at(where, value, key, holds, verifier, headers)
     except Exception as exc:  # noqa: BLE001 - the record guard: any failure is this record's
@@ -60,13 +66,29 @@ def decode_at(
 def _endpoint_at(where: Position, value: bytes | None, key: bytes | None) -> LogRecord:
     """A record of the endpoint registry: its event, keyed by its endpoint id."""
     try:
-        event = decode_endpoint_event(value)
+        event = decode_endpoint_record(value, key)
     except EndpointDecodeError as exc:
         return LogRecord(where, None, str(exc), key, value)
-    if key is not None and key != event.endpoint_id.encode("utf-8"):
-        return LogRecord(
-            where, None, "record key does not match the event's endpoint_id", key, value
-        )
+    return LogRecord(where, event, None, key, value)
+
+
+def _budget_at(
+    where: Position,
+    value: bytes | None,
+    key: bytes | None,
+    verifier: OutcomeVerifier | None,
+    headers: Headers | None,
+) -> LogRecord:
+    """A record of ``ledger.budgets``, refused as the workers' budget book refuses it
+    (streams/budget_gate.py): not a budget event, keyed other than by its agent, or not
+    signed as it must be. The projection folds nothing of a budget event; it reads the
+    topic to dead-letter what the workers skip (projections/deadletters.py)."""
+    try:
+        event = decode_budget_record(value, key)
+    except BudgetDecodeError as exc:
+        return LogRecord(where, None, str(exc), key, value)
+    if verifier is not None and (forged := verifier.refuses(event, value or b"", headers)):
+        return LogRecord(where, None, forged, key, value)
     return LogRecord(where, event, None, key, value)
 
 
@@ -74,7 +96,7 @@ def _decode_at(
     where: Position,
     value: bytes | None,
     key: bytes | None,
-    holds: type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | None,
+    holds: EventKind | None,
     verifier: OutcomeVerifier | None,
     headers: Headers | None,
 ) -> LogRecord:

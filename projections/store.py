@@ -12,7 +12,7 @@ from operator import itemgetter
 
 from events.endpoints import EndpointEvent
 from events.faults import crash_if_enabled
-from events.model import DeliveryEvent
+from events.model import DeliveryEvent, ExecutionEvent
 from events.refusal import Refuser, one_line, refusal
 from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
@@ -141,7 +141,7 @@ class Store(Staging):
                 keys.add(event.idempotency_key)
             elif isinstance(event, EndpointEvent):
                 endpoint_ids.add(event.endpoint_id)
-            else:
+            elif isinstance(event, ExecutionEvent):
                 run_ids.add(event.run_id)
         for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
             batch.runs[row["run_id"]] = row

@@ -6,7 +6,9 @@ NOT dedupe; a rotated secret is verified by the official ``standardwebhooks`` li
 simulator's receiver) before, during and after the rotation; an endpoint added with
 ``ledger endpoints add`` is used by a running worker; an endpoint's retry policy limits the
 attempts at a receiver that always answers 500, and an update of it applies without a
-restart; the log never holds a secret in clear; ``ledger verify`` is identical after each
+restart; a bad record on the registry or the budgets topic is dead-lettered exactly once
+(by the live projector, not by each worker) while the workers keep going; the log never
+holds a secret in clear; ``ledger verify`` is identical after each
 scenario.
 """
 
@@ -23,11 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from clients import DeliverySpec
 from clients.endpoint_secrets import new_encryption_key, new_webhook_secret
 from config.settings import Settings, changed
 from events.codec import EventDecodeError, decode
+from events.deadletter import DeadLetter
 from events.delivery import DeliveryClaimed
 from events.delivery_state import DeliveryState, Status
 from events.waiting import DeliveryHeld, WaitReason
@@ -326,4 +330,67 @@ async def test_a_registered_retry_policy_limits_the_attempts_and_an_update_needs
     done[key] = state
     assert worker.alive()
     assert len(stack.workers.started) == 1, "no restart"
+    await stack.projection.matches(done)
+
+
+async def test_bad_registry_and_budget_records_are_dead_lettered_once_and_workers_go_on(
+    stack: Stack,
+) -> None:
+    kafka = stack.settings.kafka
+    stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret", stack.secret
+    )
+    [acme] = await stack.read_topic(kafka.topic_endpoints, raw=True)
+    workers = [stack.workers.start("w1"), stack.workers.start("w2")]  # each reads both topics
+    stack.projection.start()
+    bad = [
+        (kafka.topic_endpoints, b"acme", b"\x00not json"),
+        # A whole endpoint event under another endpoint's key: refused, not folded.
+        (kafka.topic_endpoints, b"other", acme.value),
+        (kafka.topic_budgets, b"my-agent", b'{"type": "budget.set", "agent": "my-agent"}'),
+    ]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    await producer.start()
+    try:
+        positions = []
+        for topic, key, value in bad:
+            sent = await producer.send_and_wait(topic, value, key=key, partition=0)
+            positions.append((topic, sent.partition, sent.offset))
+    finally:
+        await producer.stop()
+
+    async def letters() -> list[DeadLetter]:
+        found = await stack.read_topic(kafka.topic_deadletter, raw=True)
+        return [DeadLetter.model_validate_json(m.value) for m in found]
+
+    async def all_there() -> bool:
+        return len(await letters()) >= len(bad)
+
+    await wait_for(all_there, 60, "a dead letter per bad record")
+    keys = await publish(stack.settings, "after-bad", stack.specs("z", 4))
+    done = await stack.settled(keys, {Status.CONFIRMED})  # the workers keep going
+    assert all(stack.receiver.accepted(k) == 1 for k in keys)
+    await asyncio.sleep(3)  # any copy a worker would send has had time to arrive
+    found = await letters()
+    where = sorted((d.original_topic, d.original_partition, d.original_offset) for d in found)
+    assert where == sorted(positions), "exactly one dead letter per bad record"
+    assert all(d.detected_by == "projector" for d in found)
+    by_position = {(d.original_topic, d.original_partition, d.original_offset): d for d in found}
+    reasons = [by_position[p].reason for p in positions]
+    assert "not an endpoint event" in reasons[0]
+    assert "record key does not match" in reasons[1]
+    assert "budget" in reasons[2]
+    assert [by_position[p].original_value() for p in positions] == [v for _, _, v in bad]
+    assert all(w.alive() for w in workers)
+    # The projection's view of what it skipped holds them, with the same reasons.
+    with sqlite3.connect(stack.tmp / "live.sqlite3") as db:
+        skipped = {
+            (t, p, o): r
+            for t, p, o, r in db.execute(
+                "SELECT topic, kafka_partition, record_offset, reason FROM skipped_records"
+            )
+        }
+    assert {p: skipped.get(p) for p in positions} == dict(zip(positions, reasons, strict=True))
+    # The registry still holds acme as it was: the mis-keyed copy changed nothing.
+    assert '"id": "acme"' in stack.ledger("list", "--json").stdout
     await stack.projection.matches(done)
