@@ -14,10 +14,10 @@ from config.settings import Settings
 from events.endpoints import EndpointSpec, pause, register
 from events.waiting import DeliveryHeld, WaitReason
 from projections.backends import open_store
+from projections.endpoint_owners import RecipientPrefix
 from projections.health import (
     LATENCY_BOUNDS,
     OTHER,
-    RecipientPrefix,
     endpoint_health,
     quantile,
 )
