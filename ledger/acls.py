@@ -2,9 +2,10 @@
 
 agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
 outcomes) and write dead letters; the live projector reads and writes dead letters (for
-``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets``, which it reads too); operators (``ledger resolve``/``ledger redrive``) append their signed
-events to ``ledger.deliveries`` (they select from the projection), and set, clear, release
-and read agents' budgets on ``ledger.budgets``, which workers read and append to;
+``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets``, which it reads too);
+operators (``ledger resolve``/``ledger redrive``) append their signed events to
+``ledger.deliveries`` (they select from the projection), and set, clear, release and read
+agents' budgets on ``ledger.budgets``, which workers read and append to;
 dashboard, replay and verify only read. Kafka ACLs are per topic: requests and outcome
 events share ``ledger.deliveries``, so an agent principal can still append an outcome event
 there (see the README, Security).

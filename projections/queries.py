@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from events.delivery_state import DeliveryState, Status
 from events.redaction import redacted_data, redacted_url
-from projections import slo
 from projections.fold import Row, state_of_row
 from projections.schema import timestamp
+from projections.slo import overdue, overdue_count
 from projections.store import Store
 
 T = TypeVar("T")
@@ -85,13 +85,13 @@ def overdue_pending(store: Store, now: datetime, limit: int | None = None) -> li
     """PENDING deliveries whose SLO deadline (requested_at + the SLO: the registered
     endpoint's where it sets one, else the request's) is before ``now``, most overdue
     first."""
-    return slo.overdue(store, "PENDING", OVERDUE_PENDING_COLUMNS, now, limit)
+    return overdue(store, "PENDING", OVERDUE_PENDING_COLUMNS, now, limit)
 
 
 def overdue_sent(store: Store, now: datetime, limit: int | None = None) -> list[Row]:
     """SENT deliveries past their SLO deadline (as ``overdue_pending``): accepted, but
     not confirmed in time."""
-    return slo.overdue(store, "SENT", OVERDUE_SENT_COLUMNS, now, limit)
+    return overdue(store, "SENT", OVERDUE_SENT_COLUMNS, now, limit)
 
 
 def unknown_awaiting_reconciliation(store: Store, limit: int | None = None) -> list[Row]:
@@ -132,8 +132,8 @@ def failed_attempts(attempts: list[Row]) -> int:
 def overdue_counts(store: Store, now: datetime) -> dict[str, int]:
     """How many deliveries are past their SLO at ``now``, pending and sent."""
     return {
-        "overdue_pending": slo.overdue_count(store, "PENDING", now),
-        "overdue_sent": slo.overdue_count(store, "SENT", now),
+        "overdue_pending": overdue_count(store, "PENDING", now),
+        "overdue_sent": overdue_count(store, "SENT", now),
     }
 
 
