@@ -340,15 +340,28 @@ def update_command(
     out.print(f"updated endpoint {escape(endpoint_id)}: {', '.join(event.changed)}")
 
 
-@app.command("pause")
-def pause_command(endpoint_id: Id, reason: Reason = None, actor: Operator = None) -> None:
-    """Hold the endpoint's deliveries (PENDING, waiting: paused) until it is resumed."""
+def _stop(decide: Any, endpoint_id: str, reason: str | None, actor: str | None) -> None:
+    """Pause or disable: a reason and a named operator are required."""
     why, settings = check_reason(reason), _settings()
     who = _actor(actor, settings, required=True)
     state = _one(settings, endpoint_id)
     _append(
-        settings, _decided(pause, state, why, actor=who, producer=PRODUCER, at=datetime.now(UTC))
+        settings, _decided(decide, state, why, actor=who, producer=PRODUCER, at=datetime.now(UTC))
     )
+
+
+def _release(decide: Any, endpoint_id: str, actor: str | None) -> None:
+    """Resume or enable."""
+    settings = _settings()
+    state = _one(settings, endpoint_id)
+    who = _actor(actor, settings)
+    _append(settings, _decided(decide, state, actor=who, producer=PRODUCER, at=datetime.now(UTC)))
+
+
+@app.command("pause")
+def pause_command(endpoint_id: Id, reason: Reason = None, actor: Operator = None) -> None:
+    """Hold the endpoint's deliveries (PENDING, waiting: paused) until it is resumed."""
+    _stop(pause, endpoint_id, reason, actor)
     out.print(
         f"paused endpoint {escape(endpoint_id)}: its deliveries wait until "
         "'ledger endpoints resume'"
@@ -358,26 +371,14 @@ def pause_command(endpoint_id: Id, reason: Reason = None, actor: Operator = None
 @app.command("resume")
 def resume_command(endpoint_id: Id, actor: Operator = None) -> None:
     """Release a paused endpoint's deliveries, in request order."""
-    settings = _settings()
-    state = _one(settings, endpoint_id)
-    _append(
-        settings,
-        _decided(
-            resume, state, actor=_actor(actor, settings), producer=PRODUCER, at=datetime.now(UTC)
-        ),
-    )
+    _release(resume, endpoint_id, actor)
     out.print(f"resumed endpoint {escape(endpoint_id)}")
 
 
 @app.command("disable")
 def disable_command(endpoint_id: Id, reason: Reason = None, actor: Operator = None) -> None:
     """Hold the endpoint's deliveries (PENDING, waiting: disabled) until it is enabled."""
-    why, settings = check_reason(reason), _settings()
-    who = _actor(actor, settings, required=True)
-    state = _one(settings, endpoint_id)
-    _append(
-        settings, _decided(disable, state, why, actor=who, producer=PRODUCER, at=datetime.now(UTC))
-    )
+    _stop(disable, endpoint_id, reason, actor)
     out.print(
         f"disabled endpoint {escape(endpoint_id)}: its deliveries wait until "
         "'ledger endpoints enable'"
@@ -387,14 +388,7 @@ def disable_command(endpoint_id: Id, reason: Reason = None, actor: Operator = No
 @app.command("enable")
 def enable_command(endpoint_id: Id, actor: Operator = None) -> None:
     """Release a disabled endpoint's deliveries, in request order."""
-    settings = _settings()
-    state = _one(settings, endpoint_id)
-    _append(
-        settings,
-        _decided(
-            enable, state, actor=_actor(actor, settings), producer=PRODUCER, at=datetime.now(UTC)
-        ),
-    )
+    _release(enable, endpoint_id, actor)
     out.print(f"enabled endpoint {escape(endpoint_id)}")
 
 
