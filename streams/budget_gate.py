@@ -15,9 +15,10 @@ first claim of a delivery whose agent has a budget, the gate (``BudgetGate``):
   two racing deliveries is the last within budget.
 
 A record of the topic that is not a budget event, is keyed other than by its agent, or
-is not signed as it must be is skipped by every reader (counted: ``ledger_worker_budget_
-records_refused``) and dead-lettered once, by the live projector, which reads the topic
-once per projection (projections/deadletters.py), not by each of the N workers.
+is not signed as it must be is skipped by every reader (counted in
+``ledger_worker_budget_records_refused``) and dead-lettered once, by the live projector,
+which reads the topic once per projection (projections/deadletters.py), not by each of
+the N workers.
 
 Until the reader has read the topic to its end once (at start), every delivery waits
 briefly: a budget might exist. A worker whose budgets topic does not exist treats every
