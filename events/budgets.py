@@ -279,7 +279,7 @@ class BudgetBook:
         self.budgets: dict[ScopeKey, Budget] = {}
         self.applied = 0
         # Releases are not idempotent by their content: one read twice counts once.
-        self._releases: set[UUID] = set()
+        self.released: set[UUID] = set()
 
     def apply_all(self, events: Iterable[AnyBudgetEvent]) -> BudgetBook:
         """Apply ``events`` in order; returns self."""
@@ -302,9 +302,9 @@ class BudgetBook:
         elif isinstance(event, BudgetCleared):
             self.budgets.pop(scope, None)
         elif isinstance(event, BudgetReleased):
-            if event.event_id in self._releases:
+            if event.event_id in self.released:
                 return
-            self._releases.add(event.event_id)
+            self.released.add(event.event_id)
             budget = self.budgets.get(scope)
             if budget is not None:
                 _release(budget, event.count, event.occurred_at)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from events.budgets import AnyBudgetEvent, BudgetEvent
+from events.budgets import AnyBudgetEvent, BudgetBook, BudgetEvent
 from events.delivery import (
     DeliveryClaimed,
     DeliveryConfirmed,
@@ -38,6 +38,7 @@ from events.model import AnyDeliveryEvent, AnyExecutionEvent
 from events.operator import DeliveryResolved, OperatorEvent
 from events.state_codec import StateCodec
 from events.waiting import DeliveryHeld
+from projections.budget_fold import apply_budget
 from projections.schema import timestamp
 
 Row = dict[str, Any]
@@ -80,6 +81,10 @@ class Batch:
     operator_actions: list[Row] = field(default_factory=list)
     endpoints: dict[str, Row] = field(default_factory=dict)
     dirty_endpoints: set[str] = field(default_factory=set)
+    # Each agent's budget book (projections/budgets.py), and per agent the time of its
+    # last event folded in this batch.
+    budget_books: dict[str, BudgetBook] = field(default_factory=dict)
+    dirty_budgets: dict[str, str] = field(default_factory=dict)
     skipped: list[Row] = field(default_factory=list)
     dirty_runs: set[str] = field(default_factory=set)
     dirty_deliveries: set[str] = field(default_factory=set)
@@ -109,18 +114,17 @@ class Batch:
         )
 
 
-def apply(
-    batch: Batch,
-    where: Position,
-    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | AnyBudgetEvent,
-) -> None:
+LogEvent = AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | AnyBudgetEvent
+
+
+def apply(batch: Batch, where: Position, event: LogEvent) -> None:
     """Fold one decoded event into the batch's rows."""
     if isinstance(event, DeliveryEvent):
         _apply_delivery(batch, where, event)
     elif isinstance(event, EndpointEvent):
         _apply_endpoint(batch, event)
     elif isinstance(event, BudgetEvent):
-        pass  # read to dead-letter the bad ones (projections/log.py); no table of budgets
+        apply_budget(batch.budget_books, batch.dirty_budgets, event)
     else:
         _apply_run(batch, event)
     batch.applied += 1

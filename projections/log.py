@@ -17,18 +17,18 @@ from aiokafka.errors import OffsetOutOfRangeError
 from clients.committed_log import CommittedLog
 from clients.outcome_keys import require_outcome_keys, verifier_for
 from config.settings import Settings
+from events.base import Event
 from events.budgets import BudgetEvent
 from events.endpoints import EndpointEvent
 from events.errors import LedgerError
 from events.model import DeliveryEvent, ExecutionEvent
-from projections.records import EventKind, LogRecord, decode_at
+from projections.records import LogRecord, decode_at
 from projections.store import Offsets
 
 
 class LogReader:
-    """Batches of decoded records from ``ledger.runs``, ``ledger.deliveries``, and the
-    registry ``ledger.endpoints`` and ``ledger.budgets`` when they exist (budgets only to
-    find, and dead-letter, the records the workers skip: nothing of them is folded)."""
+    """Batches of decoded records from ``ledger.runs``, ``ledger.deliveries``, the endpoint
+    registry and the budgets."""
 
     def __init__(self, settings: Settings, *, batch_size: int = 5000) -> None:
         """``batch_size`` caps the records one ``read`` returns."""
@@ -41,6 +41,14 @@ class LogReader:
         self._log = CommittedLog(settings.kafka, reset="none", large_fetches=True)
         self.partitions: list[TopicPartition] = []
         self.start_offsets: Offsets = {}
+        kafka = settings.kafka
+        # The kind of event each topic holds.
+        self._holds: dict[str, type[Event]] = {
+            kafka.topic_runs: ExecutionEvent,
+            kafka.topic_deliveries: DeliveryEvent,
+            kafka.topic_endpoints: EndpointEvent,
+            kafka.topic_budgets: BudgetEvent,
+        }
 
     async def start(
         self, offsets: Offsets, only: Collection[tuple[str, int]] | None = None
@@ -49,13 +57,8 @@ class LogReader:
         rebuild's worker reads its share), seek to ``offsets`` (else 0)."""
         await self._log.start()
         kafka = self._settings.kafka
-        optional = {kafka.topic_endpoints, kafka.topic_budgets}
-        for topic in (
-            kafka.topic_runs,
-            kafka.topic_deliveries,
-            kafka.topic_endpoints,
-            kafka.topic_budgets,
-        ):
+        optional = (kafka.topic_endpoints, kafka.topic_budgets)
+        for topic in (kafka.topic_runs, kafka.topic_deliveries, *optional):
             # The endpoint registry and the budgets are optional: an installation from
             # before them has neither.
             found = await self._log.partitions(topic, missing_ok=topic in optional)
@@ -117,21 +120,12 @@ class LogReader:
                         message.offset,
                         message.value,
                         message.key,
-                        self._holds(tp.topic),
+                        self._holds[tp.topic],
                         self._verifier,
                         message.headers,
                     )
                 )
         return records
-
-    def _holds(self, topic: str) -> EventKind:
-        kafka = self._settings.kafka
-        kinds: dict[str, EventKind] = {
-            kafka.topic_runs: ExecutionEvent,
-            kafka.topic_endpoints: EndpointEvent,
-            kafka.topic_budgets: BudgetEvent,
-        }
-        return kinds.get(topic, DeliveryEvent)
 
     async def reached(self, until: Offsets) -> bool:
         """True when every partition has been read up to ``until``."""

@@ -25,6 +25,8 @@ from prometheus_client.registry import Collector
 from clients.committed_log import CommittedLog
 from config.settings import Settings
 from projections import queries
+from projections.budget_metrics import budget_families
+from projections.budgets import BudgetUse, budget_use
 from projections.dashboard.overview import COUNTERS, Overview, overview
 from projections.health import METRIC_ENDPOINTS, HealthReport, endpoint_health
 from projections.queries import AggregateCache
@@ -46,6 +48,7 @@ class ProjectionNumbers:
     awaiting_retry: int
     consumed: dict[str, int]  # topic -> records consumed (sum of next offsets)
     health: HealthReport | None = None
+    budgets: list[BudgetUse] = field(default_factory=list)
 
 
 @dataclass
@@ -70,11 +73,12 @@ def projection_numbers(
     try:
         memo = cache or AggregateCache()
         rest = memo.get(store, ("metrics",), lambda: _log_side(store))
+        budgets = budget_use(store, now)
     finally:
         store.rollback()
     prefixes = list(settings.channels.webhook_endpoints) if settings else []
     health = endpoint_health(store, now, prefixes, METRIC_ENDPOINTS, cache)
-    return ProjectionNumbers(page, *rest, health=health)
+    return ProjectionNumbers(page, *rest, health=health, budgets=budgets)
 
 
 def _log_side(
@@ -194,6 +198,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
     yield from _operator_families(page)
     if p.health is not None:
         yield from health_families(p.health)
+    yield from budget_families(p.budgets)
     lat = page.latency
     cumulative, buckets = 0, []
     for bound, n in zip([*lat["bounds"], float("inf")], lat["counts"], strict=True):

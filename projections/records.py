@@ -5,21 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clients.outcome_signing import Headers, OutcomeVerifier
-from events.budgets import AnyBudgetEvent, BudgetDecodeError, BudgetEvent, decode_budget_record
+from events.base import Event
+from events.budgets import BudgetDecodeError, BudgetEvent, decode_budget_record
 from events.codec import EventDecodeError, decode
 from events.endpoints import (
-    AnyEndpointEvent,
     EndpointDecodeError,
     EndpointEvent,
     decode_endpoint_record,
 )
-from events.model import AnyDeliveryEvent, AnyExecutionEvent, DeliveryEvent, ExecutionEvent
+from events.model import DeliveryEvent
 from events.refusal import Refuser, refusal
 from events.topics import record_key
-from projections.fold import Position
-
-# The kind of event a topic holds (its records of another kind are refused).
-EventKind = type[ExecutionEvent] | type[DeliveryEvent] | type[EndpointEvent] | type[BudgetEvent]
+from projections.fold import LogEvent, Position
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,7 @@ class LogRecord:
     """One committed record: where it was, and its event or the reason it has none."""
 
     position: Position
-    event: AnyExecutionEvent | AnyDeliveryEvent | AnyEndpointEvent | AnyBudgetEvent | None
+    event: LogEvent | None
     reason: str | None = None
     # The original bytes, for a dead letter if the record is refused.
     key: bytes | None = None
@@ -40,7 +37,7 @@ def decode_at(
     offset: int,
     value: bytes | None,
     key: bytes | None = None,
-    holds: EventKind | None = None,
+    holds: type[Event] | None = None,
     verifier: OutcomeVerifier | None = None,
     headers: Headers | None = None,
 ) -> LogRecord:
@@ -79,10 +76,9 @@ def _budget_at(
     verifier: OutcomeVerifier | None,
     headers: Headers | None,
 ) -> LogRecord:
-    """A record of ``ledger.budgets``, refused as the workers' budget book refuses it
-    (streams/budget_gate.py): not a budget event, keyed other than by its agent, or not
-    signed as it must be. The projection folds nothing of a budget event; it reads the
-    topic to dead-letter what the workers skip (projections/deadletters.py)."""
+    """A record of the budgets topic, as every worker reads it (streams/budget_gate.py):
+    keyed by its agent, signed as its writer must sign it (operator or worker). What the
+    workers skip, the live projector dead-letters (projections/deadletters.py)."""
     try:
         event = decode_budget_record(value, key)
     except BudgetDecodeError as exc:
@@ -96,7 +92,7 @@ def _decode_at(
     where: Position,
     value: bytes | None,
     key: bytes | None,
-    holds: EventKind | None,
+    holds: type[Event] | None,
     verifier: OutcomeVerifier | None,
     headers: Headers | None,
 ) -> LogRecord:

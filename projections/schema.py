@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,40 @@ ENDPOINTS = Table(
     ("endpoint_id",),
 )
 
+# Version 9: agents' send budgets (ledger.budgets, events/budgets.py). Each agent's book,
+# folded by the book's own rule and kept as text between batches (events/budget_codec.py),
+# and what it says per budget: its terms and its newest window's counts.
+BUDGET_BOOKS = Table(
+    "budget_books",
+    (
+        ("agent", "TEXT NOT NULL"),
+        ("book", "TEXT NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("agent",),
+)
+
+BUDGETS = Table(
+    "budgets",
+    (
+        ("agent", "TEXT NOT NULL"),
+        ("scope", "TEXT NOT NULL"),  # the channel, or '' for every channel
+        ("channel", "TEXT"),  # the channel, or NULL for every channel
+        ("budget_limit", "INTEGER NOT NULL"),
+        ("window_s", "INTEGER NOT NULL"),
+        ("anchor", "TEXT NOT NULL"),
+        # The newest window anything was spent or released in (NULL: none yet), its
+        # deliveries granted and its allowance from releases.
+        ("window_start", "TEXT"),
+        ("granted", "INTEGER NOT NULL"),
+        ("allowance", "INTEGER NOT NULL"),
+        # Keys spent beyond the budget and not released (every window kept).
+        ("over", "INTEGER NOT NULL"),
+        ("updated_at", "TEXT NOT NULL"),
+    ),
+    ("agent", "scope"),
+)
+
 SKIPPED_RECORDS = Table(
     "skipped_records",
     (
@@ -229,6 +263,8 @@ TABLES: tuple[Table, ...] = (
     DUPLICATE_KEYS,
     OPERATOR_ACTIONS,
     ENDPOINTS,
+    BUDGET_BOOKS,
+    BUDGETS,
     SKIPPED_RECORDS,
     PROJECTION_OFFSETS,
     PROJECTION_META,

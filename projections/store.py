@@ -10,14 +10,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
+from events.budgets import BudgetEvent
 from events.endpoints import EndpointEvent
 from events.faults import crash_if_enabled
-from events.model import DeliveryEvent, ExecutionEvent
+from events.model import DeliveryEvent
 from events.refusal import Refuser, one_line, refusal
+from projections.budget_fold import book_of_row, book_row, budget_rows
 from projections.fold import Batch, Position, Row, apply
 from projections.records import LogRecord
 from projections.schema import (
     AGENT_RUNS,
+    BUDGET_BOOKS,
+    BUDGETS,
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DUPLICATE_KEYS,
@@ -131,6 +135,7 @@ class Store(Staging):
         run_ids: set[str] = set()
         keys: set[str] = set()
         endpoint_ids: set[str] = set()
+        agents: set[str] = set()
         for record in records:
             event = record.event
             if event is None:
@@ -141,7 +146,9 @@ class Store(Staging):
                 keys.add(event.idempotency_key)
             elif isinstance(event, EndpointEvent):
                 endpoint_ids.add(event.endpoint_id)
-            elif isinstance(event, ExecutionEvent):
+            elif isinstance(event, BudgetEvent):
+                agents.add(event.agent)
+            else:
                 run_ids.add(event.run_id)
         for row in self._select_in(AGENT_RUNS, "run_id", run_ids):
             batch.runs[row["run_id"]] = row
@@ -151,6 +158,8 @@ class Store(Staging):
             batch.attempts[(row["idempotency_key"], row["attempt"])] = row
         for row in self._select_in(ENDPOINTS, "endpoint_id", endpoint_ids):
             batch.endpoints[row["endpoint_id"]] = row
+        for row in self._select_in(BUDGET_BOOKS, "agent", agents):
+            batch.budget_books[row["agent"]] = book_of_row(row)
 
     def _select_in(self, table: Table, column: str, values: set[str]) -> list[Row]:
         names = table.column_names
@@ -170,6 +179,7 @@ class Store(Staging):
         self._upsert(DUPLICATE_KEYS, batch.duplicates, update=False)
         self._upsert(OPERATOR_ACTIONS, batch.operator_actions, update=False)
         self._upsert(ENDPOINTS, [batch.endpoints[k] for k in sorted(batch.dirty_endpoints)])
+        self._write_budgets(batch)
         self._upsert(SKIPPED_RECORDS, batch.skipped, update=False)
         self._upsert(
             PROJECTION_OFFSETS,
@@ -178,6 +188,21 @@ class Store(Staging):
                 for (t, p), o in sorted(offsets.items())
             ],
         )
+
+    def _write_budgets(self, batch: Batch) -> None:
+        """Each touched agent's book, and its budgets rows in place of the old ones (a
+        cleared budget's row goes)."""
+        touched = sorted(batch.dirty_budgets.items())
+        if not touched:
+            return
+        agents = [agent for agent, _ in touched]
+        for start in range(0, len(agents), _CHUNK):
+            chunk = agents[start : start + _CHUNK]
+            marks = ", ".join([self.placeholder] * len(chunk))
+            self._execute(f"DELETE FROM {BUDGETS.name} WHERE agent IN ({marks})", chunk)  # noqa: S608
+        books = batch.budget_books
+        self._upsert(BUDGET_BOOKS, [book_row(a, books[a], at) for a, at in touched])
+        self._upsert(BUDGETS, [row for a, at in touched for row in budget_rows(books[a], at)])
 
     def _upsert(self, table: Table, rows: Sequence[Row], *, update: bool = True) -> None:
         if not rows:

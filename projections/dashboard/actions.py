@@ -73,7 +73,8 @@ class Refused(Exception):
         self.hint = hint
 
 
-def _answer(data: dict[str, Any], status: int) -> web.Response:
+def answer(data: dict[str, Any], status: int) -> web.Response:
+    """A JSON answer (an action's result, or its refusal in one line and a hint)."""
     return web.Response(text=json.dumps(data), status=status, content_type="application/json")
 
 
@@ -88,7 +89,7 @@ async def resolve(request: web.Request, ctx: Context) -> web.Response:
                 "outcome must be delivered, not_delivered or abandoned",
                 "choose what the receiver's evidence says",
             )
-        receiver_id = _text(body, "receiver_id") or None
+        receiver_id = body_text(body, "receiver_id") or None
         return resolve_action(
             state,
             operator=who,
@@ -117,8 +118,8 @@ Build = Callable[[dict[str, Any], DeliveryState, str, str], Awaitable[Action]]
 async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> web.Response:
     key = request.match_info["key"]
     try:
-        body = await _body(request)
-        who, why = _who_and_why(body)
+        body = await read_body(request)
+        who, why = who_and_why(body)
         seen = _seen(body)
         state = await ctx.read_state(key)
         if state is None:
@@ -138,15 +139,15 @@ async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> w
             raise Refused(409, refusal, "reload: the page shows the delivery as it is now")
         event = await _append(ctx.settings, action)
     except Refused as no:
-        return _answer({"error": no.error, "hint": no.hint}, no.status)
+        return answer({"error": no.error, "hint": no.hint}, no.status)
     except web.HTTPException:
         raise  # the projection is unavailable: the server's own answer (503)
     except Exception:  # noqa: BLE001 - an answer, never a traceback; details in the log
         _log.exception("operator %s of %s failed", what, key[:200])
-        return _answer(
+        return answer(
             {"error": f"the {what} failed unexpectedly", "hint": "see the dashboard's log"}, 500
         )
-    return _answer(
+    return answer(
         {
             "event_id": str(event.event_id),
             "action": what,
@@ -159,7 +160,8 @@ async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> w
     )
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (bounded), else ``Refused`` (415, 413, 400)."""
     if request.content_type != "application/json":
         raise Refused(
             415, "operator actions take a JSON body", "send Content-Type: application/json"
@@ -178,20 +180,22 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _text(body: dict[str, Any], name: str) -> str | None:
+def body_text(body: dict[str, Any], name: str) -> str | None:
+    """The body's text field ``name`` (None if absent), else ``Refused`` (400)."""
     value = body.get(name)
     if value is not None and not isinstance(value, str):
         raise Refused(400, f"{name} must be a string", "send it as text")
     return value
 
 
-def _who_and_why(body: dict[str, Any]) -> tuple[str, str]:
+def who_and_why(body: dict[str, Any]) -> tuple[str, str]:
+    """The operator's name and reason from the body, checked as the CLI checks them."""
     try:
-        who = check_operator(_text(body, "operator"))
+        who = check_operator(body_text(body, "operator"))
     except ConfigError as exc:
         raise Refused(400, exc.message, "type your name once: it goes into the event") from None
     try:
-        why = check_reason(_text(body, "reason"))
+        why = check_reason(body_text(body, "reason"))
     except ConfigError as exc:
         raise Refused(400, exc.message, "say why, for the record") from None
     return who, why

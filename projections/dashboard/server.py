@@ -29,7 +29,9 @@ from events.errors import LedgerError
 from events.outage import Backoff, Outage, reason
 from events.ports import listen_port
 from events.redaction import redacted_data
+from projections.budgets import budget_report, has_budget
 from projections.dashboard.actions import Context, redrive, resolve
+from projections.dashboard.budgets import ReleaseContext, release
 from projections.dashboard.guard import (
     SAFE_METHODS,
     allowed_hosts,
@@ -280,6 +282,22 @@ async def api_health(request: web.Request) -> web.Response:
     return await _json_off_loop(data)
 
 
+async def api_budgets(request: web.Request) -> web.Response:
+    """``GET /api/budgets``: per agent's budget, its limit, its use of the current window,
+    when that resets, and how many deliveries are held over it."""
+    now = request.app[CLOCK_KEY]()
+    return _json(await _in_store(request, lambda s: budget_report(s, now)))
+
+
+async def api_release(request: web.Request) -> web.Response:
+    """``POST /api/budgets/{agent}/release`` (JSON): an operator lets held deliveries go."""
+
+    async def knows(agent: str, channel: str | None) -> bool:
+        return await _in_store(request, lambda s: has_budget(s, agent, channel))
+
+    return await release(request, ReleaseContext(request.app[SETTINGS_KEY], knows))
+
+
 def _acting(request: web.Request) -> Context:
     async def read_state(key: str) -> DeliveryState | None:
         return await _in_store(request, lambda s: delivery_state(s, key))
@@ -371,6 +389,8 @@ def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> 
     app.router.add_get("/api/health", api_health)
     app.router.add_post("/api/deliveries/{key}/resolve", api_resolve)
     app.router.add_post("/api/deliveries/{key}/redrive", api_redrive)
+    app.router.add_get("/api/budgets", api_budgets)
+    app.router.add_post("/api/budgets/{agent}/release", api_release)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_static("/static/", STATIC)

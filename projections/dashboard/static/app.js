@@ -439,6 +439,7 @@ async function refreshOverview() {
     drawHours(data.by_hour);
     drawTables(data);
     await drawEndpoints();
+    await drawBudgets();
     await drawHealth();
     showError("");
     stamp(`as of ${data.now.slice(0, 19).replace("T", " ")} UTC`);
