@@ -3,7 +3,9 @@
 Four ``ledger worker`` processes in one group (8 partitions: two each, so each worker's
 share is a quarter of the limit, streams/rate_gate.py) send a backlog of webhook deliveries
 to one endpoint limited to 20/s (``rate_limit_per_s`` on the endpoint): with the default
-burst, then with a burst of two tokens per worker. The receiver is
+burst, the claims gated and the sends paced (streams/send_pacer.py); the same with the
+claims gated only (``LEDGER_CHANNELS__RATE_LIMIT_PACING=false``, as before pacing);
+then paced with a burst of two tokens per worker. The receiver is
 bench/verifying_receiver.py on 127.0.0.1, in its own process: it verifies every POST with
 ``standardwebhooks``, records each arrival's time and does not dedupe. Figures per round:
 the most arrivals in any sliding 1 s window, the most claims (the moments a worker took a
@@ -25,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,16 +132,15 @@ async def claim_times(settings: Settings, wanted: set[str]) -> list[float]:
         await consumer.stop()
 
 
-async def held_count(client: httpx.AsyncClient, ports: dict[str, int]) -> float:
-    """ledger_worker_rate_limit_holds_total, summed over the workers."""
+async def counted(client: httpx.AsyncClient, ports: dict[str, int], name: str) -> float:
+    """The counter ``name`` (ledger_worker_rate_limit_holds_total, say), summed over the
+    workers."""
     total = 0.0
     for port in ports.values():
         with contextlib.suppress(httpx.HTTPError):
             text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
             total += sum(
-                float(line.split()[1])
-                for line in text.splitlines()
-                if line.startswith("ledger_worker_rate_limit_holds_total ")
+                float(line.split()[1]) for line in text.splitlines() if line.startswith(f"{name} ")
             )
     return total
 
@@ -195,11 +197,17 @@ async def measure_system(
             }
             rounds.append(result)
             console.print(f"{label} round {number} (0: warm-up): {result}")
-        holds = await held_count(client, ports)
+        holds = await counted(client, ports, "ledger_worker_rate_limit_holds_total")
+        paced = await counted(client, ports, "ledger_worker_rate_paced_sends_total")
     finally:
         for child in children:
             stop_child(stack, child)
-    return {"warmup": rounds[0], "rounds": rounds[1:], "rate_limit_holds": holds}
+    return {
+        "warmup": rounds[0],
+        "rounds": rounds[1:],
+        "rate_limit_holds": holds,
+        "paced_sends": paced,
+    }
 
 
 async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
@@ -215,7 +223,9 @@ async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) ->
         # The workers sign their outcome events (on by default) with a pair of this run's.
         signing, verify = new_pair()
 
-        def with_endpoint(limit: float | None, burst: float | None = None) -> Settings:
+        def with_endpoint(
+            limit: float | None, burst: float | None = None, *, pacing: bool = True
+        ) -> Settings:
             endpoint = WebhookEndpoint(
                 secret=secret, rate_limit_per_s=limit, rate_limit_burst=burst
             )
@@ -227,6 +237,7 @@ async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) ->
                     "channels.webhook_secret": settings.channels.webhook_secret
                     or BENCH_WEBHOOK_SECRET,
                     "channels.webhook_endpoints": {f"{base}/hooks/": endpoint},
+                    "channels.rate_limit_pacing": pacing,
                     "channels.allowed_networks": sorted(
                         {*settings.channels.allowed_networks, "127.0.0.0/8"}
                     ),
@@ -236,6 +247,16 @@ async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) ->
         async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
             limited = await measure_system(
                 "limited", with_endpoint(args.limit), base, stack, client, args, console
+            )
+            # The baseline of the limit: the claims gated, the sends not paced.
+            claims_only = await measure_system(
+                "claims-only",
+                with_endpoint(args.limit, pacing=False),
+                base,
+                stack,
+                client,
+                args,
+                console,
             )
             # The trade-off: a burst of two tokens per worker.
             bursty = await measure_system(
@@ -260,12 +281,13 @@ async def measure(settings: Settings, stack: Stack, args: argparse.Namespace) ->
         "partitions": settings.kafka.partitions,
         "timer_interval_s": settings.worker.timer_interval_s,
         "limited": limited,
+        "claims_only": claims_only,
         "bursty": bursty,
         "unlimited": unlimited,
     }
 
 
-SYSTEMS = ("limited", "bursty", "unlimited")
+SYSTEMS = ("limited", "claims_only", "bursty", "unlimited")
 FIGURES = (
     ("most arrivals in any 1 s window", "most_in_1s", "{}", True),
     ("most claims (token grants) in any 1 s window", "claims_most_in_1s", "{}", True),
@@ -281,9 +303,10 @@ def table(results: dict[str, Any]) -> str:
     baseline without a limit."""
     limit = results["limit"]
     lines = [
-        "| figure (per round) | limited, default burst (1 token per worker) | limited, "
-        f"burst {2 * results['workers']} (2 per worker) | no limit (baseline) | limit |",
-        "|---|---|---|---|---|",
+        "| figure (per round) | limited, paced sends (default burst: 1 token per worker) | "
+        "limited, claims only (no pacing, as before) | limited, paced, burst "
+        f"{2 * results['workers']} (2 per worker) | no limit (baseline) | limit |",
+        "|---|---|---|---|---|---|",
     ]
     for label, name, fmt, against in FIGURES:
         cells = [
@@ -295,8 +318,56 @@ def table(results: dict[str, Any]) -> str:
     warm = " | ".join(f"{w['most_in_1s']} / {w['claims_most_in_1s']}" for w in warmups)
     label = f"warm-up round ({results['warmup']} deliveries): most arrivals / claims in 1 s"
     lines.append(f"| {label} | {warm} | {limit:g} |")
+    paced = " | ".join(f"{results[system].get('paced_sends', 0):,.0f}" for system in SYSTEMS)
+    lines.append(f"| sends paced at the hand-off (counter, all rounds) | {paced} |  |")
     lines.append(f"| claims held for a token (counter, all rounds) | {holds} |  |")
     return "\n".join(lines)
+
+
+def shape(deliveries: int, rounds: int, warmup: int) -> argparse.Namespace:
+    """The options ``measure`` takes, for a caller without a command line (bench/run_all.py):
+    4 workers against 20/s."""
+    return argparse.Namespace(
+        deliveries=deliveries, limit=20.0, workers=4, rounds=rounds, warmup=warmup
+    )
+
+
+def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
+    """bench/run_all.py's rows: the paced system's arrivals against the claims-only one's
+    (as before pacing), in the same invocation."""
+    limit = results["limit"]
+    paced, before = results["limited"]["rounds"], results["claims_only"]["rounds"]
+    most = max(r["most_in_1s"] for r in paced)
+    base = max(r["most_in_1s"] for r in before)
+    label = f"rate limit {limit:g}/s, {results['workers']} workers"
+    row(
+        f"{label}: most arrivals in any 1 s (paced sends vs claims gated only)",
+        f"{most}",
+        f"{base}",
+        f"{most / base:.2f}x" if base else "n/a",
+        f"<= {limit:g}",
+        most <= limit,
+    )
+    wrong = sum(r["twice"] + r["missing"] for r in paced)
+    row(f"{label}: keys arriving twice or never (paced)", f"{wrong}", "", "", "0", wrong == 0)
+
+
+def note(results: dict[str, Any]) -> str:
+    """The details line."""
+
+    def rounds(system: str, name: str, fmt: str = "{}") -> str:
+        return ", ".join(fmt.format(r[name]) for r in results[system]["rounds"])
+
+    return (
+        f"Rate limit ({results['deliveries']} webhooks per round to one endpoint limited to "
+        f"{results['limit']:g}/s, {results['workers']} workers, bench/rate_limit.py): paced "
+        f"most arrivals / claims in 1 s {rounds('limited', 'most_in_1s')} / "
+        f"{rounds('limited', 'claims_most_in_1s')}, {rounds('limited', 'overall_per_s', '{:.1f}')}"
+        f"/s; claims gated only {rounds('claims_only', 'most_in_1s')} / "
+        f"{rounds('claims_only', 'claims_most_in_1s')}, "
+        f"{rounds('claims_only', 'overall_per_s', '{:.1f}')}/s; no limit "
+        f"{rounds('unlimited', 'overall_per_s', '{:.1f}')}/s."
+    )
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import chaos, e2e, memory, peer, publisher, rebuild, timers
+from bench import chaos, e2e, memory, peer, publisher, rate_limit, rebuild, timers
 from bench.common import (
     BROKER_PORT,
     bench_broker,
@@ -40,7 +40,7 @@ from config import Settings
 from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
-SECTIONS = ("publisher", "rebuild", "e2e", "peer", "memory", "timers", "chaos")
+SECTIONS = ("publisher", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit", "chaos")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Sizes:
     timer_sizes: tuple[int, ...]
     chaos: tuple[str, ...]  # bench.chaos options
     peer: peer.Shape = peer.FULL
+    rate_limit: tuple[int, int, int] = (400, 2, 60)  # deliveries per round, rounds, warm-up
 
 
 FULL = Sizes(
@@ -63,8 +64,9 @@ FULL = Sizes(
     ("--deliveries", "20000", "--workers", "3", "--seed", "1", "--nemesis-interval", "10"),
 )  # fmt: skip
 QUICK = Sizes(
-    2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",), peer.QUICK
-)
+    2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",), peer.QUICK,
+    (200, 1, 40),
+)  # fmt: skip
 
 
 def ratio(value: float, baseline: float) -> str:
@@ -187,6 +189,11 @@ async def run_section(
     if "timers" in wanted:
         say("[bold]timer tick[/] micro-benchmark (DueIndex + DeliveryProcessor.tick)")
         results["timers"] = await timers.measure(tmp, sizes.timer_sizes, sizes.rounds, progress)
+    if "rate_limit" in wanted:
+        say("[bold]rate limit[/] (issue 27): 4 workers against one endpoint limited to 20/s")
+        results["rate_limit"] = await rate_limit.measure(
+            settings, stack, rate_limit.shape(*sizes.rate_limit)
+        )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
         results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
@@ -313,6 +320,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "timers" in results:
         timers.rows(results["timers"], row)
         notes.append(timers.note(results["timers"]))
+    if "rate_limit" in results:
+        rate_limit.rows(results["rate_limit"], row)
+        notes.append(rate_limit.note(results["rate_limit"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]

@@ -234,6 +234,10 @@ class ChannelSettings(Part):
     bare ``channel`` for all of it; the longest matching key wins), as JSON: ``{"slack:acme/C123":
     1, "email": {"per_s": 50, "burst": 10}}``. A webhook endpoint's own
     ``rate_limit_per_s`` comes first (matched on the parsed URL, streams/rate_limits.py)."""
+    rate_limit_pacing: bool = True
+    """Pace each worker's sends to a rate-limited endpoint at its share too, right before
+    the request (streams/send_pacer.py), so arrivals keep the limit, not only claims;
+    false: the claim's gate alone (arrivals may bunch by the claim -> send trip's jitter)."""
 
     @field_validator("allowed_networks")
     @classmethod

@@ -63,6 +63,7 @@ from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
 from streams.retry import RegistryRetryPolicies
+from streams.send_pacer import PaceRule, SendPacer
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
 from streams.timers import DueIndex
@@ -181,6 +182,18 @@ class Worker:
             margin_s=settings.worker.clock_skew_margin_s,
             fixed=settings.worker.max_open_claims,
         )
+        # The registry's limits first (they change at run time), then the settings'.
+        self.rate_limits = FirstRateLimit(
+            [
+                RegistryRateLimits(self.endpoint_registry, self.endpoint_gate.endpoint_of),
+                SettingsRateLimits(settings.channels),
+            ]
+        )
+        # The rate limits at the send as well as at the claim: arrivals keep the limit.
+        self.pacer = SendPacer(
+            PaceRule(self.rate_limits, tick_s=RATE_TICK_S), self.clock.now, metrics=self.metrics
+        )
+        self.pacer.share(0, settings.kafka.partitions)
         self.sender = Sender(
             channels=self.registry.channels,
             ctx=ctx,
@@ -198,15 +211,9 @@ class Worker:
             observe=self.budget.observe,
             halted=self.clock.why_not,
             judge=self.breaker.judge,
+            pacer=self.pacer if settings.channels.rate_limit_pacing else None,
         )
         self.due = DueIndex(self.datadir / "due-index")
-        # The registry's limits first (they change at run time), then the settings'.
-        self.rate_limits = FirstRateLimit(
-            [
-                RegistryRateLimits(self.endpoint_registry, self.endpoint_gate.endpoint_of),
-                SettingsRateLimits(settings.channels),
-            ]
-        )
         # The timers run on the worker's tick and also as soon as a delivery held by a rate
         # limit has its token due (on_rate_tick): one at a time.
         self._ticking = asyncio.Lock()
@@ -319,6 +326,11 @@ class Worker:
             lambda: self.rate_gate.waiting,
         )
         watch(
+            "ledger_worker_rate_paced_waiting",
+            "Claimed sends waiting now at the hand-off for their endpoint's pace.",
+            lambda: self.pacer.waiting,
+        )
+        watch(
             "ledger_worker_sender_failures",
             "Sender tasks that raised (counted).",
             lambda: self.sender.failures,
@@ -416,6 +428,7 @@ class Worker:
         self.owned.clear()
         self.owned.update(mine)
         self.rate_gate.share(len(mine), self.settings.kafka.partitions)
+        self.pacer.share(len(mine), self.settings.kafka.partitions)
         await self.continuity.on_assigned(mine)
         log.info("worker %s owns partitions %s", self.worker_id, sorted(mine))
 
@@ -424,6 +437,7 @@ class Worker:
         gone = {tp.partition for tp in revoked if tp.topic == self.settings.kafka.topic_deliveries}
         self.owned.difference_update(gone)
         self.rate_gate.share(len(self.owned), self.settings.kafka.partitions)
+        self.pacer.share(len(self.owned), self.settings.kafka.partitions)
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, REVOKED)

@@ -105,6 +105,12 @@ class WorkerMetrics:
             "and must wait; ledger_worker_rate_limited_waiting is how many wait now).",
             registry=self.registry,
         )
+        self.rate_paced_sends = Counter(
+            "ledger_worker_rate_paced_sends",
+            "Claimed sends that waited at the hand-off for their endpoint's pace "
+            "(streams/send_pacer.py; ledger_worker_rate_paced_waiting is how many wait now).",
+            registry=self.registry,
+        )
 
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge whose value is read at scrape time."""

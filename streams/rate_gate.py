@@ -1,5 +1,10 @@
 """Per-endpoint rate limits: a token bucket per endpoint, as a gate before the claim.
 
+The gate bounds claims; the arrivals are bounded by the sender, which paces each worker's
+sends to a limited endpoint with a bucket sized the same way (``sized``) right before the
+request (streams/send_pacer.py). The gate keeps a flood of claims from sitting in the
+send queue (and their leases from running out there).
+
 **The rule.** An endpoint limited to L deliveries per second gets, in each worker, a token
 bucket filled at that worker's share of L; a claim (the first, a retry's, a re-claim after
 a lease) takes one token. A delivery that finds no token is held (``Hold`` with no reason:
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -62,6 +68,15 @@ SWEEP_EVERY_S = 1.0
 # How often a worker with rate limits looks for waiters whose token is due (streams/app.py):
 # finer than the timer tick, so a token is taken within this of its time.
 RATE_TICK_S = 0.05
+# A token counts as there when float rounding leaves it this short of whole.
+EPSILON = 1e-9
+
+
+def sized(limit: RateLimit, fraction: float, tick_s: float = RATE_TICK_S) -> tuple[float, float]:
+    """A worker's rate and bucket capacity for ``limit`` when it holds ``fraction`` of the
+    partitions: the gate's claims and the pacer's sends (streams/send_pacer.py) alike."""
+    burst = limit.burst if limit.burst is not None else limit.per_s * tick_s
+    return limit.per_s * fraction, max(1.0, burst * fraction)
 
 
 class TokenBucket:
@@ -90,7 +105,7 @@ class TokenBucket:
     def take(self, now: datetime) -> bool:
         """Take one token if there is one."""
         self._fill(now)
-        if self.tokens >= 1.0:
+        if self.tokens >= 1.0 - EPSILON:
             self.tokens -= 1.0
             return True
         return False
@@ -99,11 +114,13 @@ class TokenBucket:
         """When the ``nth`` token from now will be there (``now`` if it already is)."""
         self._fill(now)
         missing = nth - self.tokens
-        if missing <= 0:
+        if missing <= EPSILON:
             return now
         if self.rate <= 0:
             return now + timedelta(seconds=GRANT_MEMORY_S)
-        return now + timedelta(seconds=missing / self.rate)
+        # Up to the clock's microsecond (float noise below a nanosecond aside, which
+        # EPSILON forgives): at the time said, the token is there.
+        return now + timedelta(microseconds=math.ceil(round(missing / self.rate * 1e6, 3)))
 
 
 @dataclass
@@ -158,12 +175,6 @@ class RateGate:
             endpoint.places.clear()
             endpoint.recheck.clear()
 
-    def _sized(self, limit: RateLimit) -> tuple[float, float]:
-        """This worker's rate and bucket capacity for ``limit``."""
-        rate = limit.per_s * self._fraction
-        burst = limit.burst if limit.burst is not None else limit.per_s * self._tick_s
-        return rate, max(1.0, burst * self._fraction)
-
     def hold(self, state: DeliveryState, now: datetime) -> Hold | None:
         """None if ``state``'s endpoint has no limit, or a token for this claim (taken now,
         or already); else a hold until its token is due."""
@@ -198,7 +209,7 @@ class RateGate:
 
     def _endpoint(self, limit: RateLimit, now: datetime) -> _Endpoint:
         endpoint = self._endpoints.get(limit.endpoint)
-        rate, capacity = self._sized(limit)
+        rate, capacity = sized(limit, self._fraction, self._tick_s)
         if endpoint is None:
             bucket = TokenBucket(rate, capacity, now)
             endpoint = _Endpoint(limit, bucket, [], {}, self._fraction)

@@ -8,6 +8,11 @@ partition, and the lease has more left than the channel's hard deadline
 (LEDGER_CHANNELS__SEND_DEADLINES, else the global one) plus the clock-skew margin. A refused or
 cancelled send records ``DeliveryNotSent``, so the next attempt needs no lookup. Outcomes
 are appended outside the processor's record; the fold dedupes and fences.
+
+A send to a rate-limited endpoint waits for its turn first (``SendPacer``,
+streams/send_pacer.py), inside its send slot and before the channel builds the request, so
+the guard judges the lease at the moment the send actually leaves; a send whose turn comes
+after its lease would let it start is recorded not sent (``lease``) without waiting.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from events.admission import refusal
@@ -38,6 +43,7 @@ from streams.channels.base import (
 from streams.channels.write_guard import SendRefused, WriteGuard
 from streams.decisions import Context, after_lookup, after_send
 from streams.metrics import WorkerMetrics
+from streams.send_pacer import SendPacer
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +117,10 @@ class Sender:
         observe: Callable[[float], None] = lambda _seconds: None,
         halted: Callable[[], str | None] = lambda: None,
         judge: Callable[[DeliveryState, SendResult, datetime], None] | None = None,
+        pacer: SendPacer | None = None,
     ) -> None:
+        # Rate-limited endpoints' sends wait here for their turn (streams/send_pacer.py).
+        self._pacer = pacer
         # Told every classified send (the circuit breaker counts them: breaker_gate.py).
         self._judge = judge
         self._observe = observe  # how long admitted sends take (the claim budget learns)
@@ -195,6 +204,13 @@ class Sender:
         work.refused = self._refusal(claimed, work)
         return None if work.refused is None else work.refused.reason
 
+    def _write_by(self, claimed: DeliveryState) -> datetime | None:
+        """The last moment the lease rule lets ``claimed``'s send start (None: no lease)."""
+        if claimed.lease_expires_at is None:
+            return None
+        needed = self.deadline_for(claimed.channel) + self._margin_s
+        return claimed.lease_expires_at - timedelta(seconds=needed)
+
     def _refusal(self, claimed: DeliveryState, work: _Work) -> Refusal | None:
         """The lease rule, checked right before the first byte; None allows the write."""
         if work.stopped is not None:
@@ -221,12 +237,14 @@ class Sender:
             return Refusal(
                 SendRefusal.PARTITION, f"this worker no longer owns partition {work.partition}"
             )
-        if claimed.lease_expires_at is None:
+        write_by = self._write_by(claimed)
+        if write_by is None or claimed.lease_expires_at is None:
             return Refusal(SendRefusal.OTHER, "the claim has no lease")
-        left = (claimed.lease_expires_at - self._clock()).total_seconds()
-        deadline = self.deadline_for(claimed.channel)
-        needed = deadline + self._margin_s
-        if left <= needed:
+        at = self._clock()
+        if at >= write_by:
+            left = (claimed.lease_expires_at - at).total_seconds()
+            deadline = self.deadline_for(claimed.channel)
+            needed = deadline + self._margin_s
             return Refusal(
                 SendRefusal.LEASE,
                 f"the lease has {left:.1f}s left; a send needs more than {needed:g}s "
@@ -313,8 +331,11 @@ class Sender:
         try:
             async with self._slots:
                 crash_if_enabled(BEFORE_SEND, self._faults)
+                result = self._inadmissible(state) or await self._paced(state, work)
+                # After the pacer: the claim budget learns how long sends take, not waits.
                 began = time.perf_counter()
-                result = await self._send_admitted(state, work)
+                if result is None:
+                    result = await self._send_admitted(state, work)
         except asyncio.CancelledError:
             if work.stopped is None or work.guard.written:
                 raise
@@ -341,10 +362,25 @@ class Sender:
         events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
         await self._append(events)
 
-    async def _send_admitted(self, state: DeliveryState, work: _Work) -> SendResult:
+    def _inadmissible(self, state: DeliveryState) -> SendResult | None:
+        """A request the SDK would have refused, as its result; None if admissible."""
         why = refusal(state.channel, state.recipient, state.payload, self._max_payload_bytes)
-        if why is not None:
-            return SendResult(SendOutcome.REJECTED, f"not sent: {why}", ErrorClass.REFUSED_REQUEST)
+        if why is None:
+            return None
+        return SendResult(SendOutcome.REJECTED, f"not sent: {why}", ErrorClass.REFUSED_REQUEST)
+
+    async def _paced(self, state: DeliveryState, work: _Work) -> SendResult | None:
+        """Wait for the endpoint's turn (None: go now); a turn after the lease lets the send
+        start is not waited for: not sent, refused for the lease."""
+        if self._pacer is None:
+            return None
+        late = await self._pacer.wait(state.channel, state.recipient, self._write_by(state))
+        if late is None:
+            return None
+        work.refused = Refusal(SendRefusal.LEASE, late)
+        return SendResult(SendOutcome.NOT_SENT, f"not sent: {late}", ErrorClass.FENCED)
+
+    async def _send_admitted(self, state: DeliveryState, work: _Work) -> SendResult:
         try:
             return await self._channels[state.channel].send(self._outbound(state), work.guard)
         except SendRefused as exc:
