@@ -52,7 +52,10 @@ class Context:
 
     worker_id: str
     producer: str
-    rules: Callable[[str], RetryRules]
+    # (channel, recipient) -> the retry policy of this delivery: its registered endpoint's
+    # where the registry sets one, else the environment's for the channel
+    # (streams/retry.py). An input like any other: the decision reads no registry.
+    rules: Callable[[str, str], RetryRules]
     # (channel, recipient) -> the dedupe rule this recipient's endpoint declares, if any.
     dedupe_rule: Callable[[str, str], DedupeRule | None]
     # (channel, recipient) -> seconds after an UNKNOWN before the first lookup.
@@ -271,9 +274,10 @@ def retry_or_fail(
     retry_after_s: float | None = None,
     dedupe_rule: str | None = None,
 ) -> Event:
-    """Schedule the next attempt, or fail when the channel's policy is exhausted.
-    ``dedupe_rule`` names the receiver's rule when that is what makes the retry safe."""
-    rules = ctx.rules(state.channel)
+    """Schedule the next attempt, or fail when the delivery's policy (its endpoint's, else
+    its channel's: ``Context.rules``) is exhausted. ``dedupe_rule`` names the receiver's
+    rule when that is what makes the retry safe."""
+    rules = ctx.rules(state.channel, state.recipient)
     common = _common(state, ctx, now)
     # After an operator's action the policy counts afresh: attempts since, age since.
     counted = state.attempt - state.attempt_base
