@@ -24,7 +24,7 @@ from projections.backends import open_store
 from projections.health import HealthReport, endpoint_health
 from projections.schema import DELIVERIES, DELIVERY_ATTEMPTS, timestamp
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 ORIGINS = 199
 SIZES = (10_000, 100_000)
 TARGET_S = 2.0

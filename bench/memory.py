@@ -44,8 +44,9 @@ from bench.common import (
 from clients.kafka_security import client_options
 from config import Settings
 from events.delivery_state import DeliveryState, Status
-from events.keys import idempotency_key, payload_hash
+from events.keys import idempotency_key
 from events.outcomes import ErrorClass
+from events.payload_hashes import payload_hash
 from events.state_codec import dumps
 from ledger.stack import Stack
 from ledger.topics import create_topics

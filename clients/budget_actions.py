@@ -24,7 +24,7 @@ from events.budgets import (
     BudgetBook,
     BudgetDecodeError,
     BudgetOperatorEvent,
-    decode_budget,
+    decode_budget_record,
     encode_budget,
     record_key,
 )
@@ -45,7 +45,8 @@ class ReadBook:
 
 async def read_book(settings: Settings) -> ReadBook:
     """Read ``ledger.budgets`` from its start to its current end and fold it; records that
-    are not budget events, or not signed as they must be, are skipped (counted)."""
+    are not budget events, or not signed as they must be, are skipped (counted) by the
+    rule the workers apply (the live projector dead-letters them)."""
     topic = settings.kafka.topic_budgets
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka.bootstrap_servers,
@@ -80,14 +81,12 @@ async def read_book(settings: Settings) -> ReadBook:
                     if m.offset >= ends[tp]:
                         continue
                     try:
-                        event = decode_budget(m.value)
+                        event = decode_budget_record(m.value, m.key)
                     except BudgetDecodeError:
                         refused += 1
                         continue
                     headers = [(str(k), bytes(v or b"")) for k, v in m.headers or ()]
-                    if m.key != record_key(event) or (
-                        verifier is not None and verifier.refuses(event, m.value, headers)
-                    ):
+                    if verifier is not None and verifier.refuses(event, m.value, headers):
                         refused += 1
                         continue
                     book.apply(event)

@@ -6,6 +6,12 @@
 ``version`` grows with every change, and readers that derive something from the table
 (the webhook channel's signers, the endpoint gate's answers) rebuild when it moves.
 ``append_endpoint_event`` writes one event, keyed by endpoint id (acks=all, idempotent).
+
+A record that is not an endpoint event, or is keyed other than by its endpoint id
+(``decode_endpoint_record``), is skipped, logged and counted (``refused``). It is not
+dead-lettered here: every worker and dashboard follows the whole compacted topic, so each
+would send its own copy of every bad record, again at every restart. The live projector
+reads the topic once per projection and dead-letters it (projections/deadletters.py).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from events.endpoints import (
     EndpointDecodeError,
     EndpointEvent,
     EndpointState,
-    decode_endpoint_event,
+    decode_endpoint_record,
     fold,
 )
 from events.errors import LedgerError
@@ -91,7 +97,7 @@ async def append_endpoint_event(kafka: KafkaSettings, event: EndpointEvent) -> N
 
 def _decoded(record: object) -> AnyEndpointEvent | None:
     try:
-        return decode_endpoint_event(getattr(record, "value", None))
+        return decode_endpoint_record(getattr(record, "value", None), getattr(record, "key", None))
     except EndpointDecodeError as exc:
         log.warning(
             "skipped %s[%s]@%s: %s",
@@ -115,6 +121,8 @@ class EndpointRegistry:
         self._poll_ms = int(poll_s * 1000)
         self.endpoints: dict[str, EndpointState] = {}
         self.version = 0
+        # Records skipped as not endpoint events (each read counts: a restart reads again).
+        self.refused = 0
         self.caught_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
@@ -177,7 +185,9 @@ class EndpointRegistry:
                         self.caught_up.set()
                 for record in (await reader.read(self._poll_ms, 1000)).get(tp, []):
                     event = _decoded(record)
-                    if event is not None:
+                    if event is None:
+                        self.refused += 1
+                    else:
                         self.apply(event)
                 if not self.caught_up.is_set() and await reader.position(tp) >= end:
                     self.caught_up.set()

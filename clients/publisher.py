@@ -29,7 +29,7 @@ from clients.kafka_security import client_options, start_producer
 from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
-from events.bounds import MAX_SLO_SECONDS, check_json_values
+from events.bounds import MAX_SLO_SECONDS
 from events.channels import (
     channel_names,
     check_channel,
@@ -40,6 +40,7 @@ from events.channels import (
 from events.codec import MAX_DEPTH, encode, json_depth
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
+from events.payload_hashes import jcs_refusal
 from events.topics import record_key
 
 # The producer refuses a larger record (aiokafka's default), and the broker's
@@ -305,8 +306,10 @@ class Publisher:
         requests: list[DeliveryRequested] = []
         seen: dict[str, int] = {}
         for index, spec in enumerate(deliveries, start=1):
-            if unfit := check_json_values(spec.payload):
-                raise PublishRejected(f"delivery {index}: payload: {unfit}")
+            # Before the size (its JSON has no NaN either): a payload must have an RFC 8785
+            # form for its hash (events/payload_hashes.py), which names the field.
+            if unhashable := jcs_refusal(spec.payload):
+                raise PublishRejected(f"delivery {index}: {unhashable}")
             # The event nests the payload one level down; deeper than the reader's limit,
             # the record would only be dead-lettered.
             if (depth := json_depth(spec.payload)) > MAX_DEPTH - 1:

@@ -1,7 +1,8 @@
 """The delivery-ledger vocabulary: events, keys, codec and the receiver contract.
 
-Importable alone: pydantic and the standard library, nothing else (no Kafka, HTTP or
-crypto library; tests/events/test_import_alone.py). The publisher SDK is in ``clients``,
+Importable alone: pydantic, rfc8785 (payload hashes; pure Python, no dependencies) and the
+standard library, nothing else (no Kafka, HTTP or crypto library;
+tests/events/test_import_alone.py). The publisher SDK is in ``clients``,
 the settings in ``config``."""
 
 from events.base import Event
@@ -27,7 +28,8 @@ from events.execution import (
     RunStarted,
     RunSucceeded,
 )
-from events.keys import canonical_json, idempotency_key, payload_hash
+from events.keys import canonical_json, idempotency_key
+from events.payload_hashes import payload_hash
 
 __all__ = [
     "DeadLetter",

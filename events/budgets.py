@@ -166,6 +166,17 @@ def record_key(event: BudgetEvent) -> bytes:
     return event.agent.encode("utf-8")
 
 
+def decode_budget_record(value: bytes | None, key: bytes | None) -> AnyBudgetEvent:
+    """One record of ``ledger.budgets`` (value and key) as every reader takes it, or
+    ``BudgetDecodeError``: a record keyed other than by its agent is refused too (it would
+    sit in another partition, outside the agent's one order). Whether it is signed as it
+    must be is the reader's second check (clients/outcome_signing.py)."""
+    event = decode_budget(value)
+    if key is not None and key != record_key(event):
+        raise BudgetDecodeError("record key is not the event's agent")
+    return event
+
+
 _WINDOW = re.compile(r"^\s*(\d{1,9})\s*([smhd])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

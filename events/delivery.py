@@ -20,8 +20,9 @@ from events.bounds import (
     Ordinal,
 )
 from events.channels import check_recipient
-from events.keys import idempotency_key, payload_hash
+from events.keys import idempotency_key
 from events.outcomes import ErrorClass, LookupOutcome
+from events.payload_hashes import PayloadHash, matches, payload_hash
 
 
 class DeliveryEvent(Event):
@@ -44,18 +45,20 @@ class DeliveryEvent(Event):
 class DeliveryRequested(DeliveryEvent):
     """A logical delivery exists (written with ``RunSucceeded`` in one transaction).
 
-    Version 2 added ``payload_hash`` and ``slo_seconds``; version 1 records are upcast.
+    Version 2 added ``payload_hash`` and ``slo_seconds``; version 3 writes the hash over
+    RFC 8785 JSON, prefixed ``jcs-sha256:`` (events/payload_hashes.py). Older records are
+    upcast, their hashes kept as stored: an unprefixed hash is the legacy scheme's.
     """
 
     TYPE: ClassVar[str] = "delivery.requested"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     type: Literal["delivery.requested"] = "delivery.requested"
-    schema_version: int = 2
+    schema_version: int = 3
     event_type: str = Field(pattern=r"^[A-Za-z0-9._\-]{1,100}$")
     channel: str = Field(min_length=1, max_length=64)
     recipient: str = Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)
     payload: JsonValue
-    payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload_hash: PayloadHash
     slo_seconds: int = Field(ge=1, le=MAX_SLO_SECONDS)
 
     @model_validator(mode="after")
@@ -66,7 +69,7 @@ class DeliveryRequested(DeliveryEvent):
             raise ValueError(
                 "idempotency_key does not match sha256(run_id:event_type:channel:recipient)"
             )
-        if self.payload_hash != payload_hash(self.payload):
+        if not matches(self.payload_hash, self.payload):
             raise ValueError("payload_hash does not match the canonical hash of payload")
         return self
 
@@ -176,13 +179,20 @@ class DeliveryFailed(DeliveryEvent):
 
 
 class DuplicateDeliveryRequest(DeliveryEvent):
-    """The same key was requested again, with the same payload or a conflicting one."""
+    """The same key was requested again, with the same payload or a conflicting one.
+
+    Both hashes are under one scheme (events/payload_hashes.py ``comparable``), so
+    ``outcome`` is "deduplicated" exactly when they are equal. Version 2 allows the
+    ``jcs-sha256:`` hashes; version 1 records (unprefixed hashes) are upcast as they are.
+    """
 
     TYPE: ClassVar[str] = "delivery.duplicate_requested"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["delivery.duplicate_requested"] = "delivery.duplicate_requested"
+    schema_version: int = 2
     duplicate_event_id: UUID
-    payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    original_payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload_hash: PayloadHash
+    original_payload_hash: PayloadHash
     outcome: Literal["deduplicated", "conflict"]
 
 

@@ -18,6 +18,20 @@ the endpoint they saw: the fold's "newest version wins" makes that a compare-and
 when two workers decide at once the first record in the log wins and the other changes
 nothing. The rule that decides when is streams/breaker_rule.py.
 
+What the workers and the projection apply from an endpoint, and what wins: its pause and
+disable, its circuit breaker, its webhook signing secrets and lookup URL, its rate limit,
+its ``retry_policy`` and its ``slo_s``. For each, where the registry sets one, the
+registry's wins over the environment fallback (``LEDGER_CHANNELS__*`` settings, and for
+the SLO the request's ``slo_seconds``), and a change applies without a restart: the retry
+policy at the worker's next decision for the endpoint's deliveries (streams/retry.py), the
+SLO at the next ``ledger status``, dashboard or ``/metrics`` question, for deliveries
+requested before the change too (projections/slo.py).
+
+A record of this topic that is not an endpoint event, or is keyed other than by its
+endpoint id, is refused by every reader (``decode_endpoint_record``): the registry's
+followers skip and count it, the live projector dead-letters it once
+(projections/deadletters.py).
+
 Signing secrets are never in clear here: ``EndpointSecret.ciphertext`` is a Fernet token
 (clients/endpoint_secrets.py encrypts and decrypts; this module loads no crypto library).
 """
@@ -70,9 +84,12 @@ class EndpointSpec(BaseModel):
     # Declared by the endpoint's owner, never assumed (ChannelSettings.webhook_endpoints).
     receiver_dedupes: bool = False
     settle_s: float | None = Field(default=None, ge=0, le=MAX_SLO_SECONDS)
+    # A whole policy (the CLI fills the fields not given with the channel's defaults); wins
+    # over LEDGER_CHANNELS__RETRY_POLICIES for this endpoint's deliveries (streams/retry.py).
     retry_policy: RetryPolicy | None = None
-    # Stored for the rate limiter (applied by streams/, not by the registry).
+    # Applied by streams/ (streams/rate_limits.py), not by the registry.
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    # Wins over the requests' slo_seconds for this endpoint's deliveries (projections/slo.py).
     slo_s: int | None = Field(default=None, ge=1, le=MAX_SLO_SECONDS)
 
 
@@ -280,6 +297,18 @@ def decode_endpoint_event(data: bytes | None) -> AnyEndpointEvent:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise EndpointDecodeError(f"not an endpoint event: {where}: {first['msg']}") from None
+
+
+def decode_endpoint_record(value: bytes | None, key: bytes | None) -> AnyEndpointEvent:
+    """One record of ``ledger.endpoints`` (value and key) as every reader takes it, or
+    ``EndpointDecodeError``: a record keyed other than by its endpoint id is refused too
+    (compaction keeps one record per key, so a mis-keyed one could outlive its endpoint's
+    newer versions). The registry's followers skip what this refuses; the projector
+    dead-letters it (projections/deadletters.py)."""
+    event = decode_endpoint_event(value)
+    if key is not None and key != event.endpoint_id.encode("utf-8"):
+        raise EndpointDecodeError("record key does not match the event's endpoint_id")
+    return event
 
 
 def fold(current: EndpointState | None, event: EndpointEvent) -> EndpointState:

@@ -1,4 +1,8 @@
-"""The idempotency key and canonical payload hashing."""
+"""The idempotency key, and the compact sorted-key JSON of request bodies.
+
+Payload hashes are in events/payload_hashes.py (RFC 8785); ``canonical_json`` is the form
+the unprefixed (legacy) payload hashes were taken over, and the body the HTTP channels send.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +22,10 @@ def idempotency_key(run_id: str, event_type: str, channel: str, recipient: str) 
 
 
 def canonical_json(value: Any) -> bytes:
-    """JSON with sorted keys, no insignificant whitespace, UTF-8: one byte string per value."""
+    """JSON with sorted keys, no insignificant whitespace, UTF-8: one byte string per value.
+
+    Not RFC 8785: Python's float spelling and code-point key order. Kept byte for byte:
+    the legacy payload hashes are over it, and receivers verify signatures over bodies."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
-
-
-def payload_hash(payload: Any) -> str:
-    """sha256 (hex) of the canonical JSON of a payload: equal payloads hash equal."""
-    return hashlib.sha256(canonical_json(payload)).hexdigest()

@@ -14,6 +14,11 @@ so a delay lies in ``[backoff * (1 - jitter), backoff]`` and never undercuts Ret
 After ``max_attempts`` attempts, or once ``max_age_s`` has passed since the delivery was
 requested, the policy is exhausted and the delivery is FAILED with its last error class.
 
+Which policy a delivery gets (streams/retry.py): its registered endpoint's
+``retry_policy`` (``ledger endpoints add|update --retry-policy``) where the registry sets
+one, else the channel's from ``LEDGER_CHANNELS__RETRY_POLICIES``, else the channel's
+default below.
+
 Defaults:
 
 ========= ========== ========== ========= ====== ============ =========== =================

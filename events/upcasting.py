@@ -9,22 +9,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from events.keys import payload_hash
 from events.model import ALL_EVENT_TYPES
+from events.payload_hashes import LEGACY, hash_under
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 # A v1 DeliveryRequested had no payload_hash and no SLO: the hash is derived from the
-# payload it carried, and the SLO is the one v1 writers used implicitly (5 minutes).
+# payload it carried (as v2 writers derived it), and the SLO is the one v1 writers used
+# implicitly (5 minutes).
 V1_DELIVERY_SLO_SECONDS = 300
 
 
 def _delivery_requested_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
     upgraded = dict(record)
-    upgraded["payload_hash"] = payload_hash(record.get("payload"))
+    upgraded["payload_hash"] = hash_under(LEGACY, record.get("payload"))
     upgraded.setdefault("slo_seconds", V1_DELIVERY_SLO_SECONDS)
     upgraded["schema_version"] = 2
     return upgraded
+
+
+def _hash_scheme_named_by_prefix(record: dict[str, Any]) -> dict[str, Any]:
+    # v3 (and duplicate reports v2) write RFC 8785 hashes, prefixed "jcs-sha256:"; an older
+    # record's unprefixed hash keeps its meaning, the legacy scheme (events/payload_hashes.py),
+    # so nothing is rewritten: only the version moves.
+    return {**record, "schema_version": record["schema_version"] + 1}
 
 
 def _retry_scheduled_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
@@ -37,6 +45,8 @@ def _retry_scheduled_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
 
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("delivery.requested", 1): _delivery_requested_v1_to_v2,
+    ("delivery.requested", 2): _hash_scheme_named_by_prefix,
+    ("delivery.duplicate_requested", 1): _hash_scheme_named_by_prefix,
     ("delivery.retry_scheduled", 1): _retry_scheduled_v1_to_v2,
 }
 

@@ -2,9 +2,10 @@
 
 agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
 outcomes) and write dead letters; the live projector reads and writes dead letters (for
-``ledger.runs``); operators (``ledger resolve``/``ledger redrive``) append their signed
-events to ``ledger.deliveries`` (they select from the projection), and set, clear, release
-and read agents' budgets on ``ledger.budgets``, which workers read and append to;
+``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets``, which it reads too);
+operators (``ledger resolve``/``ledger redrive``) append their signed events to
+``ledger.deliveries`` (they select from the projection), and set, clear, release and read
+agents' budgets on ``ledger.budgets``, which workers read and append to;
 dashboard, replay and verify only read. The HTTP ingest API (``ledger api``) is an agent
 for every agent that holds one of its keys: it writes runs and requests under its own
 transactional ids, and reads the API keys, which operators issue and revoke. Kafka ACLs
@@ -138,13 +139,14 @@ def role_acls(
             Acl(principal, Operation.ALL, Resource.TOPIC, f"{group}-", Pattern.PREFIXED),
         ]
     if role == "projector":
-        # A reader that dead-letters the bad records of ledger.runs (projections/deadletters.py).
+        # A reader that dead-letters the bad records of ledger.runs, the registry and the
+        # budgets (projections/deadletters.py).
         return [
             *_on_topics(
                 principal, read, runs, deliveries, deadletter, settings.kafka.topic_heartbeats
             ),
             *_on_topics(principal, (Operation.WRITE,), deadletter),
-            *_on_topics(principal, read, endpoints),
+            *_on_topics(principal, read, endpoints, budgets),
         ]
     if role == "operator":
         # Resolve and redrive events, on the deliveries' own topic (per topic, as for the

@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "redrive": ("operate", False),
     "budgets": ("budgets", True),
     "replay": ("replay", False),
+    "schema": ("schema", False),
     "fake-provider": ("simulator", False),
     "worker": ("worker", False),
     "broker": ("broker", True),

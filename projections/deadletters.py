@@ -1,13 +1,25 @@
-"""Dead letters the projector writes: for ``ledger.runs`` (no worker reads that topic), and
-for any record its record guard refuses (events/refusal.py).
+"""Dead letters the projector writes: for the topics no worker dead-letters, and for any
+record its record guard refuses (events/refusal.py).
 
-The live projector (``ledger project``) sends one dead letter per undecodable record on
-``ledger.runs`` — reason, original bytes and position, ``detected_by="projector"`` — and
-only then commits the batch that skips it: a crash in between sends it again on restart
-(at least once; a reader dedupes on the original position). Records on
-``ledger.deliveries`` are the worker's to dead-letter (it reads them first, and every one
-of them), so one bad record there is reported once, not by two readers. ``ledger
-rebuild`` and ``ledger verify`` re-read the log and send nothing.
+The live projector (``ledger project``) sends one dead letter per undecodable record —
+reason, original bytes and position, ``detected_by="projector"`` — of:
+
+* ``ledger.runs``: no worker reads it;
+* ``ledger.endpoints`` and ``ledger.budgets``: every worker (and every dashboard) reads the
+  whole of these, each from its start at every restart, and skips a bad record (logged and
+  counted: ``ledger_worker_endpoint_records_refused``,
+  ``ledger_worker_budget_records_refused``). Were each of them to dead-letter it, one bad
+  record would become N copies, N more at each restart. The projector reads every topic
+  once per projection, resumes from its own committed offsets, and writes dead letters
+  already, so it is the one sender. A record is refused by the same rule the workers
+  apply (``decode_endpoint_record``, ``decode_budget_record`` and the signature check).
+
+It sends them before it commits the batch that skips them: a crash in between sends them
+again on restart (at least once; a reader dedupes on the original position), and a second
+live projection (another database) sends its own. Records on ``ledger.deliveries`` are the
+worker's to dead-letter (it reads them first, and every one of them), so one bad record
+there is reported once, not by two readers. ``ledger rebuild`` and ``ledger verify``
+re-read the log and send nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +42,9 @@ DETECTED_BY = "projector"
 log = logging.getLogger(__name__)
 
 
-class RunsDeadLetters:
-    """Sends the dead letters of one batch's undecodable ``ledger.runs`` records."""
+class ProjectorDeadLetters:
+    """Sends the dead letters of one batch's undecodable records of the topics only the
+    projector dead-letters (``ledger.runs``, ``ledger.endpoints``, ``ledger.budgets``)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
@@ -48,12 +61,17 @@ class RunsDeadLetters:
             await self._producer.stop()
 
     async def send(self, records: Sequence[LogRecord]) -> int:
-        """Dead-letter every undecodable ``ledger.runs`` record of ``records``; wait until
-        the broker has them all. Returns how many were sent."""
+        """Dead-letter every undecodable record of ``records`` on a topic no worker
+        dead-letters; wait until the broker has them all. Returns how many were sent."""
+        ours = {
+            self._settings.topic_runs,
+            self._settings.topic_endpoints,
+            self._settings.topic_budgets,
+        }
         bad = [
             (r, r.reason or "undecodable")
             for r in records
-            if r.event is None and r.position.topic == self._settings.topic_runs
+            if r.event is None and r.position.topic in ours
         ]
         return await self._send_or_log(bad)
 

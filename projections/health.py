@@ -6,8 +6,7 @@ An endpoint is the registry's (``endpoints`` table), else a configured webhook p
 (``LEDGER_CHANNELS__WEBHOOK_ENDPOINTS``), else what a delivery's recipient says: a webhook's
 origin (scheme, host, port), another channel's recipient itself. A webhook recipient
 belongs to the longest registered (then configured) prefix covering it, the rule
-``streams/channels/endpoints.py`` applies for signing; projections may not import
-streams, so ``RecipientPrefix`` repeats it for display, and a test holds the two in agreement.
+``streams/channels/endpoints.py`` applies for signing (projections/endpoint_owners.py).
 
 The tables are read with a few ``GROUP BY channel, recipient`` queries (their rows grow
 with the distinct recipients, not with the deliveries) and merged here: ratios as counts,
@@ -24,9 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
-from events.redaction import redacted_url
+from projections.endpoint_owners import EndpointOwners
 from projections.fold import Row
 from projections.queries import AggregateCache, seconds_between
 from projections.schema import DELIVERIES, ENDPOINTS, timestamp
@@ -250,8 +248,8 @@ def health_report(
     """The report of ``health_rows`` as of ``now``: rows merged per endpoint, the busiest
     ``limit`` listed (registry endpoints before unregistered ones at equal traffic) and the
     rest summed as one ``OTHER`` entry per channel."""
-    owners = _Owners(rows["endpoints"], configured)
-    tallies = owners.tallies()
+    owners = EndpointOwners(rows["endpoints"], configured)
+    tallies = _registry_tallies(rows["endpoints"])
 
     def tally(channel: str, recipient: str) -> _Tally:
         name, source = owners.owner(channel, recipient)
@@ -323,104 +321,15 @@ def _latency(buckets: Sequence[int]) -> Latency:
     return Latency(count=sum(buckets), p50=p50, p99=p99)
 
 
-# Which endpoint a recipient belongs to ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecipientPrefix:
-    """Origin and path segments of a URL, as ``streams/channels/endpoints.UrlPrefix``."""
-
-    scheme: str
-    host: str
-    port: int
-    segments: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, text: str) -> RecipientPrefix | None:
-        try:
-            url = urlsplit(text)
-            port = url.port
-        except ValueError:
-            return None
-        if url.scheme not in _DEFAULT_PORTS or not url.hostname:
-            return None
-        out: list[str] = []
-        for segment in _ENCODED_DOT.sub(".", url.path).split("/")[1:]:
-            if segment == "..":
-                if out:
-                    out.pop()
-            elif segment != ".":
-                out.append(segment)
-        while out and out[-1] == "":
-            out.pop()
-        host = url.hostname.lower().rstrip(".")
-        return cls(url.scheme, host, port or _DEFAULT_PORTS[url.scheme], tuple(out))
-
-    def covers(self, other: RecipientPrefix) -> bool:
-        return (self.scheme, self.host, self.port) == (
-            other.scheme,
-            other.host,
-            other.port,
-        ) and other.segments[: len(self.segments)] == self.segments
-
-    @property
-    def origin(self) -> str:
-        port = "" if _DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}{port}"
-
-
-class _Owners:
-    """The endpoints recipients are grouped under: registry, configured, or their own."""
-
-    def __init__(self, registry: list[Row], configured: Iterable[str]) -> None:
-        self._registry = registry
-        self._exact: dict[tuple[str, str], str] = {}
-        self._webhooks: list[tuple[RecipientPrefix, str, str]] = []  # prefix, name, source
-        for r in registry:
-            self._exact[(r["channel"], r["address"])] = r["endpoint_id"]
-            if r["channel"] == "webhook" and (p := RecipientPrefix.parse(r["address"])) is not None:
-                self._webhooks.append((p, r["endpoint_id"], "registry"))
-        self._configured: list[tuple[RecipientPrefix, str, str]] = []
-        for text in configured:
-            if (p := RecipientPrefix.parse(text)) is not None:
-                self._configured.append((p, redacted_url(text), "settings"))
-        self._found: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def tallies(self) -> dict[tuple[str, str], _Tally]:
-        """A tally for every registry endpoint, with its state and breaker, traffic or not."""
-        column = next((c for c in BREAKER_COLUMNS if c in ENDPOINTS.column_names), None)
-        return {
-            (r["channel"], r["endpoint_id"]): _Tally(
-                r["channel"],
-                "registry",
-                state=r["state"],
-                breaker=str(r.get(column) or CLOSED) if column else CLOSED,
-            )
-            for r in self._registry
-        }
-
-    def owner(self, channel: str, recipient: str) -> tuple[str, str]:
-        """(endpoint name, source) of a delivery's recipient."""
-        key = (channel, recipient)
-        if key not in self._found:
-            self._found[key] = self._owner(channel, recipient)
-        return self._found[key]
-
-    def _owner(self, channel: str, recipient: str) -> tuple[str, str]:
-        if (found := self._exact.get((channel, recipient))) is not None:
-            return found, "registry"
-        if channel != "webhook":
-            return redacted_url(recipient), "recipient"
-        target = RecipientPrefix.parse(recipient)
-        if target is None:
-            return redacted_url(recipient), "recipient"
-        for candidates in (self._webhooks, self._configured):
-            best = max(
-                (c for c in candidates if c[0].covers(target)),
-                key=lambda c: len(c[0].segments),
-                default=None,
-            )
-            if best is not None:
-                return best[1], best[2]
-        return target.origin, "recipient"
+def _registry_tallies(registry: list[Row]) -> dict[tuple[str, str], _Tally]:
+    """A tally for every registry endpoint, with its state and breaker, traffic or not."""
+    column = next((c for c in BREAKER_COLUMNS if c in ENDPOINTS.column_names), None)
+    return {
+        (r["channel"], r["endpoint_id"]): _Tally(
+            r["channel"],
+            "registry",
+            state=r["state"],
+            breaker=str(r.get(column) or CLOSED) if column else CLOSED,
+        )
+        for r in registry
+    }

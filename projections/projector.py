@@ -17,7 +17,7 @@ from typing import Literal
 from config.settings import Settings
 from events.outage import Outage, OutageTooLong
 from projections.backends import open_store
-from projections.deadletters import RunsDeadLetters
+from projections.deadletters import ProjectorDeadLetters
 from projections.fold import Batch, Position
 from projections.log import LogReader
 from projections.parallel_rebuild import parallel_rebuild
@@ -43,7 +43,7 @@ async def project(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
     observe: RecordObserver | None = None,
-    dead_letters: RunsDeadLetters | None = None,
+    dead_letters: ProjectorDeadLetters | None = None,
     write_in_thread: bool = True,
     partitions: Collection[tuple[str, int]] | None = None,
     outage: Outage | None = None,
@@ -53,8 +53,10 @@ async def project(
     Runs until ``stop`` is set, or, with ``until``, until every partition is read up
     to those offsets (``"end"``: the last stable offsets when it starts). ``observe``
     sees every record read, so a second fold can ride along on the same read. With
-    ``dead_letters`` (the live projector), each batch's undecodable ``ledger.runs``
-    records are dead-lettered before the batch that skips them commits. Without
+    ``dead_letters`` (the live projector), each batch's undecodable records of
+    ``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets`` (no worker dead-letters
+    those: projections/deadletters.py) are dead-lettered before the batch that skips them
+    commits. Without
     ``write_in_thread``, each batch is written in the event loop's thread, before the
     next one is read (see ``rebuild``). With ``partitions``, only those are read (a
     parallel rebuild's worker: projections/rebuild_worker.py). With ``outage`` (the live
@@ -159,7 +161,7 @@ class _Writer:
     store: Store
     faults: frozenset[str]
     in_thread: bool
-    dead_letters: RunsDeadLetters | None
+    dead_letters: ProjectorDeadLetters | None
 
     async def __call__(
         self, records: Sequence[LogRecord], refused: dict[Position, str] | None = None

@@ -17,6 +17,7 @@ from events.delivery_state import DeliveryState, Status
 from events.redaction import redacted_data, redacted_url
 from projections.fold import Row, state_of_row
 from projections.schema import timestamp
+from projections.slo import overdue, overdue_count
 from projections.store import Store
 
 T = TypeVar("T")
@@ -49,17 +50,14 @@ class Question:
         return int(store.rows(f"SELECT COUNT(*) AS n {self.source}", params)[0]["n"])
 
 
-OVERDUE_PENDING = Question(
+# Past their SLO (projections/slo.py: the registered endpoint's SLO, else the request's).
+OVERDUE_PENDING_COLUMNS = (
     "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
-    "next_attempt_at, created_at, slo_deadline",
-    "FROM deliveries WHERE status = 'PENDING' AND slo_deadline < ?",
-    "slo_deadline, idempotency_key",
+    "next_attempt_at, created_at, slo_deadline"
 )
-OVERDUE_SENT = Question(
+OVERDUE_SENT_COLUMNS = (
     "idempotency_key, run_id, channel, recipient, attempts, provider_message_id, "
-    "reconciliation, updated_at, slo_deadline",
-    "FROM deliveries WHERE status = 'SENT' AND slo_deadline < ?",
-    "slo_deadline, idempotency_key",
+    "reconciliation, updated_at, slo_deadline"
 )
 UNKNOWN = Question(
     "idempotency_key, run_id, channel, recipient, attempts, last_error_class, "
@@ -84,14 +82,16 @@ DUPLICATE_CONFLICTS = Question(
 
 
 def overdue_pending(store: Store, now: datetime, limit: int | None = None) -> list[Row]:
-    """PENDING deliveries whose SLO deadline (requested_at + slo_seconds) is before ``now``,
-    most overdue first."""
-    return OVERDUE_PENDING.rows(store, (timestamp(now),), limit)
+    """PENDING deliveries whose SLO deadline (requested_at + the SLO: the registered
+    endpoint's where it sets one, else the request's) is before ``now``, most overdue
+    first."""
+    return overdue(store, "PENDING", OVERDUE_PENDING_COLUMNS, now, limit)
 
 
 def overdue_sent(store: Store, now: datetime, limit: int | None = None) -> list[Row]:
-    """SENT deliveries past their SLO deadline: accepted, but not confirmed in time."""
-    return OVERDUE_SENT.rows(store, (timestamp(now),), limit)
+    """SENT deliveries past their SLO deadline (as ``overdue_pending``): accepted, but
+    not confirmed in time."""
+    return overdue(store, "SENT", OVERDUE_SENT_COLUMNS, now, limit)
 
 
 def unknown_awaiting_reconciliation(store: Store, limit: int | None = None) -> list[Row]:
@@ -131,10 +131,9 @@ def failed_attempts(attempts: list[Row]) -> int:
 
 def overdue_counts(store: Store, now: datetime) -> dict[str, int]:
     """How many deliveries are past their SLO at ``now``, pending and sent."""
-    at = (timestamp(now),)
     return {
-        "overdue_pending": OVERDUE_PENDING.count(store, at),
-        "overdue_sent": OVERDUE_SENT.count(store, at),
+        "overdue_pending": overdue_count(store, "PENDING", now),
+        "overdue_sent": overdue_count(store, "SENT", now),
     }
 
 

@@ -6,13 +6,12 @@ from dataclasses import dataclass
 
 from clients.outcome_signing import Headers, OutcomeVerifier
 from events.base import Event
-from events.budgets import BudgetDecodeError, BudgetEvent, decode_budget
-from events.budgets import record_key as budget_key
+from events.budgets import BudgetDecodeError, BudgetEvent, decode_budget_record
 from events.codec import EventDecodeError, decode
 from events.endpoints import (
     EndpointDecodeError,
     EndpointEvent,
-    decode_endpoint_event,
+    decode_endpoint_record,
 )
 from events.model import DeliveryEvent
 from events.refusal import Refuser, refusal
@@ -64,13 +63,9 @@ def decode_at(
 def _endpoint_at(where: Position, value: bytes | None, key: bytes | None) -> LogRecord:
     """A record of the endpoint registry: its event, keyed by its endpoint id."""
     try:
-        event = decode_endpoint_event(value)
+        event = decode_endpoint_record(value, key)
     except EndpointDecodeError as exc:
         return LogRecord(where, None, str(exc), key, value)
-    if key is not None and key != event.endpoint_id.encode("utf-8"):
-        return LogRecord(
-            where, None, "record key does not match the event's endpoint_id", key, value
-        )
     return LogRecord(where, event, None, key, value)
 
 
@@ -82,13 +77,12 @@ def _budget_at(
     headers: Headers | None,
 ) -> LogRecord:
     """A record of the budgets topic, as every worker reads it (streams/budget_gate.py):
-    keyed by its agent, signed as its writer must sign it (operator or worker)."""
+    keyed by its agent, signed as its writer must sign it (operator or worker). What the
+    workers skip, the live projector dead-letters (projections/deadletters.py)."""
     try:
-        event = decode_budget(value)
+        event = decode_budget_record(value, key)
     except BudgetDecodeError as exc:
         return LogRecord(where, None, str(exc), key, value)
-    if key is not None and key != budget_key(event):
-        return LogRecord(where, None, "record key is not the event's agent", key, value)
     if verifier is not None and (forged := verifier.refuses(event, value or b"", headers)):
         return LogRecord(where, None, forged, key, value)
     return LogRecord(where, event, None, key, value)

@@ -62,6 +62,7 @@ from streams.outcome_producer import OutcomeProducer
 from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
+from streams.retry import RegistryRetryPolicies
 from streams.send_pacer import PaceRule, SendPacer
 from streams.sender import REVOKED, SHUTDOWN, Sender
 from streams.table_store import TableStore
@@ -167,6 +168,11 @@ class Worker:
             worker_id=self.worker_id,
             producer=f"ledger-worker/{name}",
             channels=self.registry.channels,
+            # A registered endpoint's retry policy wins over the environment's, read from
+            # the registry at each decision (a change applies without a restart).
+            endpoint_policy=RegistryRetryPolicies(
+                self.endpoint_registry, self.endpoint_gate.endpoint_of
+            ),
         )
         self.budget = ClaimBudget(
             concurrency=settings.channels.send_concurrency,
@@ -305,8 +311,14 @@ class Worker:
         watch(
             "ledger_worker_budget_records_refused",
             "Records of the budgets topic skipped: undecodable, or not signed as they must "
-            "be (counted).",
+            "be (counted; the live projector dead-letters them).",
             lambda: self.send_budgets.refused,
+        )
+        watch(
+            "ledger_worker_endpoint_records_refused",
+            "Records of the endpoint registry skipped as not endpoint events (counted; the "
+            "live projector dead-letters them).",
+            lambda: self.endpoint_registry.refused,
         )
         watch(
             "ledger_worker_rate_limited_waiting",

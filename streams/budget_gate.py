@@ -14,6 +14,12 @@ first claim of a delivery whose agent has a budget, the gate (``BudgetGate``):
   is read back and judged: the log's order, the same for every worker, decides which of
   two racing deliveries is the last within budget.
 
+A record of the topic that is not a budget event, is keyed other than by its agent, or
+is not signed as it must be is skipped by every reader (counted in
+``ledger_worker_budget_records_refused``) and dead-lettered once, by the live projector,
+which reads the topic once per projection (projections/deadletters.py), not by each of
+the N workers.
+
 Until the reader has read the topic to its end once (at start), every delivery waits
 briefly: a budget might exist. A worker whose budgets topic does not exist treats every
 agent as unbudgeted, and says so in its log.
@@ -40,7 +46,7 @@ from events.budgets import (
     BudgetDecodeError,
     BudgetSpent,
     Verdict,
-    decode_budget,
+    decode_budget_record,
     encode_budget,
     record_key,
     window_text,
@@ -196,15 +202,15 @@ class BudgetLog:
             await asyncio.sleep(MISSING_TOPIC_S)
 
     def _fold(self, message: Any) -> None:
-        """One record into the book; a bad or forged one is skipped, with the reason."""
+        """One record into the book; a bad or forged one is skipped, with the reason, and
+        counted (``refused``). Not dead-lettered here: every worker reads the whole topic,
+        so each would send its own copy; the live projector, which reads it once per
+        projection, sends the one dead letter (projections/deadletters.py)."""
         where = f"{message.topic}[{message.partition}]@{message.offset}"
         try:
-            event = decode_budget(message.value)
+            event = decode_budget_record(message.value, message.key)
         except BudgetDecodeError as exc:
             self._refuse(where, str(exc))
-            return
-        if message.key is not None and message.key != record_key(event):
-            self._refuse(where, "record key is not the event's agent")
             return
         if self._verifier is not None:
             headers = [(str(k), bytes(v or b"")) for k, v in message.headers or ()]

@@ -8,7 +8,7 @@ from config.parts import ChannelSettings, WorkerSettings
 from events.channels import DedupeRule, channel_plugin
 from streams.channels.base import Channel
 from streams.decisions import Context
-from streams.retry import rules_for
+from streams.retry import EndpointPolicy, endpoint_rules, rules_for
 
 
 def worker_context(
@@ -18,9 +18,11 @@ def worker_context(
     worker_id: str,
     producer: str,
     channels: Mapping[str, Channel],
+    endpoint_policy: EndpointPolicy | None = None,
 ) -> Context:
-    """Every tunable from the worker's part, the retry rules from the channels part;
-    per-endpoint answers from the channel adapters."""
+    """Every tunable from the worker's part, the retry rules from the channels part
+    (``endpoint_policy``: the registry's, which wins where it sets one); per-endpoint
+    answers from the channel adapters."""
 
     def dedupe_rule(channel: str, recipient: str) -> DedupeRule | None:
         # The channel names its rule; the adapter says whether this recipient's endpoint
@@ -36,7 +38,7 @@ def worker_context(
     return Context(
         worker_id=worker_id,
         producer=producer,
-        rules=rules_for(sends),
+        rules=endpoint_rules(rules_for(sends), endpoint_policy),
         dedupe_rule=dedupe_rule,
         settle_s=settle_s,
         lease_s=worker.lease_s,

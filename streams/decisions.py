@@ -29,6 +29,7 @@ from events.delivery import (
 )
 from events.delivery_state import DeliveryState, Status, apply, nothing_accepted
 from events.outcomes import NOT_PROCESSED, ErrorClass, LookupOutcome
+from events.payload_hashes import comparable
 from events.waiting import DeliveryHeld, WaitReason
 from streams.channels.base import LookupResult, SendOutcome, SendResult
 
@@ -51,7 +52,10 @@ class Context:
 
     worker_id: str
     producer: str
-    rules: Callable[[str], RetryRules]
+    # (channel, recipient) -> the retry policy of this delivery: its registered endpoint's
+    # where the registry sets one, else the environment's for the channel
+    # (streams/retry.py). An input like any other: the decision reads no registry.
+    rules: Callable[[str, str], RetryRules]
     # (channel, recipient) -> the dedupe rule this recipient's endpoint declares, if any.
     dedupe_rule: Callable[[str, str], DedupeRule | None]
     # (channel, recipient) -> seconds after an UNKNOWN before the first lookup.
@@ -108,16 +112,20 @@ def on_request(
         return [claim(after, now, ctx)]
     if before is None or str(event.event_id) in before.seen:
         return []
-    same = event.payload_hash == before.payload_hash
+    # Under one hash scheme: a request stored before the RFC 8785 hashes and repeated after
+    # them is compared by what its payload is, not by how it was hashed.
+    again, original = comparable(
+        (event.payload_hash, event.payload), (before.payload_hash, before.payload)
+    )
     return [
         DuplicateDeliveryRequest(
             idempotency_key=before.idempotency_key,
             run_id=before.run_id,
             producer=ctx.producer,
             duplicate_event_id=event.event_id,
-            payload_hash=event.payload_hash,
-            original_payload_hash=before.payload_hash,
-            outcome="deduplicated" if same else "conflict",
+            payload_hash=again,
+            original_payload_hash=original,
+            outcome="deduplicated" if again == original else "conflict",
             occurred_at=now,
         )
     ]
@@ -266,9 +274,10 @@ def retry_or_fail(
     retry_after_s: float | None = None,
     dedupe_rule: str | None = None,
 ) -> Event:
-    """Schedule the next attempt, or fail when the channel's policy is exhausted.
-    ``dedupe_rule`` names the receiver's rule when that is what makes the retry safe."""
-    rules = ctx.rules(state.channel)
+    """Schedule the next attempt, or fail when the delivery's policy (its endpoint's, else
+    its channel's: ``Context.rules``) is exhausted. ``dedupe_rule`` names the receiver's
+    rule when that is what makes the retry safe."""
+    rules = ctx.rules(state.channel, state.recipient)
     common = _common(state, ctx, now)
     # After an operator's action the policy counts afresh: attempts since, age since.
     counted = state.attempt - state.attempt_base

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 from ledger.cli import COMMANDS, module_commands
+from tests.source import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("events", "config", "clients", "receiver", "streams", "projections", "api", "ledger")
@@ -49,7 +50,7 @@ def _graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for module, path in modules.items():
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

@@ -16,6 +16,8 @@ import importlib.machinery
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("events", "config", "clients", "receiver", "streams", "projections", "ledger")
 SCANNED = (*OURS, "tests", "bench")
@@ -45,7 +47,7 @@ def _their_private_names() -> frozenset[str]:
         assert spec is not None, library
         assert spec.origin is not None, library
         for path in Path(spec.origin).parent.rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_bytes())):
+            for node in ast.walk(parse(path.read_bytes())):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     names.add(node.name)
                 elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
@@ -85,7 +87,7 @@ def _uses(path: Path) -> list[tuple[int, str]]:
 
 def _each_use(path: Path) -> Iterator[tuple[int, str]]:
     theirs = _their_private_names()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     bound = _their_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and any(_root_name(b) in bound for b in node.bases):

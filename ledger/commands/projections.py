@@ -25,7 +25,7 @@ from events.outage import Outage, OutageTooLong
 from events.refusal import one_line
 from projections.backends import default_dsn, open_store, reading
 from projections.database import DatabaseUnreachable, redacted
-from projections.deadletters import RunsDeadLetters
+from projections.deadletters import ProjectorDeadLetters
 from projections.heartbeats import worker_clocks
 from projections.incident import run_view
 from projections.parallel_rebuild import default_workers
@@ -260,7 +260,7 @@ async def _until_signalled(
             f"{redacted(target)} (Ctrl-C stops)",
             highlight=False,
         )
-        async with RunsDeadLetters(settings.kafka) as dead_letters:
+        async with ProjectorDeadLetters(settings.kafka) as dead_letters:
             return await project(
                 settings,
                 store,

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from config.legacy import ROOT_FIELDS, is_settings_variable
 from config.settings import Settings, changed, settings_environment, with_channel
+from tests.source import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,7 +146,7 @@ def test_no_code_copies_settings_with_model_copy() -> None:
     for path in ROOT.glob("**/*.py"):
         if ".venv" in path.parts or "site-packages" in path.parts or path == Path(__file__):
             continue  # (this file shows the refusal above)
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if not (
                 isinstance(node, ast.Call)

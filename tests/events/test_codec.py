@@ -165,7 +165,7 @@ def test_stored_v1_delivery_requested_is_upcast() -> None:
     stored = (DATA / "delivery_requested_v1.json").read_bytes()
     event = decode(stored)
     assert event.type == "delivery.requested"
-    assert event.schema_version == 2
+    assert event.schema_version == 3
     assert event.slo_seconds == 300
     assert event.payload_hash == "acc111d72d2ccd251eccb977745481920ebd09afbda7d5430b83359d2d799a1e"
     assert str(event.event_id) == "7b0c5a52-1f7e-4c51-9a8e-0d7f3c2b9e11"

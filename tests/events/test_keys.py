@@ -1,6 +1,7 @@
 import pytest
 
-from events.keys import canonical_json, idempotency_key, payload_hash
+from events.keys import canonical_json, idempotency_key
+from events.payload_hashes import LEGACY, hash_under, payload_hash
 
 VECTORS = [
     (
@@ -46,8 +47,17 @@ def test_canonical_payload_hash_is_order_independent() -> None:
     b = {"a": [1, 2, {"b": None}], "z": "é"}
     assert canonical_json(a) == '{"a":[1,2,{"b":null}],"z":"é"}'.encode()
     assert payload_hash(a) == payload_hash(b)
-    assert payload_hash(a) == "acc111d72d2ccd251eccb977745481920ebd09afbda7d5430b83359d2d799a1e"
     assert payload_hash({"a": [2, 1]}) != payload_hash({"a": [1, 2]})
+
+
+def test_the_legacy_hash_is_derived_as_before() -> None:
+    # The unprefixed hashes records carry from before RFC 8785: the same bytes as ever.
+    a = {"z": "é", "a": [1, 2, {"b": None}]}
+    assert hash_under(LEGACY, a) == (
+        "acc111d72d2ccd251eccb977745481920ebd09afbda7d5430b83359d2d799a1e"
+    )
+    # Here JCS and the sorted-key JSON agree byte for byte; only the prefix differs.
+    assert payload_hash(a) == "jcs-sha256:" + hash_under(LEGACY, a)
 
 
 def test_canonical_json_refuses_nan() -> None:

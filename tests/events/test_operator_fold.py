@@ -339,7 +339,7 @@ def test_after_a_redrive_of_failed_the_retry_policy_counts_afresh_from_attempts(
     # Without the redrive, attempt 11 would be past the limit of 10; with it, attempt 1.
     assert isinstance(again, DeliveryRetryScheduled)
     assert again.retry_at == later(202) + timedelta(
-        seconds=CTX.rules("webhook").delay_s(after.idempotency_key, 1)
+        seconds=CTX.rules("webhook", after.recipient).delay_s(after.idempotency_key, 1)
     )
     assert isinstance(
         retry_or_fail(replace(after, attempt_base=0), ErrorClass.HTTP_5XX, "5xx", later(202), CTX),

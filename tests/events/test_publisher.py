@@ -220,6 +220,18 @@ async def test_rejected_input_writes_nothing(settings: Settings, read_topic: Rea
             )
         with pytest.raises(PublishRejected, match="run_id must be"):
             await publisher.run_succeeded("bad:run", "h", [])
+        # No RFC 8785 form, so no payload hash: refused naming the field (events/payload_hashes.py).
+        with pytest.raises(PublishRejected, match=r"^delivery 2: payload\.price is inf: RFC 8785"):
+            await publisher.run_succeeded(
+                "run-inf",
+                "h",
+                [
+                    DeliverySpec(channel="webhook", recipient=HOOK, payload={}),
+                    DeliverySpec(
+                        channel="webhook", recipient=HOOK + "2", payload={"price": float("inf")}
+                    ),
+                ],
+            )
     assert await read_topic(settings.kafka.topic_runs) == []
     assert await read_topic(settings.kafka.topic_deliveries) == []
 

@@ -89,6 +89,34 @@ CASES: dict[str, list[Case]] = {
             f"no Kafka broker answers at {NO_BROKER}",
         ),
         Case(("r1", "--result-hash", "h"), 2, "Missing option '--delivery'"),
+        # A payload hash is over RFC 8785 JSON: a number it has no form for is refused,
+        # naming the field, before connecting.
+        Case(
+            (
+                "r1",
+                "--result-hash",
+                "h",
+                "-d",
+                "webhook:https://x.test/",
+                "--payload",
+                '{"a": [NaN]}',
+            ),
+            2,
+            "delivery 1: payload.a[0] is nan: RFC 8785 (JCS) JSON has no NaN or Infinity",
+        ),
+        Case(
+            (
+                "r1",
+                "--result-hash",
+                "h",
+                "-d",
+                "webhook:https://x.test/",
+                "--payload",
+                '{"id": 9007199254740993}',
+            ),
+            2,
+            "delivery 1: payload.id is 9007199254740993, beyond the exact integer range",
+        ),
         Case(
             ("r1", "--result-hash", "h", "-d", "slack:acme/#general"),
             2,
@@ -101,6 +129,10 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "demo": [Case(("--runs", "0"), 2, "Invalid value for '--runs'")],
+    "schema": [
+        Case(("--out", "/dev/null"), 2, "--out /dev/null is a file, not a directory"),
+        Case(("--out", "/proc/no/such"), 2, "cannot write the schemas into /proc/no/such"),
+    ],
     "channels": [
         Case(("--jsn",), 2, "No such option: --jsn"),
         Case((), 2, "LEDGER_CHANNELS__SETTINGS: ", {"LEDGER_CHANNELS__SETTINGS": "{not json"}),

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from bench.health_query import filled_projection, timed_health
 from clients.endpoint_registry import append_endpoint_event
 from config.settings import Settings
 from events.endpoints import EndpointSpec, pause, register
 from events.waiting import DeliveryHeld, WaitReason
 from projections.backends import open_store
+from projections.endpoint_owners import RecipientPrefix
 from projections.health import (
     LATENCY_BOUNDS,
     OTHER,
-    RecipientPrefix,
     endpoint_health,
     quantile,
 )
 from projections.projector import rebuild
-from projections.schema import DELIVERIES, DELIVERY_ATTEMPTS, timestamp
 from streams.channels.endpoints import UrlPrefix
 from tests.fixtures.postgres import DsnFactory
 from tests.projections.scenarios import T0, P, at, incident_log, publish, requested
@@ -133,70 +130,9 @@ def test_recipients_group_under_the_endpoint_the_worker_signs_for(
     assert ours.covers(target) == theirs.covers(their_target)
 
 
-def _filled(path: Path, deliveries: int) -> str:
-    """A SQLite projection of ``deliveries`` synthetic rows over 199 origins."""
-    dsn = f"sqlite://{path}"
-    store = open_store(dsn)
-    store.prepare("project")
-    store.close()
-    stamp = timestamp(T0)
-    late = timestamp(T0 + timedelta(seconds=4))
-    d_rows, a_rows = [], []
-    statuses = ("CONFIRMED",) * 8 + ("FAILED", "PENDING")
-    for i in range(deliveries):
-        status = statuses[i % len(statuses)]
-        d = dict.fromkeys(DELIVERIES.column_names, 0) | {
-            "idempotency_key": f"k{i:08d}",
-            "run_id": f"r{i // 10}",
-            "event_type": "run.succeeded",
-            "channel": "webhook",
-            "recipient": f"https://h{i % 199}.test/hooks/{i % 7}",
-            "payload_hash": "h",
-            "slo_deadline": stamp,
-            "status": status,
-            "confirmed_at": late if status == "CONFIRMED" else None,
-            "created_at": stamp,
-            "updated_at": stamp,
-            "state": "{}",
-            "waiting": "circuit_open" if status == "PENDING" and i % 20 == 9 else None,
-            "provider_message_id": None,
-            "last_error_class": None,
-            "reconciliation": None,
-            "next_attempt_at": None,
-            "failed_at": None,
-            "settled_by": None,
-            "waiting_since": None,
-        }
-        d_rows.append(tuple(d[c] for c in DELIVERIES.column_names))
-        if status != "PENDING":
-            outcome = "CONFIRMED" if status == "CONFIRMED" else "FAILED"
-            a = dict.fromkeys(DELIVERY_ATTEMPTS.column_names) | {
-                "idempotency_key": d["idempotency_key"],
-                "attempt": 1,
-                "run_id": d["run_id"],
-                "channel": "webhook",
-                "outcome": outcome,
-                "finished_at": late,
-                "created_at": stamp,
-                "updated_at": stamp,
-            }
-            a_rows.append(tuple(a[c] for c in DELIVERY_ATTEMPTS.column_names))
-    with sqlite3.connect(path) as db:
-        for table, rows in (("deliveries", d_rows), ("delivery_attempts", a_rows)):
-            marks = ", ".join("?" * len(rows[0]))
-            db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
-    return dsn
-
-
-def test_health_is_fast_at_100k_deliveries(tmp_path: Path) -> None:
-    store = open_store(_filled(tmp_path / "big.sqlite3", 100_000))
-    store.prepare("read")
-    try:
-        started = time.perf_counter()
-        report = endpoint_health(store, at(1800))
-        elapsed = time.perf_counter() - started
-    finally:
-        store.close()
+def test_health_counts_right_at_100k_deliveries(tmp_path: Path) -> None:
+    """Its speed is measured by bench/health_query.py (BENCHMARKS.md), not here."""
+    _, report = timed_health(filled_projection(tmp_path / "big.sqlite3", 100_000), at(1800))
     assert report.endpoints_total == 199  # one per origin: the paths group under it
     assert sum(e.pending for e in report.endpoints) == 10_000
     assert sum(e.waiting.get("circuit_open", 0) for e in report.endpoints) == 5_000
@@ -204,4 +140,3 @@ def test_health_is_fast_at_100k_deliveries(tmp_path: Path) -> None:
     assert {e.latency["all"].p50 for e in report.endpoints} == {
         4.0
     }  # all 4 s: the middle of (3, 5]
-    assert elapsed < 2.0, f"endpoint health took {elapsed:.2f} s at 100k deliveries"

@@ -4,14 +4,19 @@ A paused or disabled endpoint holds its deliveries (PENDING, waiting, no request
 receiver) and releases them in request order, each exactly once, at a receiver that does
 NOT dedupe; a rotated secret is verified by the official ``standardwebhooks`` library (the
 simulator's receiver) before, during and after the rotation; an endpoint added with
-``ledger endpoints add`` is used by a running worker; the log never holds a secret in
-clear; ``ledger verify`` is identical after each scenario.
+``ledger endpoints add`` is used by a running worker; an endpoint's retry policy limits the
+attempts at a receiver that always answers 500, and an update of it applies without a
+restart; a bad record on the registry or the budgets topic is dead-lettered exactly once
+(by the live projector, not by each worker) while the workers keep going; the log never
+holds a secret in clear; ``ledger verify`` is identical after each
+scenario.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 import sqlite3
 import subprocess
@@ -20,15 +25,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from clients import DeliverySpec
 from clients.endpoint_secrets import new_encryption_key, new_webhook_secret
 from config.settings import Settings, changed
 from events.codec import EventDecodeError, decode
+from events.deadletter import DeadLetter
 from events.delivery import DeliveryClaimed
 from events.delivery_state import DeliveryState, Status
 from events.waiting import DeliveryHeld, WaitReason
 from ledger.simulator.background import BackgroundSimulator
+from ledger.simulator.faults import FaultKind
 from ledger.stack import settings_env
 from tests.fixtures.broker import ReadTopic
 from tests.fixtures.projection import LiveProjection
@@ -285,4 +293,104 @@ async def test_an_endpoint_added_while_the_worker_runs_is_used_without_a_restart
     listed = stack.ledger("list", "--json").stdout
     assert '"id": "acme"' in listed
     assert '"state": "active"' in listed
+    await stack.projection.matches(done)
+
+
+async def test_a_registered_retry_policy_limits_the_attempts_and_an_update_needs_no_restart(
+    stack: Stack,
+) -> None:
+    receiver = stack.receiver  # does not dedupe; every POST answers 500, nothing accepted
+    receiver.fault(FaultKind.REJECT, status=500, count=10_000)
+    quick = {"base_delay_s": 0.2, "max_delay_s": 0.5}
+    three = json.dumps({**quick, "max_attempts": 3})  # the webhook default is 10
+    stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret",
+        stack.secret, "--lookup-url", receiver.webhook_lookup_url, "--retry-policy", three,
+    )  # fmt: skip
+    worker = stack.workers.start("w1")
+    stack.projection.start()
+
+    async def failed_after(run_id: str) -> tuple[str, DeliveryState]:
+        [key] = await publish(stack.settings, run_id, stack.specs(run_id, 1))
+        state = (await stack.settled([key], {Status.FAILED}))[key]
+        await asyncio.sleep(1.5)  # nothing more arrives once it is FAILED
+        return key, state
+
+    key, state = await failed_after("three")
+    assert len(receiver.requests(key=key, method="POST")) == 3, "exactly N attempts arrive"
+    assert state.attempt == 3
+    assert receiver.accepted(key) == 0
+    done = {key: state}
+
+    stack.ledger("update", "acme", "--retry-policy", json.dumps({**quick, "max_attempts": 2}))
+    await asyncio.sleep(PICKUP_S)
+    key, state = await failed_after("two")
+    assert len(receiver.requests(key=key, method="POST")) == 2, "the update applies"
+    assert state.attempt == 2
+    done[key] = state
+    assert worker.alive()
+    assert len(stack.workers.started) == 1, "no restart"
+    await stack.projection.matches(done)
+
+
+async def test_bad_registry_and_budget_records_are_dead_lettered_once_and_workers_go_on(
+    stack: Stack,
+) -> None:
+    kafka = stack.settings.kafka
+    stack.ledger(
+        "add", "acme", "--channel", "webhook", "--address", stack.hooks(), "--secret", stack.secret
+    )
+    [acme] = await stack.read_topic(kafka.topic_endpoints, raw=True)
+    workers = [stack.workers.start("w1"), stack.workers.start("w2")]  # each reads both topics
+    stack.projection.start()
+    bad = [
+        (kafka.topic_endpoints, b"acme", b"\x00not json"),
+        # A whole endpoint event under another endpoint's key: refused, not folded.
+        (kafka.topic_endpoints, b"other", acme.value),
+        (kafka.topic_budgets, b"my-agent", b'{"type": "budget.set", "agent": "my-agent"}'),
+    ]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    await producer.start()
+    try:
+        positions = []
+        for topic, key, value in bad:
+            sent = await producer.send_and_wait(topic, value, key=key, partition=0)
+            positions.append((topic, sent.partition, sent.offset))
+    finally:
+        await producer.stop()
+
+    async def letters() -> list[DeadLetter]:
+        found = await stack.read_topic(kafka.topic_deadletter, raw=True)
+        return [DeadLetter.model_validate_json(m.value) for m in found]
+
+    async def all_there() -> bool:
+        return len(await letters()) >= len(bad)
+
+    await wait_for(all_there, 60, "a dead letter per bad record")
+    keys = await publish(stack.settings, "after-bad", stack.specs("z", 4))
+    done = await stack.settled(keys, {Status.CONFIRMED})  # the workers keep going
+    assert all(stack.receiver.accepted(k) == 1 for k in keys)
+    await asyncio.sleep(3)  # any copy a worker would send has had time to arrive
+    found = await letters()
+    where = sorted((d.original_topic, d.original_partition, d.original_offset) for d in found)
+    assert where == sorted(positions), "exactly one dead letter per bad record"
+    assert all(d.detected_by == "projector" for d in found)
+    by_position = {(d.original_topic, d.original_partition, d.original_offset): d for d in found}
+    reasons = [by_position[p].reason for p in positions]
+    assert "not an endpoint event" in reasons[0]
+    assert "record key does not match" in reasons[1]
+    assert "budget" in reasons[2]
+    assert [by_position[p].original_value() for p in positions] == [v for _, _, v in bad]
+    assert all(w.alive() for w in workers)
+    # The projection's view of what it skipped holds them, with the same reasons.
+    with sqlite3.connect(stack.tmp / "live.sqlite3") as db:
+        skipped = {
+            (t, p, o): r
+            for t, p, o, r in db.execute(
+                "SELECT topic, kafka_partition, record_offset, reason FROM skipped_records"
+            )
+        }
+    assert {p: skipped.get(p) for p in positions} == dict(zip(positions, reasons, strict=True))
+    # The registry still holds acme as it was: the mis-keyed copy changed nothing.
+    assert '"id": "acme"' in stack.ledger("list", "--json").stdout
     await stack.projection.matches(done)

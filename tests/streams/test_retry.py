@@ -1,5 +1,6 @@
 """Retry policy: deterministic jitter within its bounds, Retry-After, limits, settings."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -7,8 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from config.settings import Settings
+from events.delivery import DeliveryFailed, DeliveryRetryScheduled
+from events.endpoints import EndpointSpec, register, update
+from events.outcomes import ErrorClass
 from events.retry_policy import DEFAULT_POLICIES, RetryPolicy, jitter_fraction
-from streams.retry import rules_for
+from streams.decisions import retry_or_fail
+from streams.endpoint_gate import EndpointGate
+from streams.retry import RegistryRetryPolicies, endpoint_rules, rules_for
+from tests.fixtures.core import applied, core_context, requested
+from tests.streams.test_endpoint_gate import WHO, Table
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -86,3 +94,46 @@ def test_an_installed_plugin_channel_gets_the_field_defaults(
     # Before, its first retry raised KeyError and left the delivery UNKNOWN for good.
     monkeypatch.setattr("streams.retry.channel_names", lambda: ["acme"])
     assert rules_for(Settings().channels)("acme") == RetryPolicy()
+
+
+def test_a_registered_endpoints_policy_wins_over_the_environment_and_follows_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LEDGER_CHANNELS__RETRY_POLICIES", '{"webhook": {"max_attempts": 7}}')
+    table = Table()
+    gate = EndpointGate(table)
+    rules = endpoint_rules(
+        rules_for(Settings().channels), RegistryRetryPolicies(table, gate.endpoint_of)
+    )
+    inside, outside = "https://hooks.acme.example/in/x", "https://other.example/in/x"
+    assert rules("webhook", inside).max_attempts == 7  # nothing registered: the environment's
+    three = RetryPolicy(base_delay_s=0.5, max_attempts=3)
+    spec = EndpointSpec(channel="webhook", address="https://hooks.acme.example/in/")
+    with_three = spec.model_copy(update={"retry_policy": three})
+    added = register("acme", with_three, (), at=T0, existing=None, **WHO).endpoint
+    table.put(added)
+    assert rules("webhook", inside) == three
+    assert rules("webhook", outside).max_attempts == 7  # not the endpoint's recipient
+    two = three.model_copy(update={"max_attempts": 2})
+    table.put(update(added, spec.model_copy(update={"retry_policy": two}), at=T0, **WHO).endpoint)
+    assert rules("webhook", inside).max_attempts == 2  # the next decision, no restart
+    table.put(update(added, spec, at=T0, **WHO).endpoint)
+    assert rules("webhook", inside).max_attempts == 7  # no policy of its own: the fallback
+
+
+def test_retry_or_fail_uses_the_policy_given_for_the_recipient() -> None:
+    event = requested(0)
+    state = applied(None, event)
+    ctx = core_context()
+    two = RetryPolicy(max_attempts=2)
+
+    def rules(channel: str, recipient: str) -> RetryPolicy:
+        return two if recipient == event.recipient else RetryPolicy(max_attempts=9)
+
+    ctx = replace(ctx, rules=rules)
+    at = event.occurred_at + timedelta(seconds=1)
+    first = retry_or_fail(replace(state, attempt=1), ErrorClass.HTTP_5XX, "5xx", at, ctx)
+    assert isinstance(first, DeliveryRetryScheduled)
+    second = retry_or_fail(replace(state, attempt=2), ErrorClass.HTTP_5XX, "5xx", at, ctx)
+    assert isinstance(second, DeliveryFailed)
+    assert second.attempts == 2
