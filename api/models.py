@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clients.publisher import DeliverySpec
 from events.bounds import MAX_TEXT_CHARS
+from events.payload_hashes import PAYLOAD_HASH_PATTERN
 
 STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True)
 ExecutionStatus = Literal["RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN"]
@@ -59,7 +60,9 @@ class AcceptedDelivery(BaseModel):
     idempotency_key: str = Field(pattern=r"^[0-9a-f]{64}$")
     channel: str
     event_type: str
-    payload_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload_hash: str = Field(
+        pattern=PAYLOAD_HASH_PATTERN, description="RFC 8785 (JCS) SHA-256 of the payload."
+    )
 
 
 class RunAccepted(BaseModel):
