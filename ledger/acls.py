@@ -1,7 +1,8 @@
 """Kafka ACLs per role: what each principal of the ledger may do, and granting them.
 
 agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
-outcomes) and write dead letters; the live projector reads and writes dead letters (for
+outcomes), ``ledger.budgets`` (spends) and ``ledger.endpoints`` (circuit transitions) and
+write dead letters; the live projector reads and writes dead letters (for
 ``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets``, which it reads too);
 operators (``ledger resolve``/``ledger redrive``) append their signed events to
 ``ledger.deliveries`` (they select from the projection), and set, clear, release and read
@@ -126,10 +127,11 @@ def role_acls(
     if role == "worker":
         group = settings.worker.group
         return [
-            # Budgets: every worker reads the whole topic and appends what it spends.
-            *_on_topics(principal, (*read, Operation.WRITE), deliveries, budgets),
+            # Budgets: every worker reads the whole topic and appends what it spends. The
+            # registry: every worker reads it whole and appends its breaker's transitions
+            # (streams/breaker_gate.py).
+            *_on_topics(principal, (*read, Operation.WRITE), deliveries, budgets, endpoints),
             *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
-            *_on_topics(principal, read, endpoints),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").
             *(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -16,10 +17,12 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from pydantic import SecretStr
 
 from clients import DeliverySpec, Publisher
+from clients.endpoint_registry import append_endpoint_event, read_events
 from clients.kafka_security import client_options
 from clients.operator_actions import OperatorLog
 from config.settings import Settings, changed
 from events.delivery_state import Status
+from events.endpoints import EndpointSpec, open_circuit, register
 from events.errors import LedgerError
 from events.keys import idempotency_key
 from events.operator import DeliveryRedriveRequested
@@ -94,6 +97,36 @@ async def test_a_principal_without_write_on_deliveries_cannot_append_to_it(
     with pytest.raises(LedgerError, match=r"does not allow user 'agent'.*someone-else"):
         async with Publisher(agent, transactional_id="someone-else") as publisher:
             await publisher.run_started("run-acl-2")
+
+
+async def test_the_worker_role_appends_its_circuit_transitions_to_the_registry(
+    settings: Settings, secure_broker: SecureBroker
+) -> None:
+    """A worker's breaker writes ``circuit_opened``/``closed`` to ``ledger.endpoints`` with
+    the worker's own credentials (streams/app.py): its role must allow it, or no circuit
+    ever opens on an authenticated cluster. A reader may not."""
+    await grant(settings, role_acls(settings, "worker", "User:worker"))
+    await grant(settings, role_acls(settings, "reader", "User:reader"))
+    now = datetime.now(UTC)
+    registered = register(
+        "hooks",
+        EndpointSpec(channel="webhook", address="https://hooks.test/"),
+        (),
+        actor="alice",
+        producer="ledger-endpoints",
+        at=now,
+        existing=None,
+    )
+    await append_endpoint_event(settings.kafka, registered)  # as admin
+    opened = open_circuit(
+        registered.endpoint, failures=5, sends=5, reason="5 of 5 failed", producer="w", at=now
+    )
+    worker = as_user(settings, secure_broker, "worker", mechanism="SCRAM-SHA-256")
+    await append_endpoint_event(worker.kafka, opened)
+    assert await read_events(settings.kafka) == [registered, opened]
+    reader = as_user(settings, secure_broker, "reader")
+    with pytest.raises(LedgerError, match="does not allow user 'reader'"):
+        await append_endpoint_event(reader.kafka, opened)
 
 
 async def test_the_operator_role_appends_operator_events_and_nothing_else(
