@@ -24,6 +24,20 @@ class _Server(uvicorn.Server):
         yield
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound (port 0: a free one below the kernel's ephemeral range,
+    events/ports.py). Made with proto=IPPROTO_TCP, as asyncio's own servers make theirs:
+    asyncio sets TCP_NODELAY on accepted connections only when the socket says it is TCP,
+    and without it every keep-alive answer written in two parts (uvicorn: headers, then
+    body) waited out the client's delayed ACK (~40 ms)."""
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, listen_port(port, host)))
+    return sock
+
+
 async def serve(
     settings: Settings,
     stop: asyncio.Event,
@@ -34,17 +48,7 @@ async def serve(
     base URL once it listens (port 0: the one it got)."""
     held = Services.of(settings, lambda: datetime.now(UTC))
     app = create_app(settings, services=held)
-    # proto=IPPROTO_TCP, as asyncio's own servers make them: asyncio sets TCP_NODELAY only
-    # on a socket that says it is TCP, and without it every keep-alive answer written in
-    # two parts (uvicorn: headers, then body) waited out the client's delayed ACK (~40 ms).
-    sock = socket.socket(
-        socket.AF_INET6 if ":" in settings.api.host else socket.AF_INET,
-        socket.SOCK_STREAM,
-        socket.IPPROTO_TCP,
-    )
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Port 0: a free one below the kernel's ephemeral range (events/ports.py).
-    sock.bind((settings.api.host, listen_port(settings.api.port, settings.api.host)))
+    sock = listening_socket(settings.api.host, settings.api.port)
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=10
     )
