@@ -10,16 +10,15 @@ restart.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import logging
 import secrets
+from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
-from clients.committed_log import TRANSIENT, CommittedLog
 from clients.kafka_security import client_options, start_producer
+from clients.topic_follower import READ_TIMEOUT_S, TopicFollower, read_to_end
 from config.parts import KafkaSettings
 from events.api_keys import (
     ApiKey,
@@ -37,8 +36,6 @@ from events.codec import encode
 from events.errors import LedgerError
 
 log = logging.getLogger(__name__)
-
-READ_TIMEOUT_S = 30.0
 
 
 def new_token() -> tuple[str, str, str]:
@@ -96,27 +93,15 @@ async def revoke_key(kafka: KafkaSettings, key_id: str, revoked_by: str) -> ApiK
 
 
 async def read_keys(kafka: KafkaSettings, timeout_s: float = READ_TIMEOUT_S) -> dict[str, ApiKey]:
-    """Every key now in the topic, by id (bad records skipped, logged)."""
+    """Every key now in the topic, by id (bad records skipped, logged; none without it)."""
     table: dict[str, ApiKey] = {}
-    async with CommittedLog(kafka) as reader:
-        partitions = await reader.partitions(kafka.topic_api_keys, missing_ok=True)
-        if not partitions:
-            return table
-        ends = await reader.ends(partitions)
-        reader.assign(partitions, dict.fromkeys(partitions, 0))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        for tp in partitions:
-            while await reader.position(tp) < ends[tp]:
-                if loop.time() > deadline:
-                    raise LedgerError(
-                        f"could not read {kafka.topic_api_keys} to its end in {timeout_s:.0f}s",
-                        "check the broker ('ledger broker logs')",
-                    )
-                for record in (await reader.read(500, 1000)).get(tp, []):
-                    event = _decoded(record)
-                    if event is not None:
-                        table[event.key_id] = fold(table.get(event.key_id), event)
+
+    def take(record: Any) -> None:
+        event = _decoded(record)
+        if event is not None:
+            table[event.key_id] = fold(table.get(event.key_id), event)
+
+    await read_to_end(kafka, kafka.topic_api_keys, take, missing_ok=True, timeout_s=timeout_s)
     return table
 
 
@@ -134,17 +119,21 @@ def _decoded(record: object) -> ApiKeyIssued | ApiKeyRevoked | None:
         return None
 
 
-class ApiKeyTable:
+class ApiKeyTable(TopicFollower):
     """The keys, followed in the background: ``keys`` is always the latest table this
     process has read; ``caught_up`` is set once it read to the end it found at start."""
 
     def __init__(self, kafka: KafkaSettings, poll_s: float = 0.2) -> None:
-        self._kafka = kafka
-        self._poll_ms = int(poll_s * 1000)
+        super().__init__(
+            kafka, kafka.topic_api_keys, missing="no API key is accepted", poll_s=poll_s
+        )
         self.keys: dict[str, ApiKey] = {}
-        self.caught_up = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._warned = False
+
+    def take(self, record: Any) -> None:
+        """One record: folded in, or skipped (logged)."""
+        event = _decoded(record)
+        if event is not None:
+            self.apply(event)
 
     def apply(self, event: ApiKeyEvent) -> None:
         """Fold one event in."""
@@ -158,60 +147,3 @@ class ApiKeyTable:
             return None
         key = self.keys.get(parts[0])
         return key if key is not None and key.accepts(parts[1]) else None
-
-    def start(self) -> None:
-        """Follow the topic in a task of the running loop."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.follow())
-
-    async def stop(self) -> None:
-        """Stop following."""
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def follow(self) -> None:
-        """Read from the beginning, then every new record; survives a broker that goes
-        away (logged, tried again) and a topic that does not exist yet (no keys)."""
-        reader = CommittedLog(self._kafka)
-        tp = TopicPartition(self._kafka.topic_api_keys, 0)
-        assigned = False
-        end = 0
-        while True:
-            try:
-                if not reader.started:
-                    await reader.start()
-                if not assigned:
-                    if not await reader.partitions(tp.topic, missing_ok=True):
-                        if not self._warned:
-                            self._warned = True
-                            log.warning(
-                                "no topic %s: no API key is accepted (create it with "
-                                "'ledger topics create')",
-                                tp.topic,
-                            )
-                        self.caught_up.set()
-                        await asyncio.sleep(5)
-                        continue
-                    reader.assign([tp], {tp: 0})
-                    end = (await reader.ends([tp]))[tp]
-                    assigned = True
-                    if end == 0:
-                        self.caught_up.set()
-                for record in (await reader.read(self._poll_ms, 1000)).get(tp, []):
-                    event = _decoded(record)
-                    if event is not None:
-                        self.apply(event)
-                if not self.caught_up.is_set() and await reader.position(tp) >= end:
-                    self.caught_up.set()
-            except asyncio.CancelledError:
-                await reader.stop()
-                raise
-            except TRANSIENT as exc:
-                log.warning("reading %s: %s (trying again)", tp.topic, exc)
-                await reader.stop()
-                reader = CommittedLog(self._kafka)
-                assigned = False
-                await asyncio.sleep(1)

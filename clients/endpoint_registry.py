@@ -16,18 +16,17 @@ reads the topic once per projection and dead-letters it (projections/deadletters
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from pydantic import SecretStr
 
-from clients.committed_log import TRANSIENT, CommittedLog
 from clients.endpoint_secrets import SecretBox, SecretUnreadable
 from clients.kafka_security import client_options, start_producer
+from clients.topic_follower import READ_TIMEOUT_S, TopicFollower, read_to_end
 from config.parts import KafkaSettings, WebhookEndpoint
 from events.codec import encode
 from events.endpoints import (
@@ -38,36 +37,23 @@ from events.endpoints import (
     decode_endpoint_record,
     fold,
 )
-from events.errors import LedgerError
 
 log = logging.getLogger(__name__)
-
-READ_TIMEOUT_S = 30.0
 
 
 async def read_events(
     kafka: KafkaSettings, timeout_s: float = READ_TIMEOUT_S
 ) -> list[AnyEndpointEvent]:
     """Every endpoint event now in the topic, in log order (bad records skipped, logged)."""
-    async with CommittedLog(kafka) as reader:
-        partitions = await reader.partitions(kafka.topic_endpoints)
-        ends = await reader.ends(partitions)
-        reader.assign(partitions, dict.fromkeys(partitions, 0))
-        events: list[AnyEndpointEvent] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        for tp in partitions:
-            while await reader.position(tp) < ends[tp]:
-                if loop.time() > deadline:
-                    raise LedgerError(
-                        f"could not read {kafka.topic_endpoints} to its end in {timeout_s:.0f}s",
-                        "check the broker ('ledger broker logs')",
-                    )
-                for record in (await reader.read(500, 1000)).get(tp, []):
-                    event = _decoded(record)
-                    if event is not None:
-                        events.append(event)
-        return events
+    events: list[AnyEndpointEvent] = []
+
+    def take(record: Any) -> None:
+        event = _decoded(record)
+        if event is not None:
+            events.append(event)
+
+    await read_to_end(kafka, kafka.topic_endpoints, take, timeout_s=timeout_s)
+    return events
 
 
 async def read_registry(kafka: KafkaSettings) -> dict[str, EndpointState]:
@@ -109,31 +95,33 @@ def _decoded(record: object) -> AnyEndpointEvent | None:
         return None
 
 
-class EndpointRegistry:
+class EndpointRegistry(TopicFollower):
     """The registry, followed in the background: ``endpoints`` is always the latest table
     this process has read, ``version`` counts its changes."""
 
     def __init__(
         self, kafka: KafkaSettings, box: SecretBox | None = None, poll_s: float = 0.2
     ) -> None:
-        self._kafka = kafka
+        super().__init__(
+            kafka, kafka.topic_endpoints, missing="no endpoints from the registry", poll_s=poll_s
+        )
         self._box = box
-        self._poll_ms = int(poll_s * 1000)
         self.endpoints: dict[str, EndpointState] = {}
         self.version = 0
         # Records skipped as not endpoint events (each read counts: a restart reads again).
         self.refused = 0
-        self.caught_up = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
         # Webhook endpoints derived from the table (decrypted), rebuilt when it changes or
         # when a rotated-out secret expires.
         self._webhooks: tuple[object, dict[str, WebhookEndpoint], frozenset[str]] | None = None
 
-    @property
-    def ready(self) -> bool:
-        """True once the registry was read to the end it had when reading began."""
-        return self.caught_up.is_set()
+    def take(self, record: Any) -> None:
+        """One record of the registry: folded in, or skipped and counted."""
+        event = _decoded(record)
+        if event is None:
+            self.refused += 1
+        else:
+            self.apply(event)
 
     def apply(self, event: EndpointEvent) -> None:
         """Fold one event in (what the follower does with each record)."""
@@ -142,63 +130,6 @@ class EndpointRegistry:
         if after is not before:
             self.endpoints = {**self.endpoints, event.endpoint_id: after}
             self.version += 1
-
-    def start(self) -> None:
-        """Follow the topic in a task of the running loop."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.follow())
-
-    async def stop(self) -> None:
-        """Stop following."""
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def follow(self) -> None:
-        """Read from the beginning, then every new record; survives a broker that goes
-        away (logged, tried again) and a topic that does not exist yet (empty registry)."""
-        reader = CommittedLog(self._kafka)
-        tp = TopicPartition(self._kafka.topic_endpoints, 0)
-        assigned = False
-        while True:
-            try:
-                if not reader.started:
-                    await reader.start()
-                if not assigned:
-                    if not await reader.partitions(tp.topic, missing_ok=True):
-                        if tp.topic not in self._warned:
-                            self._warned.add(tp.topic)
-                            log.warning(
-                                "no topic %s: no endpoints from the registry (create it with "
-                                "'ledger topics create')",
-                                tp.topic,
-                            )
-                        self.caught_up.set()
-                        await asyncio.sleep(5)
-                        continue
-                    reader.assign([tp], {tp: 0})  # from the beginning, every time
-                    end = (await reader.ends([tp]))[tp]
-                    assigned = True
-                    if end == 0:
-                        self.caught_up.set()
-                for record in (await reader.read(self._poll_ms, 1000)).get(tp, []):
-                    event = _decoded(record)
-                    if event is None:
-                        self.refused += 1
-                    else:
-                        self.apply(event)
-                if not self.caught_up.is_set() and await reader.position(tp) >= end:
-                    self.caught_up.set()
-            except asyncio.CancelledError:
-                await reader.stop()
-                raise
-            except TRANSIENT as exc:
-                log.warning("reading %s: %s (trying again)", tp.topic, exc)
-                await reader.stop()
-                assigned = False
-                await asyncio.sleep(1)
 
     # -- what the worker derives --------------------------------------------------------
 
