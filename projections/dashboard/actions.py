@@ -37,6 +37,7 @@ from clients.operator_actions import (
     redrive_action,
     resolve_action,
 )
+from clients.signed_log import SignedLog
 from config.settings import Settings
 from events.delivery_state import DeliveryState, operator_refusal
 from events.errors import ConfigError, LedgerError
@@ -230,18 +231,29 @@ async def _append(settings: Settings, action: Action) -> OperatorEvent:
     """Sign and append the action's event; return it once the log has acknowledged it."""
     event = action.event
     assert event is not None
+    await append_signed(
+        OperatorLog(settings),
+        event,
+        what="the action",
+        hint="check the run's timeline before acting again (a repeated action is refused as "
+        "stale, never applied twice)",
+    )
+    return event
+
+
+async def append_signed(log: SignedLog[Any], event: Any, *, what: str, hint: str) -> None:
+    """Append ``event`` through ``log`` (it signs), within ``APPEND_BUDGET_S``; a 503 naming
+    ``what`` with ``hint`` if the log did not acknowledge it (appended or not: unknown)."""
     try:
         async with asyncio.timeout(APPEND_BUDGET_S):
-            async with OperatorLog(settings) as log:
+            async with log:
                 await log.append([event])
     except LedgerError as exc:
         raise Refused(503, exc.message, exc.hint) from None
     except (TimeoutError, KafkaError) as exc:
         raise Refused(
             503,
-            f"the log did not acknowledge the action ({type(exc).__name__}); it may or may "
-            "not have been appended",
-            "check the run's timeline before acting again (a repeated action is refused as "
-            "stale, never applied twice)",
+            f"the log did not acknowledge {what} ({type(exc).__name__}); it may or may not "
+            "have been appended",
+            hint,
         ) from None
-    return event

@@ -13,24 +13,21 @@ the oldest held first); the workers see it within seconds.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from clients.budget_actions import PRODUCER, BudgetActions
 from config.settings import Settings
 from events.budgets import AGENT_PATTERN, MAX_LIMIT, BudgetReleased
-from events.errors import LedgerError
 from projections.dashboard.actions import (
-    APPEND_BUDGET_S,
     Refused,
     answer,
+    append_signed,
     body_text,
     read_body,
     who_and_why,
@@ -120,16 +117,9 @@ def _channel(body: dict[str, Any]) -> str | None:
 
 async def _append(settings: Settings, event: BudgetReleased) -> None:
     """Sign and append the release; return once the log has acknowledged it."""
-    try:
-        async with asyncio.timeout(APPEND_BUDGET_S):
-            async with BudgetActions(settings) as log:
-                await log.append([event])
-    except LedgerError as exc:
-        raise Refused(503, exc.message, exc.hint) from None
-    except (TimeoutError, KafkaError) as exc:
-        raise Refused(
-            503,
-            f"the log did not acknowledge the release ({type(exc).__name__}); it may or may "
-            "not have been appended",
-            "check 'ledger budgets show' before releasing again: a second release lets more go",
-        ) from None
+    await append_signed(
+        BudgetActions(settings),
+        event,
+        what="the release",
+        hint="check 'ledger budgets show' before releasing again: a second release lets more go",
+    )
