@@ -29,7 +29,7 @@ from tests.streams.channels.browser_support import chromium_of_this_process
 from tests.streams.channels.support import outbound
 
 FAST = Settings(
-    channels={"send_deadline_s": 4.0, "http_timeout_s": 1.0, "allowed_networks": ["127.0.0.0/8"]}
+    channels={"send_deadline_s": 6.0, "http_timeout_s": 1.0, "allowed_networks": ["127.0.0.0/8"]}
 )
 LOOPBACK = AddressPolicy(["127.0.0.0/8"])
 SHOT = re.compile(r"\(screenshot (\S+\.png)\)")
