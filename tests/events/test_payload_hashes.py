@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from events.codec import decode, encode
@@ -222,12 +222,32 @@ JSON = st.recursive(
 )
 
 
-@given(JSON, JSON)
-def test_across_schemes_the_verdict_is_jcs_equality(first: Any, second: Any) -> None:
+def _as_floats(value: Any) -> Any:
+    """The same JSON value with its small integers written as floats (1 -> 1.0): equal
+    under RFC 8785, different under the legacy ``json.dumps`` hash."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return value
+    if isinstance(value, int):
+        return float(value) if abs(value) < 2**53 else value
+    if isinstance(value, list):
+        return [_as_floats(v) for v in value]
+    return {k: _as_floats(v) for k, v in value.items()}
+
+
+@given(JSON, st.data())
+def test_across_schemes_the_verdict_is_jcs_equality(first: Any, data: st.DataObject) -> None:
     """An old hash against a new one: deduplicated exactly when the payloads' RFC 8785 forms
-    are equal (whatever order the two come in)."""
+    are equal (whatever order the two come in). The second payload is another value, the
+    same one, or the same one with its integers as floats, so both verdicts are reached."""
+    how = data.draw(st.sampled_from(["other", "same", "as floats"]), label="second payload")
+    if how == "other":
+        second = data.draw(JSON, label="another payload")
+    else:
+        second = first if how == "same" else _as_floats(first)
     old, new = hash_under(LEGACY, first), payload_hash(second)
     a, b = comparable((new, second), (old, first))
+    event(f"second payload: {how}")
+    event("deduplicated" if a == b else "conflict")
     assert (a == b) == (jcs_json(first) == jcs_json(second))
     b2, a2 = comparable((old, first), (new, second))
     assert (a2, b2) == (a, b)
