@@ -17,8 +17,10 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from projections.backends import open_store
 from projections.health import HealthReport, endpoint_health
@@ -97,19 +99,51 @@ def timed_health(dsn: str, now: datetime) -> tuple[float, HealthReport]:
         store.close()
 
 
+def measure(sizes: tuple[int, ...] = SIZES, rounds: int = 3) -> dict[str, Any]:
+    """Seconds per ``endpoint_health`` call, ``rounds`` calls at each size (run_all's
+    section): ``{"sizes": [...], "seconds": {size: [...]}}``."""
+    now = T0 + timedelta(minutes=30)
+    seconds: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp:
+        for size in sizes:
+            dsn = filled_projection(Path(tmp) / f"p{size}.sqlite3", size)
+            seconds[str(size)] = [timed_health(dsn, now)[0] for _ in range(max(1, min(rounds, 20)))]
+    return {"sizes": list(sizes), "seconds": seconds}
+
+
+def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
+    """bench/run_all.py's row: the largest size against the smallest, same run."""
+    small, large = (str(n) for n in (results["sizes"][0], results["sizes"][-1]))
+    big, base = (statistics.median(results["seconds"][n]) for n in (large, small))
+    row(
+        f"endpoint health query (SQLite), s at {int(large):,} vs {int(small):,} deliveries",
+        f"{big:.3f}",
+        f"{base:.3f}",
+        f"{big / base:.1f}x" if base else "n/a",
+        f"< {TARGET_S:g} s",
+        big < TARGET_S,
+    )
+
+
+def note(results: dict[str, Any]) -> str:
+    """The details line."""
+    each = "; ".join(
+        f"{int(n):,}: " + ", ".join(f"{t:.3f}" for t in times)
+        for n, times in results["seconds"].items()
+    )
+    return f"Endpoint health (projections/health.py) on synthetic SQLite projections: {each} s."
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="timed calls per size")
     args = parser.parse_args(argv)
-    now = T0 + timedelta(minutes=30)
-    with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp:
-        for size in SIZES:
-            dsn = filled_projection(Path(tmp) / f"p{size}.sqlite3", size)
-            times = [timed_health(dsn, now)[0] for _ in range(max(1, min(args.rounds, 20)))]
-            print(
-                f"{size:>7,} deliveries: endpoint_health median {statistics.median(times):.3f} s"
-                f" (min {min(times):.3f}, max {max(times):.3f}; target < {TARGET_S:g} s at 100k)"
-            )
+    results = measure(SIZES, args.rounds)
+    for size, times in results["seconds"].items():
+        print(
+            f"{int(size):>7,} deliveries: endpoint_health median {statistics.median(times):.3f} s"
+            f" (min {min(times):.3f}, max {max(times):.3f}; target < {TARGET_S:g} s at 100k)"
+        )
 
 
 if __name__ == "__main__":

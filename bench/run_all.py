@@ -26,7 +26,17 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import chaos, e2e, memory, peer, publisher, rate_limit, rebuild, timers
+from bench import (
+    chaos,
+    e2e,
+    health_query,
+    memory,
+    peer,
+    publisher,
+    rate_limit,
+    rebuild,
+    timers,
+)
 from bench.common import (
     BROKER_PORT,
     bench_broker,
@@ -40,7 +50,9 @@ from config import Settings
 from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
-SECTIONS = ("publisher", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit", "chaos")
+SECTIONS = (
+    "publisher", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit", "health", "chaos",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,11 @@ async def run_section(
         results["rate_limit"] = await rate_limit.measure(
             settings, stack, rate_limit.shape(*sizes.rate_limit)
         )
+    if "health" in wanted:
+        say("[bold]endpoint health query[/] (issue 27) at 10k and 100k deliveries")
+        results["health"] = await asyncio.to_thread(
+            health_query.measure, health_query.SIZES, sizes.rounds
+        )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
         results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
@@ -323,6 +340,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "rate_limit" in results:
         rate_limit.rows(results["rate_limit"], row)
         notes.append(rate_limit.note(results["rate_limit"]))
+    if "health" in results:
+        health_query.rows(results["health"], row)
+        notes.append(health_query.note(results["health"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]
