@@ -15,9 +15,7 @@ import logging
 import secrets
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
-from clients.kafka_security import client_options, start_producer
+from clients.kafka_security import append_one
 from clients.topic_follower import READ_TIMEOUT_S, TopicFollower, read_to_end
 from config.parts import KafkaSettings
 from events.api_keys import (
@@ -47,19 +45,7 @@ def new_token() -> tuple[str, str, str]:
 
 async def append_key_event(kafka: KafkaSettings, event: ApiKeyEvent) -> None:
     """Write ``event`` to ``ledger.api_keys`` and wait until the broker has it."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=kafka.bootstrap_servers,
-        acks="all",
-        enable_idempotence=True,
-        **client_options(kafka),
-    )
-    await start_producer(producer, kafka)
-    try:
-        await producer.send_and_wait(
-            kafka.topic_api_keys, encode(event), key=event.key_id.encode("ascii")
-        )
-    finally:
-        await producer.stop()
+    await append_one(kafka, kafka.topic_api_keys, encode(event), event.key_id.encode("ascii"))
 
 
 async def issue_key(kafka: KafkaSettings, agent: str, issued_by: str) -> tuple[ApiKey, str]:

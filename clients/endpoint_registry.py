@@ -21,11 +21,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from pydantic import SecretStr
 
 from clients.endpoint_secrets import SecretBox, SecretUnreadable
-from clients.kafka_security import client_options, start_producer
+from clients.kafka_security import append_one
 from clients.topic_follower import READ_TIMEOUT_S, TopicFollower, read_to_end
 from config.parts import KafkaSettings, WebhookEndpoint
 from events.codec import encode
@@ -66,19 +65,7 @@ async def read_registry(kafka: KafkaSettings) -> dict[str, EndpointState]:
 
 async def append_endpoint_event(kafka: KafkaSettings, event: EndpointEvent) -> None:
     """Write ``event`` to the registry and wait until the broker has it."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=kafka.bootstrap_servers,
-        acks="all",
-        enable_idempotence=True,
-        **client_options(kafka),
-    )
-    await start_producer(producer, kafka)
-    try:
-        await producer.send_and_wait(
-            kafka.topic_endpoints, encode(event), key=event.endpoint_id.encode("utf-8")
-        )
-    finally:
-        await producer.stop()
+    await append_one(kafka, kafka.topic_endpoints, encode(event), event.endpoint_id.encode("utf-8"))
 
 
 def _decoded(record: object) -> AnyEndpointEvent | None:

@@ -218,3 +218,20 @@ def _closed_on_us(settings: KafkaSettings) -> LedgerError:
         f"the Kafka broker at {where} closed the connection ({settings.security_protocol})",
         "check LEDGER_KAFKA__SECURITY_PROTOCOL against the listener, and the broker's log",
     )
+
+
+async def append_one(settings: KafkaSettings, topic: str, value: bytes, key: bytes) -> None:
+    """Write one record (acks=all, idempotent) with a producer of its own, and return once
+    the broker has it: for rare writes (an endpoint or API key event, a breaker
+    transition), not a hot path."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        **client_options(settings),
+    )
+    await start_producer(producer, settings)
+    try:
+        await producer.send_and_wait(topic, value, key=key)
+    finally:
+        await producer.stop()
