@@ -2,8 +2,8 @@
 
 Each run event (``complete``, ``start``, ``fail``, ``unknown``) of a run id is answered
 once. The request's fingerprint (the agent, and a hash per body field) is recorded
-*before* anything is published, as "in flight"; then the answer once the transaction
-committed. So:
+*before* its Kafka transaction commits, as "in flight"; then the answer once the
+transaction committed, before the caller gets it. So:
 
 * the same request again gets the first answer, unpublished a second time;
 * a different request for the same run event gets a conflict naming the fields that
@@ -13,23 +13,35 @@ committed. So:
   deliveries by key if the dead one had committed after all);
 * a publish that failed removes its record, so the caller's retry publishes afresh.
 
+Both writes go with the group commit (clients/group_commit.py, ``Journal``): one SQLite
+transaction records the in-flight fingerprints of every run of a Kafka transaction before
+anything of it is sent, one more their answers after its commit. A request itself only
+reads (``claim``: an indexed row, and this process's own requests in flight, in memory):
+bench/http_ingest.py measured the two write transactions per request of before (0.1 ms
+each on the event loop, and more under contention for the file) against two per batch.
+
 SQLite (one file under the data dir, WAL), called on the event loop itself: each call is
-one indexed row read or write of tens of microseconds, less than the hop to a thread and
-back would cost (bench/http_ingest.py measured 0.5 ms of CPU per run more with a thread,
-and a wake-up of that thread per call on a busy machine). Several API processes may share
-the file on one machine: a write holds its lock for one such call, and a call that waits
-longer than ``BUSY_S`` for it fails the request with 503.
+one indexed read, or one short write transaction per batch, less than the hop to a thread
+and back would cost (bench/http_ingest.py measured 0.5 ms of CPU per run more with a
+thread). Several API processes may share the file on one machine: a write takes the file's
+lock (``BEGIN IMMEDIATE``) and inserts only where no record is, so of two processes that
+read "new" for the same run event, one records it and the other's request is claimed
+again (``ClaimLost``) and then answered from the record; a write that waits longer than
+``BUSY_S`` for the lock fails its requests with 503, nothing published.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 BUSY_S = 1.0
+log = logging.getLogger(__name__)
 
 
 class AnswersUnavailable(Exception):
@@ -66,6 +78,29 @@ class Claim:
     answer: dict[str, Any] | None = None
     fields: tuple[str, ...] = ()
     agent: str | None = None
+    ticket: Ticket | None = None
+
+
+class ClaimLost(Exception):
+    """Another process recorded the run event between this one's claim and its batch's
+    write: nothing was sent; claim it again (it then answers from that record)."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request claimed "new": what the batch's writes record for it (the group commit
+    carries it beside the run), and its answer once committed."""
+
+    run_id: str
+    action: str
+    agent: str
+    fingerprint: str  # JSON of the per-field hashes
+    started_at: float
+    answer_of: Callable[[], dict[str, Any]]
+    taking_over: float | None = None  # the stale record's started_at it replaces
+    status: int = 201
+    recorded: bool = False  # its in-flight record is written
+    answer: dict[str, Any] | None = None  # set once committed
 
 
 def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
@@ -74,7 +109,7 @@ def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
 
 
 class FirstAnswers:
-    """The ``first_answers`` table of one SQLite file, used from a thread of its own."""
+    """The ``first_answers`` table of one SQLite file; the group commit's ``Journal``."""
 
     def __init__(self, dsn: str, stale_s: float) -> None:
         if not dsn.startswith("sqlite://"):
@@ -84,12 +119,9 @@ class FirstAnswers:
         self._path = Path(dsn.removeprefix("sqlite://"))
         self._stale_s = stale_s
         self._db: sqlite3.Connection | None = None
-
-    async def _call(self, work: Any, *args: Any) -> Any:
-        try:
-            return work(*args)
-        except sqlite3.OperationalError as exc:  # locked past BUSY_S, disk full, ...
-            raise AnswersUnavailable(f"the idempotency database did not answer: {exc}") from None
+        # This process's requests in flight: (run_id, action) -> agent, fingerprint.
+        self._mine: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self.batches = 0  # write transactions of ``prepare`` (bench, tests)
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -105,78 +137,145 @@ class FirstAnswers:
 
     async def open(self) -> None:
         """Create the file and the table if they are not there."""
-        await self._call(self._conn)
+        try:
+            self._conn()
+        except sqlite3.Error as exc:
+            raise AnswersUnavailable(f"the idempotency database did not open: {exc}") from None
 
     async def close(self) -> None:
-        """Close the connection and the thread."""
-
-        def closing() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        closing()
+        """Close the connection."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     async def claim(
-        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
+        self,
+        run_id: str,
+        action: str,
+        agent: str,
+        fingerprint: dict[str, str],
+        now: float,
+        answer_of: Callable[[], dict[str, Any]],
     ) -> Claim:
-        """Record the request in flight, or say why not (see ``Claim``)."""
-        result: Claim = await self._call(self._claim, run_id, action, agent, fingerprint, now)
-        return result
-
-    def _claim(
-        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
-    ) -> Claim:
-        db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
+        """What the records say about a new request (see ``Claim``); for "new", a ticket
+        to publish with (``answer_of`` makes its answer once committed) and ``release``
+        after."""
+        mine = self._mine.get((run_id, action))
+        if mine is not None:  # this process publishes it right now
+            their_agent, theirs = mine
+            if their_agent != agent:
+                return Claim("conflict", agent=their_agent)
+            if fields := differing(theirs, fingerprint):
+                return Claim("conflict", fields=fields)
+            return Claim("in_flight")
         try:
-            row = db.execute(
-                "SELECT agent, fingerprint, state, started_at, status, answer "
-                "FROM first_answers WHERE run_id = ? AND action = ?",
-                (run_id, action),
-            ).fetchone()
-            mine = json.dumps(fingerprint, sort_keys=True)
-            if row is None:
-                db.execute(
-                    "INSERT INTO first_answers VALUES (?, ?, ?, ?, 'in_flight', ?, NULL, NULL)",
-                    (run_id, action, agent, mine, now),
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT agent, fingerprint, state, started_at, status, answer "
+                    "FROM first_answers WHERE run_id = ? AND action = ?",
+                    (run_id, action),
                 )
-                return Claim("new")
+                .fetchone()
+            )
+        except sqlite3.Error as exc:  # locked past BUSY_S, disk full, ...
+            raise AnswersUnavailable(f"the idempotency database did not answer: {exc}") from None
+        taking_over = None
+        if row is not None:
             their_agent, theirs, state, started_at, status, answer = row
             if their_agent != agent:
                 return Claim("conflict", agent=their_agent)
-            fields = differing(json.loads(theirs), fingerprint)
-            if fields:
+            if fields := differing(json.loads(theirs), fingerprint):
                 return Claim("conflict", fields=fields)
             if state == "done":
                 return Claim("replay", status=status, answer=json.loads(answer))
             if now - started_at < self._stale_s:
                 return Claim("in_flight")
-            db.execute(
-                "UPDATE first_answers SET started_at = ? WHERE run_id = ? AND action = ?",
-                (now, run_id, action),
+            taking_over = started_at
+        self._mine[(run_id, action)] = (agent, fingerprint)
+        ticket = Ticket(
+            run_id,
+            action,
+            agent,
+            json.dumps(fingerprint, sort_keys=True),
+            now,
+            answer_of,
+            taking_over=taking_over,
+        )
+        return Claim("new", ticket=ticket)
+
+    def prepare(self, tickets: list[Any]) -> dict[int, BaseException]:
+        """``Journal.prepare``: the in-flight records of a batch, in one transaction; a
+        run event another process recorded since its claim is left out (``ClaimLost``)."""
+        lost: dict[int, BaseException] = {}
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for index, ticket in enumerate(tickets):
+                    if ticket.taking_over is None:
+                        done = db.execute(
+                            "INSERT INTO first_answers VALUES "
+                            "(?, ?, ?, ?, 'in_flight', ?, NULL, NULL) ON CONFLICT DO NOTHING",
+                            (ticket.run_id, ticket.action, ticket.agent, ticket.fingerprint,
+                             ticket.started_at),
+                        )  # fmt: skip
+                    else:  # only if it is still the stale record the claim read
+                        done = db.execute(
+                            "UPDATE first_answers SET started_at = ? WHERE run_id = ? AND "
+                            "action = ? AND state = 'in_flight' AND started_at = ?",
+                            (ticket.started_at, ticket.run_id, ticket.action, ticket.taking_over),
+                        )
+                    if done.rowcount != 1:
+                        lost[index] = ClaimLost(f"run {ticket.run_id}: '{ticket.action}'")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:  # locked past BUSY_S, disk full, ...
+            error = AnswersUnavailable(f"the idempotency database did not answer: {exc}")
+            return dict.fromkeys(range(len(tickets)), error)
+        self.batches += 1
+        for index, ticket in enumerate(tickets):
+            ticket.recorded = index not in lost
+        return lost
+
+    def committed(self, tickets: list[Any]) -> None:
+        """``Journal.committed``: the answers of a committed batch, in one transaction,
+        before any of its callers gets one. Not recorded (the database failed): the
+        callers still get their answers; a repeat then finds the run in flight, and once
+        stale publishes it again (the log dedupes its deliveries by key)."""
+        for ticket in tickets:
+            ticket.answer = ticket.answer_of()
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "UPDATE first_answers SET state = 'done', status = ?, answer = ? "
+                    "WHERE run_id = ? AND action = ?",
+                    [(t.status, json.dumps(t.answer), t.run_id, t.action) for t in tickets],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            names = ", ".join(f"{t.run_id} {t.action}" for t in tickets[:5])
+            log.warning("answered but not recorded (%s): %s", names, exc)
+
+    def release(self, ticket: Ticket) -> None:
+        """The request of ``ticket`` is over: no longer in flight here; not committed, its
+        record goes, so a retry publishes afresh (a record that cannot be removed goes
+        stale instead)."""
+        self._mine.pop((ticket.run_id, ticket.action), None)
+        if ticket.answer is not None or not ticket.recorded:
+            return
+        try:
+            self._conn().execute(
+                "DELETE FROM first_answers WHERE run_id = ? AND action = ? "
+                "AND state = 'in_flight' AND started_at = ?",
+                (ticket.run_id, ticket.action, ticket.started_at),
             )
-            return Claim("new")
-        finally:
-            db.execute("COMMIT")
-
-    async def answered(self, run_id: str, action: str, status: int, answer: dict[str, Any]) -> None:
-        """Keep the first answer of a run event."""
-        await self._call(self._answered, run_id, action, status, json.dumps(answer))
-
-    def _answered(self, run_id: str, action: str, status: int, answer: str) -> None:
-        self._conn().execute(
-            "UPDATE first_answers SET state = 'done', status = ?, answer = ? "
-            "WHERE run_id = ? AND action = ?",
-            (status, answer, run_id, action),
-        )
-
-    async def abandon(self, run_id: str, action: str) -> None:
-        """Forget an in-flight request whose publish failed: a retry publishes afresh."""
-        await self._call(self._abandon, run_id, action)
-
-    def _abandon(self, run_id: str, action: str) -> None:
-        self._conn().execute(
-            "DELETE FROM first_answers WHERE run_id = ? AND action = ? AND state = 'in_flight'",
-            (run_id, action),
-        )
+        except sqlite3.Error as exc:
+            log.warning("run %s: %s not forgotten: %s", ticket.run_id, ticket.action, exc)

@@ -4,7 +4,6 @@ with concurrent requests by group commit), as the SDK writes them."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import time
@@ -17,10 +16,9 @@ from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 
 from api.auth import Caller
-from api.errors import ApiError, log
-from api.idempotency import AnswersUnavailable
+from api.errors import ApiError
+from api.idempotency import AnswersUnavailable, Claim, ClaimLost, Ticket
 from api.models import (
-    AcceptedDelivery,
     CompleteRun,
     FailRun,
     MarkRunUnknown,
@@ -28,7 +26,7 @@ from api.models import (
     RunAccepted,
     StartRun,
 )
-from api.services import Services, services
+from api.services import services
 from clients.publisher import PublishFailed, PublishRejected
 from events.base import RUN_ID_PATTERN, utc_now
 from events.delivery import DeliveryRequested
@@ -86,7 +84,8 @@ ACCEPTED: dict[int | str, dict[str, Any]] = {
 }
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-Publish = Callable[[], Awaitable[list[DeliveryRequested]]]
+Publish = Callable[[Ticket], Awaitable[None]]
+CLAIMS = 3  # a claim lost to another process is claimed again, this many times at most
 
 
 def fingerprint(body: BaseModel) -> dict[str, str]:
@@ -107,16 +106,80 @@ _ACTIONS = {
 
 
 async def publish_once(
-    request: Request, run_id: str, event: str, key: Caller, body: BaseModel, publish: Publish
+    request: Request,
+    run_id: str,
+    event: str,
+    key: Caller,
+    body: BaseModel,
+    publish: Publish,
+    requests: list[DeliveryRequested] | None = None,
 ) -> JSONResponse:
     """Answer a run's event once: replay the first answer, refuse a different body (409),
-    or publish and keep the answer."""
+    or publish (``requests``: the deliveries it carries) with the answer recorded in the
+    same group commit (api/idempotency.py)."""
     held = services(request)
     action = _ACTIONS[event]
-    try:
-        claim = await held.answers.claim(run_id, action, key.agent, fingerprint(body), time.time())
-    except AnswersUnavailable as exc:
-        raise ApiError(503, str(exc), hint="nothing was published: retry") from None
+    printed = fingerprint(body)
+    accepted = [
+        {
+            "idempotency_key": r.idempotency_key,
+            "channel": r.channel,
+            "event_type": r.event_type,
+            "payload_hash": r.payload_hash,
+        }
+        for r in requests or ()
+    ]
+
+    def answer_of() -> dict[str, Any]:
+        # RunAccepted's JSON, built by hand on the hot path (tests/api check the schema).
+        return {
+            "run_id": run_id,
+            "agent": key.agent,
+            "event": event,
+            "accepted_at": utc_now().isoformat().replace("+00:00", "Z"),
+            "deliveries": accepted,
+        }
+
+    for _ in range(CLAIMS):
+        try:
+            claim = await held.answers.claim(
+                run_id, action, key.agent, printed, time.time(), answer_of
+            )
+        except AnswersUnavailable as exc:
+            raise ApiError(503, str(exc), hint="nothing was published: retry") from None
+        if claim.kind != "new":
+            return answered(run_id, action, claim)
+        ticket = claim.ticket
+        assert ticket is not None
+        try:
+            await publish(ticket)
+        except ClaimLost:
+            continue  # another process recorded it since: its record answers
+        except AnswersUnavailable as exc:
+            raise ApiError(503, str(exc), hint="nothing was published: retry") from None
+        except PublishRejected as exc:
+            raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
+        except PublishFailed as exc:
+            raise ApiError(
+                503,
+                f"the log did not take run {run_id}: {exc.message}",
+                hint="nothing was kept: send the same request again",
+                headers={"Retry-After": "1"},
+            ) from None
+        finally:
+            held.answers.release(ticket)
+        assert ticket.answer is not None  # committed: the journal made it
+        return JSONResponse(ticket.answer, status_code=201)
+    raise ApiError(
+        503,
+        f"run {run_id}: '{action}' is being recorded by another API process",
+        hint="retry in a second",
+        headers={"Retry-After": "1"},
+    )
+
+
+def answered(run_id: str, action: str, claim: Claim) -> JSONResponse:
+    """The answer to a request its run event's record already answers."""
     if claim.kind == "replay":
         assert claim.status is not None
         assert claim.answer is not None
@@ -138,53 +201,13 @@ async def publish_once(
             field=claim.fields[0],
             hint="the first request's answer stands; a new run needs a new run id",
         )
-    if claim.kind == "in_flight":
-        raise ApiError(
-            409,
-            f"run {run_id}: '{action}' is in flight (the same request, still being published)",
-            field="run_id",
-            hint="retry in a second: it then answers what that request answered",
-            headers={"Retry-After": "1"},
-        )
-    answered = False
-    try:
-        requests = await publish()
-        answer = RunAccepted(
-            run_id=run_id,
-            agent=key.agent,
-            event=event,
-            accepted_at=utc_now(),
-            deliveries=[
-                AcceptedDelivery(
-                    idempotency_key=r.idempotency_key,
-                    channel=r.channel,
-                    event_type=r.event_type,
-                    payload_hash=r.payload_hash,
-                )
-                for r in requests
-            ],
-        ).model_dump(mode="json")
-        answered = True  # committed: whatever happens to its record, this is the answer
-        try:
-            await held.answers.answered(run_id, action, 201, answer)
-        except AnswersUnavailable as exc:
-            # A repeat then finds it in flight, and once stale publishes it again: the
-            # log dedupes its deliveries by key. The caller still learns it committed.
-            log.warning("run %s: %s answered but not recorded: %s", run_id, action, exc)
-    except PublishRejected as exc:
-        raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
-    except PublishFailed as exc:
-        raise ApiError(
-            503,
-            f"the log did not take run {run_id}: {exc.message}",
-            hint="nothing was kept: send the same request again",
-            headers={"Retry-After": "1"},
-        ) from None
-    finally:
-        if not answered:
-            with contextlib.suppress(AnswersUnavailable):  # then it goes stale instead
-                await held.answers.abandon(run_id, action)
-    return JSONResponse(answer, status_code=201)
+    raise ApiError(
+        409,
+        f"run {run_id}: '{action}' is in flight (the same request, still being published)",
+        field="run_id",
+        hint="retry in a second: it then answers what that request answered",
+        headers={"Retry-After": "1"},
+    )
 
 
 _DELIVERY = re.compile(r"^delivery (\d+)")
@@ -198,13 +221,6 @@ def rejected_field(message: str) -> str | None:
         if message.startswith(name):
             return name
     return None
-
-
-def _checked(held: Services, check: Callable[[], object]) -> None:
-    try:
-        check()
-    except PublishRejected as exc:
-        raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
 
 
 @router.post(
@@ -227,19 +243,19 @@ async def complete(request: Request, run_id: RunId, body: CompleteRun, key: Call
             hint="LEDGER_API__MAX_DELIVERIES_PER_RUN",
         )
     publisher = held.publisher
-    _checked(
-        held,
-        lambda: publisher.check_run_succeeded(
-            run_id, body.result_hash, body.deliveries, producer=key.agent
-        ),
-    )
-
-    async def publish() -> list[DeliveryRequested]:
-        return await publisher.run_succeeded(
+    try:  # checked and built once: what is published is what was checked
+        requests = publisher.check_run_succeeded(
             run_id, body.result_hash, body.deliveries, producer=key.agent
         )
+    except PublishRejected as exc:
+        raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
 
-    return await publish_once(request, run_id, "run.succeeded", key, body, publish)
+    async def publish(ticket: Ticket) -> None:
+        await publisher.publish_checked(
+            run_id, body.result_hash, requests, producer=key.agent, ticket=ticket
+        )
+
+    return await publish_once(request, run_id, "run.succeeded", key, body, publish, requests)
 
 
 @router.post(
@@ -253,9 +269,8 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
     """``RunStarted`` with the key's agent."""
     publisher = services(request).publisher
 
-    async def publish() -> list[DeliveryRequested]:
-        await publisher.run_started(run_id, agent=key.agent, producer=key.agent)
-        return []
+    async def publish(ticket: Ticket) -> None:
+        await publisher.run_started(run_id, agent=key.agent, producer=key.agent, ticket=ticket)
 
     return await publish_once(request, run_id, "run.started", key, body or StartRun(), publish)
 
@@ -271,9 +286,8 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
     """``RunFailed`` with the error."""
     publisher = services(request).publisher
 
-    async def publish() -> list[DeliveryRequested]:
-        await publisher.run_failed(run_id, body.error, producer=key.agent)
-        return []
+    async def publish(ticket: Ticket) -> None:
+        await publisher.run_failed(run_id, body.error, producer=key.agent, ticket=ticket)
 
     return await publish_once(request, run_id, "run.failed", key, body, publish)
 
@@ -289,8 +303,7 @@ async def unknown(request: Request, run_id: RunId, body: MarkRunUnknown, key: Ca
     """``RunMarkedUnknown`` with the reason."""
     publisher = services(request).publisher
 
-    async def publish() -> list[DeliveryRequested]:
-        await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent)
-        return []
+    async def publish(ticket: Ticket) -> None:
+        await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent, ticket=ticket)
 
     return await publish_once(request, run_id, "run.marked_unknown", key, body, publish)

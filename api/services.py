@@ -40,13 +40,19 @@ class Services:
         api = settings.api
         transactional_id = api.transactional_id or f"{TRANSACTIONAL_PREFIX}{uuid.uuid4().hex[:12]}"
         dsn = api.dsn or f"sqlite://{(settings.data_dir / 'api.sqlite3').resolve()}"
+        answers = FirstAnswers(dsn, api.in_flight_stale_s)
         return cls(
             settings=settings,
+            # The first answers are written with the group commit: one SQLite transaction
+            # per Kafka transaction, not per request (api/idempotency.py).
             publisher=Publisher(
-                settings, producer_name=PRODUCER, transactional_id=transactional_id
+                settings,
+                producer_name=PRODUCER,
+                transactional_id=transactional_id,
+                journal=answers,
             ),
             keys=ApiKeyTable(settings.kafka),
-            answers=FirstAnswers(dsn, api.in_flight_stale_s),
+            answers=answers,
             limiter=RateLimiter(api.rate_per_key_s, api.burst_per_key),
             projection_dsn=default_dsn(settings),
             clock=clock,
