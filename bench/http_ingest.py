@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -239,6 +240,7 @@ async def measure(
                 api.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 api.process.kill()
+        shutil.rmtree(work, ignore_errors=True)
     return figures
 
 
