@@ -194,9 +194,10 @@ async def measure(
     for suffix, tree in sources.items():
         own = changed(settings, {"api.dsn": f"sqlite://{work / f'api{suffix}.sqlite3'}"})
         apis[suffix] = start_api(own, work / f"api{suffix}.log", tree)
+    sdk_counts: dict[str, int] = {}
     Round = Callable[[], Awaitable[float]]
     rows: dict[str, tuple[Round, int | None]] = {
-        "sdk_8": (lambda: sdk_round(settings, runs, CLIENTS, 1), None),
+        "sdk_8": (lambda: sdk_round(settings, runs, CLIENTS, 1, sdk_counts), None),
         **{
             f"http_8{suffix}": (
                 lambda url=api.url: lean_round(url, token, runs, CLIENTS),  # type: ignore[misc]
@@ -240,8 +241,23 @@ async def measure(
                 api.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 api.process.kill()
+        # Runs per Kafka transaction (group commit's batching), warm-up included.
+        per_txn = {"sdk_8": ratio_of(sdk_counts.get("runs", 0), sdk_counts.get("transactions", 0))}
+        for suffix in apis:
+            if found := STOPPED.search((work / f"api{suffix}.log").read_text()):
+                runs_done, txns = (int(g.replace(",", "")) for g in found.groups())
+                per_txn[f"http{suffix}"] = ratio_of(runs_done, txns)
+        figures["runs_per_transaction"] = per_txn
         shutil.rmtree(work, ignore_errors=True)
     return figures
+
+
+STOPPED = re.compile(r"api stopped \(([\d,]+) runs in ([\d,]+) Kafka transactions\)")
+
+
+def ratio_of(runs: int, transactions: int) -> float:
+    """Runs per transaction (0.0 for none)."""
+    return runs / transactions if transactions else 0.0
 
 
 def cpu_of(results: dict[str, Any], name: str) -> tuple[float, float, float]:
@@ -282,7 +298,11 @@ def note(results: dict[str, Any]) -> str:
             else f"CPU ms/run: API {api:.2f}, clients {mine:.2f}, broker {broker:.2f}"
         )
         parts.append(f"{name} {rates} runs/s ({cpu})")
-    return "; ".join(parts) + "."
+    batching = ", ".join(
+        f"{name} {value:.1f}" for name, value in results.get("runs_per_transaction", {}).items()
+    )
+    tail = f". Runs per Kafka transaction (all rounds; http: both HTTP rows): {batching}"
+    return "; ".join(parts) + (tail if batching else "") + "."
 
 
 def main() -> None:
