@@ -75,12 +75,15 @@ def body(n: int) -> dict[str, object]:
     }
 
 
-async def lean_round(url: str, token: str, runs: int, clients: int) -> float:
+async def lean_round(url: str | list[str], token: str, runs: int, clients: int) -> float:
     """Runs/s of ``clients`` keep-alive connections, each posting its share of runs in
-    turn; requests made before the clock starts, answers read by Content-Length."""
+    turn; requests made before the clock starts, answers read by Content-Length. Several
+    URLs: the connections spread over them in turn (as SO_REUSEPORT spreads them over
+    processes sharing a port)."""
     tag = uuid.uuid4().hex[:8]
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    urls = [url] if isinstance(url, str) else url
+    addresses = [(p.hostname or "127.0.0.1", p.port or 80) for p in map(urlsplit, urls)]
+    host, port = addresses[0]
 
     def request(n: int) -> bytes:
         payload = json.dumps(body(n)).encode()
@@ -92,7 +95,9 @@ async def lean_round(url: str, token: str, runs: int, clients: int) -> float:
         return head.encode() + payload
 
     shares = [[request(n) for n in range(c, runs, clients)] for c in range(clients)]
-    streams = [await asyncio.open_connection(host, port) for _ in range(clients)]
+    streams = [
+        await asyncio.open_connection(*addresses[c % len(addresses)]) for c in range(clients)
+    ]
 
     async def client(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: list[bytes]
@@ -171,6 +176,7 @@ async def measure(
     repeat: int,
     progress: Any = None,
     trees: dict[str, Path] | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """``repeat`` interleaved rounds of each row (after a warm-up round of each): runs/s
     in ``rounds[row]``, CPU ms per run of the API / this process / the broker in
@@ -194,34 +200,49 @@ async def measure(
     for suffix, tree in sources.items():
         own = changed(settings, {"api.dsn": f"sqlite://{work / f'api{suffix}.sqlite3'}"})
         apis[suffix] = start_api(own, work / f"api{suffix}.log", tree)
+    # N processes of this checkout's API sharing one first-answer file, each its own
+    # publisher; the clients' connections spread over them.
+    shared = changed(settings, {"api.dsn": f"sqlite://{work / 'api-shared.sqlite3'}"})
+    many = [
+        start_api(shared, work / f"api-x{i}.log") for i in range(processes if processes > 1 else 0)
+    ]
     sdk_counts: dict[str, int] = {}
     Round = Callable[[], Awaitable[float]]
-    rows: dict[str, tuple[Round, int | None]] = {
-        "sdk_8": (lambda: sdk_round(settings, runs, CLIENTS, 1, sdk_counts), None),
+    rows: dict[str, tuple[Round, list[int]]] = {
+        "sdk_8": (lambda: sdk_round(settings, runs, CLIENTS, 1, sdk_counts), []),
         **{
             f"http_8{suffix}": (
                 lambda url=api.url: lean_round(url, token, runs, CLIENTS),  # type: ignore[misc]
-                api.process.pid,
+                [api.process.pid],
             )
             for suffix, api in apis.items()
         },
-        "httpx_8": (lambda: httpx_round(apis[""].url, token, runs, CLIENTS), apis[""].process.pid),
+        "httpx_8": (
+            lambda: httpx_round(apis[""].url, token, runs, CLIENTS),
+            [apis[""].process.pid],
+        ),
     }
+    if many:
+        urls = [api.url for api in many]
+        rows[f"http_8x{len(many)}"] = (
+            lambda: lean_round(urls, token, runs, CLIENTS),
+            [api.process.pid for api in many],
+        )
     figures: dict[str, Any] = {"runs": runs, "rows": list(rows), "rounds": {}, "cpu": {}}
     task = progress.add_task("http ingest rounds", total=repeat) if progress else None
     try:
         for r in range(-1, repeat):  # round -1: warm-up (connections, keys, the broker's JIT)
             if progress is not None:
                 progress.update(task, completed=max(r, 0))
-            for name, (one, pid) in rows.items():
+            for name, (one, pids) in rows.items():
                 before = (
-                    cpu_seconds(pid) if pid else 0.0,
+                    sum(cpu_seconds(pid) for pid in pids),
                     time.process_time(),
                     cpu_seconds(broker) if broker else 0.0,
                 )
                 rate = await one()
                 after = (
-                    cpu_seconds(pid) if pid else 0.0,
+                    sum(cpu_seconds(pid) for pid in pids),
                     time.process_time(),
                     cpu_seconds(broker) if broker else 0.0,
                 )
@@ -234,16 +255,16 @@ async def measure(
     finally:
         if progress is not None:
             progress.remove_task(task)
-        for api in apis.values():
+        for api in [*apis.values(), *many]:
             api.process.terminate()
-        for api in apis.values():
+        for api in [*apis.values(), *many]:
             try:
                 api.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 api.process.kill()
         # Runs per Kafka transaction (group commit's batching), warm-up included.
         per_txn = {"sdk_8": ratio_of(sdk_counts.get("runs", 0), sdk_counts.get("transactions", 0))}
-        for suffix in apis:
+        for suffix in [*apis, *(f"-x{i}" for i in range(len(many)))]:
             if found := STOPPED.search((work / f"api{suffix}.log").read_text()):
                 runs_done, txns = (int(g.replace(",", "")) for g in found.groups())
                 per_txn[f"http{suffix}"] = ratio_of(runs_done, txns)
@@ -278,6 +299,7 @@ def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
             f"runs/s accepted over HTTP, {CLIENTS} "
             + ("httpx clients" if name.startswith("httpx") else "lean clients")
             + (f" ({name.split('@', 1)[1]} API)" if "@" in name else "")
+            + (f" ({name.split('x', 1)[1]} API processes)" if "_8x" in name else "")
             + f" vs the SDK, {CLIENTS} callers"
         )
         value = m[name]
@@ -317,6 +339,12 @@ def main() -> None:
         metavar="[NAME=]DIR",
         help="also measure a ledger api started from this checkout (before/after)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="also a row of N API processes sharing the first-answer file (clients spread)",
+    )
     args = parser.parse_args()
     trees = {}
     for given in args.api_tree:
@@ -342,7 +370,9 @@ def main() -> None:
         if started:
             broker.start()
         try:
-            results = asyncio.run(measure(settings, args.runs, args.repeat, None, trees))
+            results = asyncio.run(
+                measure(settings, args.runs, args.repeat, None, trees, args.processes)
+            )
         finally:
             if started:
                 broker.stop()
