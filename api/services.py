@@ -11,7 +11,7 @@ from datetime import datetime
 
 from fastapi import Request
 
-from api.idempotency import FirstAnswers
+from api.idempotency import FirstAnswers, open_answers
 from api.limits import RateLimiter
 from clients.api_keys import ApiKeyTable
 from clients.publisher import Publisher
@@ -46,7 +46,7 @@ class Services:
                 settings, producer_name=PRODUCER, transactional_id=transactional_id
             ),
             keys=ApiKeyTable(settings.kafka),
-            answers=FirstAnswers(dsn, api.in_flight_stale_s),
+            answers=open_answers(dsn, api.in_flight_stale_s),
             limiter=RateLimiter(api.rate_per_key_s, api.burst_per_key),
             projection_dsn=default_dsn(settings),
             clock=clock,
