@@ -18,7 +18,7 @@ from events.errors import LedgerError
 from events.redaction import redacted_url
 from projections.backends import open_store
 from projections.fold import Row
-from projections.incident import LEFT, run_view
+from projections.incident import LEFT, run_not_found, run_view
 from projections.store import Store
 
 T = TypeVar("T")
@@ -27,7 +27,8 @@ READ_ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": what}
     for status, what in {
         401: "No API key, or not a valid one.",
-        404: "Not in the projection (yet: it follows the log within a second or so).",
+        404: "Not in the projection (yet: it follows the log within a second or so), or "
+        "published by another agent than the key's.",
         422: "A path parameter is not valid.",
         429: "The key is over its rate (Retry-After).",
         503: "The projection database is not there or not answering.",
@@ -72,6 +73,21 @@ async def _read(request: Request, work: Callable[[Store], T]) -> T:
     return await asyncio.to_thread(reading)
 
 
+def publisher_of_run(store: Store, run_id: str) -> str | None:
+    """The agent that published ``run_id``: the producer of its first execution event, or,
+    for a run with deliveries only, of its first delivery request; None if unknown."""
+    runs = store.rows("SELECT producer FROM agent_runs WHERE run_id = ?", (run_id,))
+    if runs:
+        found: str | None = runs[0]["producer"]
+        return found
+    asked = store.rows(
+        "SELECT agent FROM deliveries WHERE run_id = ? ORDER BY created_at, idempotency_key "
+        "LIMIT 1",
+        (run_id,),
+    )
+    return asked[0]["agent"] if asked else None
+
+
 def delivery_answer(row: Row) -> DeliveryAnswer:
     """One projected delivery as the API shows it (the recipient's credentials redacted)."""
     return DeliveryAnswer(
@@ -100,10 +116,13 @@ def delivery_answer(row: Row) -> DeliveryAnswer:
     summary="One run: did execution finish, did delivery leave, which key the receiver sees",
 )
 async def get_run(request: Request, run_id: RunId, key: Caller) -> RunAnswer:
-    """The three answers for one run (its first 500 deliveries)."""
+    """The three answers for one run (its first 500 deliveries), if the key's agent
+    published it; another agent's run is not found (404), as if it were not there."""
 
     def answer(store: Store) -> RunAnswer:
         try:
+            if publisher_of_run(store, run_id) != key.agent:
+                raise run_not_found(run_id)
             view = run_view(store, run_id, limit=SHOWN)
         except LedgerError as exc:
             raise ApiError(404, exc.message, field="run_id", hint=exc.hint) from None
@@ -138,11 +157,12 @@ Key = Annotated[
     summary="One delivery, by the idempotency key its receiver sees",
 )
 async def get_delivery(request: Request, key: Key, caller: Caller) -> DeliveryAnswer:
-    """Where one delivery stands."""
+    """Where one delivery stands, if the caller's agent asked for it; another agent's
+    delivery is not found (404), as if it were not there."""
 
     def answer(store: Store) -> DeliveryAnswer:
         rows = store.rows("SELECT * FROM deliveries WHERE idempotency_key = ?", (key,))
-        if not rows:
+        if not rows or rows[0]["agent"] != caller.agent:
             raise ApiError(
                 404,
                 f"no delivery with key {key} in the projection",
