@@ -11,11 +11,12 @@ from datetime import datetime
 
 from fastapi import Request
 
-from api.idempotency import FirstAnswers, open_answers
+from api.idempotency import AnswersUnavailable, FirstAnswers, open_answers
 from api.limits import RateLimiter
 from clients.api_keys import ApiKeyTable
 from clients.publisher import Publisher
 from config.settings import Settings
+from events.errors import LedgerError
 from projections.backends import default_dsn
 
 PRODUCER = "ledger-api"
@@ -53,10 +54,15 @@ class Services:
         )
 
     async def start(self) -> None:
-        """Connect the publisher (a broker that does not answer: ``LedgerError``), open
-        the answers, follow the keys."""
+        """Open the answers and connect the publisher (a database or a broker that does not
+        answer: ``LedgerError``), follow the keys."""
+        try:
+            await self.answers.open()
+        except AnswersUnavailable as exc:
+            raise LedgerError(
+                str(exc), "check LEDGER_API__DSN (ledger api --dsn), and that it is up"
+            ) from None
         await self.publisher.start()
-        await self.answers.open()
         self.keys.start()
 
     async def stop(self) -> None:

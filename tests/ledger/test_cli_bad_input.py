@@ -181,7 +181,12 @@ CASES: dict[str, list[Case]] = {
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
     "api": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
-        Case(("--dsn", "postgresql://db/x"), 2, "must be sqlite:///path"),
+        Case(("--dsn", "mysql://db/x"), 2, "must be sqlite:///path or postgresql://"),
+        Case(
+            ("--dsn", "postgresql://postgres@127.0.0.1:1/x"),
+            1,
+            "the idempotency database did not answer (cannot connect to",
+        ),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
     ],
     "api-keys create": [
