@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from api.idempotency import AnswersUnavailable, Claim, differing
+from api.idempotency.contract import AnswersUnavailable, Claim, differing
 from events.outage import config_problem
 from projections.database import redacted
 

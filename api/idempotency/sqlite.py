@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from api.idempotency import AnswersUnavailable, Claim, differing
+from api.idempotency.contract import AnswersUnavailable, Claim, differing
 
 BUSY_S = 1.0
 
