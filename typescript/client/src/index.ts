@@ -29,7 +29,9 @@ export type DeliveryAnswer = paths["/v1/deliveries/{key}"]["get"]["responses"][2
 export type Problem = Schemas["Problem"];
 
 /** The answer to a run event, and whether it is the first answer repeated (a retry). */
-export interface Accepted extends Readonly<RunAccepted> {
+export interface Accepted extends Readonly<Omit<RunAccepted, "deliveries">> {
+  /** The deliveries the run's transaction carries, with the key each receiver sees. */
+  readonly deliveries: readonly Schemas["AcceptedDelivery"][];
   readonly replayed: boolean;
 }
 
@@ -109,7 +111,8 @@ export class LedgerClient {
 
   private async runEvent(runId: string, action: string, payload: object): Promise<Accepted> {
     const { body, headers } = await this.request("POST", `/v1/runs/${runPath(runId)}/${action}`, payload);
-    return { ...(body as RunAccepted), replayed: headers.get("idempotent-replayed") === "true" };
+    const accepted = body as RunAccepted;
+    return { ...accepted, deliveries: accepted.deliveries ?? [], replayed: headers.get("idempotent-replayed") === "true" };
   }
 
   private async request(
