@@ -1,6 +1,7 @@
 """The TypeScript client and receiver kit (typescript/), tested by Node's test runner
 against the real thing: a broker, a ``ledger worker``, ``ledger api`` with a live
-projection, and PostgreSQL for the kit's store. ``tsc --noEmit`` (strict) first.
+projection, and PostgreSQL for the kit's store; ``tsc --noEmit`` (strict) on the packages
+while those start.
 
 The Node tests (typescript/tests/src): the shared payload hash vectors; the kit's
 refusals (bad signature, stale or unsigned fencing token, unsigned lookup); runs published
@@ -38,10 +39,6 @@ from tests.readme import readme_typescript_block
 from tests.typescript.node import compile_readme_blocks, node, npm, run
 
 pytestmark = pytest.mark.xdist_group("typescript")
-
-
-def test_typescript_type_checks_strict() -> None:
-    npm(["run", "typecheck"])
 
 
 def _endpoint(settings: Settings, base: str) -> Settings:
@@ -85,7 +82,11 @@ async def test_node_tests_and_readme_examples_against_the_worker_the_api_and_pos
         "publish": readme_typescript_block("ts-publish-example"),
         "receiver": readme_typescript_block("ts-receiver-example"),
     }
-    examples = await asyncio.to_thread(compile_readme_blocks, blocks, tmp_path / "readme")
+    # tsc (strict) over the packages and over the README's blocks, while the servers start.
+    typecheck = asyncio.create_task(asyncio.to_thread(npm, ["run", "typecheck"]))
+    compiled = asyncio.create_task(
+        asyncio.to_thread(compile_readme_blocks, blocks, tmp_path / "readme")
+    )
     kit, example = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     settings = _endpoint(_endpoint(worker_factory.settings, kit), example)
     worker_factory.settings = live_projection.settings = settings
@@ -94,6 +95,8 @@ async def test_node_tests_and_readme_examples_against_the_worker_the_api_and_pos
     worker_factory.start("w1")
     live_projection.start()
     secret = signing_secret() or ""
+    await typecheck
+    examples = await compiled
 
     receiver_env = {
         "PORT": example.rsplit(":", 1)[1],
