@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import http from "node:http";
 import { after, before, test } from "node:test";
 import { lookupHeaders, secretKey } from "@delivery-ledger/receiver";
 import { CountingKit, SECRET, signedHeaders, testStore } from "./support.js";
@@ -71,4 +72,21 @@ test("the lookup answers only a signed, fresh request", async () => {
     status: 200,
     body: { status: "done", webhook_id: id, id: `order-${id.slice(0, 8)}` },
   });
+});
+
+test("a body declared over 1 MiB is refused 413 before it is read", async () => {
+  const url = new URL(`${kit.url}/hooks/orders`);
+  const status = await new Promise<number>((resolve, reject) => {
+    const request = http.request(
+      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { "content-length": String(2 * 1024 * 1024) } },
+      (response) => {
+        response.resume();
+        resolve(response.statusCode ?? 0);
+        request.destroy();
+      },
+    );
+    request.on("error", reject);
+    request.flushHeaders(); // the head only: the answer comes before any of the body
+  });
+  assert.equal(status, 413);
 });
