@@ -49,8 +49,14 @@ async function route(
   const path = new URL(request.url ?? "/", "http://receiver").pathname;
   const lookup = `${prefix}/lookup/`;
   if (request.method === "GET" && path.startsWith(lookup) && path.length > lookup.length) {
-    const key = decodeURIComponent(path.slice(lookup.length));
     request.resume();
+    let key: string;
+    try {
+      key = decodeURIComponent(path.slice(lookup.length));
+    } catch {
+      write(response, { status: 400, body: { error: "the key in the lookup path is not valid percent-encoding" } });
+      return;
+    }
     write(response, await receiver.lookup(key, request.headers));
     return;
   }
