@@ -96,7 +96,7 @@ def rejected(exc: PublishRejected) -> RunRefused:
     return RunRefused(422, str(exc), field=rejected_field(str(exc)))
 
 
-async def publish_once(
+async def publish_run_once(
     answers: FirstAnswers,
     run_id: str,
     event: str,
@@ -207,4 +207,4 @@ async def complete_run(
             run_id, body.result_hash, body.deliveries, producer=agent
         )
 
-    return await publish_once(answers, run_id, "run.succeeded", agent, body, publish)
+    return await publish_run_once(answers, run_id, "run.succeeded", agent, body, publish)

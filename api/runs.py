@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 
-from api import publishing
 from api.auth import Caller
 from api.errors import ApiError
 from api.models import (
@@ -22,7 +21,7 @@ from api.models import (
     RunAccepted,
     StartRun,
 )
-from api.publishing import Publish, Published, RunRefused, complete_run
+from api.publishing import Publish, Published, RunRefused, complete_run, publish_run_once
 from api.services import services
 from events.base import RUN_ID_PATTERN
 from events.delivery import DeliveryRequested
@@ -93,7 +92,7 @@ async def publish_once(
     """Answer a run's event once (api/publishing.py), as HTTP: 201, the first answer
     replayed with ``Idempotent-Replayed: true``, or the refusal."""
     try:
-        published = await publishing.publish_once(
+        published = await publish_run_once(
             services(request).answers, run_id, event, key.agent, body, publish
         )
     except RunRefused as exc:
