@@ -20,7 +20,7 @@ from api.answers import SHOWN, ReadRefused, delivery_row, key_answer, read_proje
 from api.idempotency import FirstAnswers
 from api.models import CompleteRun, RunAnswer
 from api.publishing import Published, RunRefused, complete_run
-from api.services import answers_dsn
+from api.services import TRANSACTIONAL_PREFIX, answers_dsn
 from clients.operator_actions import Action, OperatorLog, redrive_action, resolve_action
 from clients.publisher import DeliverySpec, Publisher
 from config.settings import Settings
@@ -135,8 +135,8 @@ class Redrive(BaseModel):
 # The answers in words ---------------------------------------------------------------------
 
 NOT_SUCCESS = (
-    "UNKNOWN is not a success: nobody can tell yet whether the receiver got it; "
-    "the worker looks it up by its key at the receiver before anything else happens"
+    "UNKNOWN is not a success: nobody can tell yet whether the receiver got it; a lookup "
+    "by its key at the receiver (or an operator with the receiver's evidence) settles it"
 )
 
 
@@ -196,7 +196,8 @@ class LedgerTools:
                 publisher = Publisher(
                     self.settings,
                     producer_name=self.agent,
-                    transactional_id=f"ledger-mcp-{uuid.uuid4().hex[:12]}",
+                    # the api role's transactional ids (ledger/acls.py): it publishes as the API
+                    transactional_id=f"{TRANSACTIONAL_PREFIX}mcp-{uuid.uuid4().hex[:12]}",
                 )
                 try:
                     await publisher.start()
