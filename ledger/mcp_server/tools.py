@@ -242,7 +242,11 @@ class LedgerTools:
 
         total, rows = await self._read(ask)
         shown: list[dict[str, Any]] = redacted_data(rows)
-        lines = [f"{total} deliveries are UNKNOWN (not a success: not known to have arrived)"]
+        lines = [
+            f"{total} deliveries are UNKNOWN (not a success: not known to have arrived)"
+            if total
+            else "no delivery is UNKNOWN"
+        ]
         for row in shown:
             lines.append(
                 f"  {row['idempotency_key']}  run {row['run_id']}  {row['channel']} "
