@@ -39,14 +39,13 @@ class Services:
         """Everything the API needs, unstarted."""
         api = settings.api
         transactional_id = api.transactional_id or f"{TRANSACTIONAL_PREFIX}{uuid.uuid4().hex[:12]}"
-        dsn = api.dsn or f"sqlite://{(settings.data_dir / 'api.sqlite3').resolve()}"
         return cls(
             settings=settings,
             publisher=Publisher(
                 settings, producer_name=PRODUCER, transactional_id=transactional_id
             ),
             keys=ApiKeyTable(settings.kafka),
-            answers=FirstAnswers(dsn, api.in_flight_stale_s),
+            answers=FirstAnswers(answers_dsn(settings), api.in_flight_stale_s),
             limiter=RateLimiter(api.rate_per_key_s, api.burst_per_key),
             projection_dsn=default_dsn(settings),
             clock=clock,
@@ -64,6 +63,13 @@ class Services:
         await self.publisher.stop()
         await self.keys.stop()
         await self.answers.close()
+
+
+def answers_dsn(settings: Settings) -> str:
+    """Where the first answers by run id are kept: one file for every process of this
+    machine that publishes for agents (the API's and the MCP server's), so a run id is
+    answered once whichever way it comes."""
+    return settings.api.dsn or f"sqlite://{(settings.data_dir / 'api.sqlite3').resolve()}"
 
 
 def services(request: Request) -> Services:
