@@ -189,6 +189,12 @@ CASES: dict[str, list[Case]] = {
         ),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
     ],
+    "mcp": [
+        Case(("--http", "--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--port", "8790"), 2, "--port goes with --http"),
+        Case(("--agent", "a bot"), 2, "--agent must be 1-200 letters"),
+        Case(("--operator", " "), 2, "an operator action needs the operator's name"),
+    ],
     "api-keys create": [
         Case(("--agent", ""), 2, "--agent must be 1-200 characters"),
         Case(("--agent", "bot"), 1, NO_BROKER_SAYS),
