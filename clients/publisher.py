@@ -193,6 +193,11 @@ class Publisher:
             self._producer = None
 
     @property
+    def journal(self) -> Journal | None:
+        """The records kept beside ticketed runs (``journal=``), if any."""
+        return self._journal
+
+    @property
     def transactions_committed(self) -> int:
         """Kafka transactions this publisher committed (fewer than runs under concurrency)."""
         return self._group.transactions if self._group is not None else 0

@@ -1,116 +1,153 @@
-"""The first-answer store written with the group commit (api/idempotency.py): one SQLite
-transaction per Kafka transaction, each request its own answer, and the records right
-across processes (two API processes sharing the file, a restart, a dead process)."""
+"""The first-answers contract (api/idempotency), run on each backend: SQLite and PostgreSQL.
+Two stores on one database stand for two API processes; tests/api/test_shared_answers.py
+races two real ``ledger api`` processes over one PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-from api.idempotency import ClaimLost, FirstAnswers, Ticket
-from clients import DeliverySpec, Publisher
-from config.settings import Settings
-from events import RunSucceeded
-from tests.fixtures.broker import ReadTopic
+import psycopg
+import pytest
+
+from api.idempotency import AnswersUnavailable, Claim, FirstAnswers, open_answers
+from tests.fixtures.own_postgres import OwnPostgres
+from tests.fixtures.postgres import BACKENDS, _url, _with_dbname
+
+STALE_S = 30.0
+AGENT = "agent-a"
+BODY = {"result_hash": "h1", "deliveries": "d1"}
+ANSWER = {"run_id": "r", "deliveries": [{"idempotency_key": "k"}]}
+Stores = Callable[[], FirstAnswers]
 
 
-def answer(run_id: str) -> Any:
-    return lambda: {"run_id": run_id, "event": "run.succeeded"}
+@pytest.fixture(scope="module")
+def answers_database(postgres_dsn: str) -> Iterator[str]:
+    """One PostgreSQL database for the module (each test claims run ids of its own)."""
+    name = f"ledger_answers_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield _url(_with_dbname(postgres_dsn, name))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-async def test_a_batch_of_first_requests_commits_once_and_each_gets_its_own_answer(
-    settings: Settings, read_topic: ReadTopic, tmp_path: Path
-) -> None:
-    dsn = f"sqlite://{tmp_path / 'api.sqlite3'}"
-    answers = FirstAnswers(dsn, 60.0)
+@pytest.fixture(params=BACKENDS)
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    """Opened stores on one database of the backend (closed after the test)."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("answers_database")
+    else:
+        dsn = f"sqlite://{tmp_path / 'api.sqlite3'}"
+    opened: list[FirstAnswers] = []
+
+    def store() -> FirstAnswers:
+        answers = open_answers(dsn, STALE_S)
+        opened.append(answers)
+        return answers
+
+    yield store
+    for answers in opened:
+        await answers.close()
+
+
+async def opened(stores: Stores) -> FirstAnswers:
+    answers = stores()
     await answers.open()
-    runs = [f"run-batch-{n}" for n in range(12)]
-
-    async with Publisher(settings, producer_name="api", journal=answers) as publisher:
-
-        async def request(run_id: str) -> Ticket:
-            claim = await answers.claim(
-                run_id, "complete", "agent", {"x": run_id}, 1.0, answer(run_id)
-            )
-            assert claim.kind == "new"
-            assert claim.ticket is not None
-            spec = DeliverySpec(channel="webhook", recipient=f"http://127.0.0.1:9/{run_id}")
-            requests = publisher.check_run_succeeded(run_id, "h", [spec])
-            try:
-                await publisher.publish_checked(run_id, "h", requests, ticket=claim.ticket)
-            finally:
-                answers.release(claim.ticket)
-            return claim.ticket
-
-        tickets = await asyncio.gather(*(request(run_id) for run_id in runs))
-        assert publisher.transactions_committed == 1
-    # One write transaction of in-flight records for the whole batch (and one of answers).
-    assert answers.batches == 1
-    assert [t.answer and t.answer["run_id"] for t in tickets] == runs
-    committed = await read_topic(settings.kafka.topic_runs)
-    assert sorted(e.run_id for e in committed if isinstance(e, RunSucceeded)) == sorted(runs)
-    await answers.close()
-
-    # Another process on the file (a restart): the first answers, and a conflict.
-    again = FirstAnswers(dsn, 60.0)
-    replay = await again.claim(runs[3], "complete", "agent", {"x": runs[3]}, 2.0, answer("no"))
-    assert (replay.kind, replay.status, replay.answer) == ("replay", 201, tickets[3].answer)
-    other = await again.claim(runs[3], "complete", "agent", {"x": "other"}, 2.0, answer("no"))
-    assert (other.kind, other.fields) == ("conflict", ("x",))
-    await again.close()
+    return answers
 
 
-async def test_two_processes_claiming_one_run_record_it_once_and_a_dead_ones_goes_stale(
-    tmp_path: Path,
+def run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
+async def test_the_same_request_replays_and_a_different_one_conflicts(stores: Stores) -> None:
+    answers = await opened(stores)
+    run = run_id()
+    assert await answers.claim(run, "complete", AGENT, BODY, 100.0) == Claim("new")
+    await answers.answered(run, "complete", 201, ANSWER)
+    for _ in range(2):
+        assert await answers.claim(run, "complete", AGENT, BODY, 101.0) == Claim(
+            "replay", status=201, answer=ANSWER
+        )
+    other = {**BODY, "result_hash": "h2"}
+    assert await answers.claim(run, "complete", AGENT, other, 102.0) == Claim(
+        "conflict", fields=("result_hash",)
+    )
+    assert await answers.claim(run, "complete", "agent-b", BODY, 103.0) == Claim(
+        "conflict", agent=AGENT
+    )
+    # Another event of the same run is answered on its own.
+    assert await answers.claim(run, "start", AGENT, {}, 104.0) == Claim("new")
+    # The record is the database's: another process (store) answers the same.
+    second = await opened(stores)
+    assert await second.claim(run, "complete", AGENT, BODY, 105.0) == Claim(
+        "replay", status=201, answer=ANSWER
+    )
+
+
+async def test_in_flight_abandoned_and_stale_claims(stores: Stores) -> None:
+    first, second = await opened(stores), await opened(stores)
+    run = run_id()
+    assert await first.claim(run, "complete", AGENT, BODY, 100.0) == Claim("new")
+    assert await second.claim(run, "complete", AGENT, BODY, 101.0) == Claim("in_flight")
+    other = {**BODY, "deliveries": "d2"}
+    assert await second.claim(run, "complete", AGENT, other, 101.0) == Claim(
+        "conflict", fields=("deliveries",)
+    )
+    # A publish that failed forgets its record: the retry publishes afresh.
+    await first.abandon(run, "complete")
+    assert await second.claim(run, "complete", AGENT, BODY, 102.0) == Claim("new")
+    # The process holding it died: once stale, the same request takes it over, once.
+    later = 102.0 + STALE_S
+    assert await first.claim(run, "complete", AGENT, BODY, later - 1) == Claim("in_flight")
+    assert await first.claim(run, "complete", AGENT, other, later) == Claim(
+        "conflict", fields=("deliveries",)
+    )
+    assert await first.claim(run, "complete", AGENT, BODY, later) == Claim("new")
+    assert await second.claim(run, "complete", AGENT, BODY, later) == Claim("in_flight")
+    await first.answered(run, "complete", 201, ANSWER)
+    # An answer, once kept, is not abandoned by a late failure report.
+    await second.abandon(run, "complete")
+    assert await second.claim(run, "complete", AGENT, BODY, later) == Claim(
+        "replay", status=201, answer=ANSWER
+    )
+
+
+async def test_of_concurrent_first_requests_from_two_stores_exactly_one_is_new(
+    stores: Stores,
 ) -> None:
-    dsn = f"sqlite://{tmp_path / 'api.sqlite3'}"
-    first, second = FirstAnswers(dsn, 5.0), FirstAnswers(dsn, 5.0)
-    printed = {"result_hash": "a"}
-    mine = await first.claim("run-1", "complete", "agent", printed, 10.0, answer("run-1"))
-    theirs = await second.claim("run-1", "complete", "agent", printed, 10.0, answer("run-1"))
-    assert mine.ticket is not None
-    assert theirs.ticket is not None
-    # This process's own second request is in flight without reading the file.
-    assert (await first.claim("run-1", "complete", "agent", printed, 10.0, answer(""))).kind == (
-        "in_flight"
-    )
+    first, second = await opened(stores), await opened(stores)
+    for _ in range(3):
+        run = run_id()
+        claims = await asyncio.gather(
+            *(
+                store.claim(run, "complete", AGENT, BODY, 100.0)
+                for _ in range(8)
+                for store in (first, second)
+            )
+        )
+        assert sorted(c.kind for c in claims) == ["in_flight"] * 15 + ["new"]
 
-    assert first.prepare([mine.ticket]) == {}
-    [(index, lost)] = second.prepare([theirs.ticket]).items()
-    assert index == 0
-    assert isinstance(lost, ClaimLost)
-    second.release(theirs.ticket)  # lost: the record stays the first process's
-    assert (await second.claim("run-1", "complete", "agent", printed, 11.0, answer(""))).kind == (
-        "in_flight"
-    )
-    first.committed([mine.ticket])
-    first.release(mine.ticket)
-    replay = await second.claim("run-1", "complete", "agent", printed, 12.0, answer(""))
-    assert replay.kind == "replay"
-    assert replay.answer == {
-        "run_id": "run-1",
-        "event": "run.succeeded",
-    }
 
-    # A process that recorded a run and died: in flight until stale, then taken over once;
-    # a different body is a conflict all along.
-    dead = await first.claim("run-2", "complete", "agent", printed, 20.0, answer("run-2"))
-    assert dead.ticket is not None
-    assert first.prepare([dead.ticket]) == {}
-    assert (await second.claim("run-2", "complete", "agent", printed, 21.0, answer(""))).kind == (
-        "in_flight"
-    )
-    other = await second.claim("run-2", "complete", "agent", {"result_hash": "b"}, 30.0, answer(""))
-    assert other.kind == "conflict"
-    late = await second.claim("run-2", "complete", "agent", printed, 30.0, answer("run-2"))
-    assert late.ticket is not None
-    assert late.ticket.taking_over == 20.0
-    assert second.prepare([late.ticket]) == {}
-    # The failed publish of the one taking over removes its record: a retry publishes afresh.
-    second.release(late.ticket)
-    third = FirstAnswers(dsn, 5.0)
-    again = await third.claim("run-2", "complete", "agent", {"result_hash": "b"}, 31.0, answer(""))
-    assert again.kind == "new"
-    for answers in (first, second, third):
+async def test_a_postgresql_restart_is_ridden_out(own_postgres: OwnPostgres) -> None:
+    """The connection a restart cut is replaced at the next call: no request fails for it;
+    while the server is down, a call is AnswersUnavailable (503), not a hang."""
+    answers = open_answers(own_postgres.dsn, STALE_S)
+    await answers.open()
+    try:
+        assert await answers.claim("r1", "complete", AGENT, BODY, 100.0) == Claim("new")
+        await asyncio.to_thread(own_postgres.restart)
+        assert await answers.claim("r1", "complete", AGENT, BODY, 101.0) == Claim("in_flight")
+        await answers.answered("r1", "complete", 201, ANSWER)
+        await asyncio.to_thread(own_postgres.stop)
+        with pytest.raises(AnswersUnavailable, match="idempotency database did not answer"):
+            await answers.claim("r2", "complete", AGENT, BODY, 102.0)
+        await asyncio.to_thread(own_postgres.start)
+        assert await answers.claim("r1", "complete", AGENT, BODY, 103.0) == Claim(
+            "replay", status=201, answer=ANSWER
+        )
+    finally:
         await answers.close()

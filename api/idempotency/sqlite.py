@@ -1,33 +1,22 @@
-"""First answers by run id: Stripe's idempotency semantics, kept in the API's own database.
+"""First answers in SQLite (one file under the data dir, WAL): API processes on one machine.
 
-Each run event (``complete``, ``start``, ``fail``, ``unknown``) of a run id is answered
-once. The request's fingerprint (the agent, and a hash per body field) is recorded
-*before* its Kafka transaction commits, as "in flight"; then the answer once the
-transaction committed, before the caller gets it. So:
+Called on the event loop itself: each call is one indexed row read or write of tens of
+microseconds, less than the hop to a thread and back would cost (bench/http_ingest.py
+measured 0.5 ms of CPU per run more with a thread, and a wake-up of that thread per call
+on a busy machine). Several API processes may share the file on one machine: a write
+holds its lock for one such call, and a call that waits longer than ``BUSY_S`` for it
+fails the request with 503.
 
-* the same request again gets the first answer, unpublished a second time;
-* a different request for the same run event gets a conflict naming the fields that
-  differ (409), and so does one arriving while the first is still in flight ("retry");
-* an in-flight record older than ``in_flight_stale_s`` belonged to a process that died
-  before answering: the next request takes it over and publishes (the log dedupes the
-  deliveries by key if the dead one had committed after all);
-* a publish that failed removes its record, so the caller's retry publishes afresh.
-
-Both writes go with the group commit (clients/group_commit.py, ``Journal``): one SQLite
-transaction records the in-flight fingerprints of every run of a Kafka transaction before
-anything of it is sent, one more their answers after its commit. A request itself only
-reads (``claim``: an indexed row, and this process's own requests in flight, in memory):
-bench/http_ingest.py measured the two write transactions per request of before (0.1 ms
-each on the event loop, and more under contention for the file) against two per batch.
-
-SQLite (one file under the data dir, WAL), called on the event loop itself: each call is
-one indexed read, or one short write transaction per batch, less than the hop to a thread
-and back would cost (bench/http_ingest.py measured 0.5 ms of CPU per run more with a
-thread). Several API processes may share the file on one machine: a write takes the file's
-lock (``BEGIN IMMEDIATE``) and inserts only where no record is, so of two processes that
-read "new" for the same run event, one records it and the other's request is claimed
-again (``ClaimLost``) and then answered from the record; a write that waits longer than
-``BUSY_S`` for the lock fails its requests with 503, nothing published.
+With the group commit (``SqliteAnswers`` is the ``Journal`` of the API's publisher,
+clients/group_commit.py): a request only reads its record (``reserve``: an indexed row,
+and this process's own requests in flight, in memory); one SQLite transaction records the
+in-flight fingerprints of every run of a Kafka transaction before anything of it is sent
+(``prepare``), one more their answers after its commit, before any caller gets one
+(``committed``): two write transactions per batch instead of two per request (the profile
+and the figures: BENCHMARKS.md, issue 28 item 1). Of two processes that read "new" for the
+same run event, ``prepare`` records it for one (``ON CONFLICT DO NOTHING``, a stale takeover
+by compare-and-set on ``started_at``); the other's request is reserved again
+(``ClaimLost``) and answered from that record.
 """
 
 from __future__ import annotations
@@ -38,15 +27,34 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from api.idempotency.contract import AnswersUnavailable, Claim, differing
 
 BUSY_S = 1.0
-log = logging.getLogger(__name__)
+log = logging.getLogger("ledger.api")
 
 
-class AnswersUnavailable(Exception):
-    """The idempotency database could not be read or written (the request is answered
-    503, nothing published)."""
+class ClaimLost(Exception):
+    """Another process recorded the run event between this one's ``reserve`` and its
+    batch's ``prepare``: nothing was sent; reserve it again (then its record answers)."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request reserved "new": what the batch's writes record for it (the group commit
+    carries it beside the run), and its answer once committed."""
+
+    run_id: str
+    action: str
+    agent: str
+    fingerprint: str  # JSON of the per-field hashes
+    started_at: float
+    answer_of: Callable[[], dict[str, Any]]
+    taking_over: float | None = None  # the stale record's started_at it replaces
+    status: int = 201
+    recorded: bool = False  # its in-flight record is written
+    answer: dict[str, Any] | None = None  # set once committed
 
 
 SCHEMA = """
@@ -64,64 +72,24 @@ CREATE TABLE IF NOT EXISTS first_answers (
 """
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What the record of a run event says about a new request for it.
-
-    ``new``: recorded in flight, publish it; ``replay``: answer ``status``/``answer``
-    again; ``conflict``: a different request holds it (``fields`` differ, or another
-    ``agent``); ``in_flight``: the same request is being published right now.
-    """
-
-    kind: Literal["new", "replay", "conflict", "in_flight"]
-    status: int | None = None
-    answer: dict[str, Any] | None = None
-    fields: tuple[str, ...] = ()
-    agent: str | None = None
-    ticket: Ticket | None = None
-
-
-class ClaimLost(Exception):
-    """Another process recorded the run event between this one's claim and its batch's
-    write: nothing was sent; claim it again (it then answers from that record)."""
-
-
-@dataclass(eq=False)
-class Ticket:
-    """A request claimed "new": what the batch's writes record for it (the group commit
-    carries it beside the run), and its answer once committed."""
-
-    run_id: str
-    action: str
-    agent: str
-    fingerprint: str  # JSON of the per-field hashes
-    started_at: float
-    answer_of: Callable[[], dict[str, Any]]
-    taking_over: float | None = None  # the stale record's started_at it replaces
-    status: int = 201
-    recorded: bool = False  # its in-flight record is written
-    answer: dict[str, Any] | None = None  # set once committed
-
-
-def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
-    """The body fields whose hashes differ between two fingerprints."""
-    return tuple(sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k)))
-
-
-class FirstAnswers:
-    """The ``first_answers`` table of one SQLite file; the group commit's ``Journal``."""
+class SqliteAnswers:
+    """The ``first_answers`` table of one SQLite file (``FirstAnswers``)."""
 
     def __init__(self, dsn: str, stale_s: float) -> None:
         if not dsn.startswith("sqlite://"):
-            raise ValueError(
-                "LEDGER_API__DSN must be sqlite:///path (the API's idempotency database)"
-            )
+            raise ValueError("a SQLite DSN is sqlite:///path (the API's idempotency database)")
         self._path = Path(dsn.removeprefix("sqlite://"))
         self._stale_s = stale_s
         self._db: sqlite3.Connection | None = None
-        # This process's requests in flight: (run_id, action) -> agent, fingerprint.
+        # This process's reserved requests: (run_id, action) -> agent, fingerprint.
         self._mine: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
         self.batches = 0  # write transactions of ``prepare`` (bench, tests)
+
+    async def _call(self, work: Any, *args: Any) -> Any:
+        try:
+            return work(*args)
+        except sqlite3.OperationalError as exc:  # locked past BUSY_S, disk full, ...
+            raise AnswersUnavailable(f"the idempotency database did not answer: {exc}") from None
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -137,18 +105,83 @@ class FirstAnswers:
 
     async def open(self) -> None:
         """Create the file and the table if they are not there."""
-        try:
-            self._conn()
-        except sqlite3.Error as exc:
-            raise AnswersUnavailable(f"the idempotency database did not open: {exc}") from None
+        await self._call(self._conn)
 
     async def close(self) -> None:
         """Close the connection."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+
+        def closing() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        closing()
 
     async def claim(
+        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
+    ) -> Claim:
+        """Record the request in flight, or say why not (see ``Claim``)."""
+        result: Claim = await self._call(self._claim, run_id, action, agent, fingerprint, now)
+        return result
+
+    def _claim(
+        self, run_id: str, action: str, agent: str, fingerprint: dict[str, str], now: float
+    ) -> Claim:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(
+                "SELECT agent, fingerprint, state, started_at, status, answer "
+                "FROM first_answers WHERE run_id = ? AND action = ?",
+                (run_id, action),
+            ).fetchone()
+            mine = json.dumps(fingerprint, sort_keys=True)
+            if row is None:
+                db.execute(
+                    "INSERT INTO first_answers VALUES (?, ?, ?, ?, 'in_flight', ?, NULL, NULL)",
+                    (run_id, action, agent, mine, now),
+                )
+                return Claim("new")
+            their_agent, theirs, state, started_at, status, answer = row
+            if their_agent != agent:
+                return Claim("conflict", agent=their_agent)
+            fields = differing(json.loads(theirs), fingerprint)
+            if fields:
+                return Claim("conflict", fields=fields)
+            if state == "done":
+                return Claim("replay", status=status, answer=json.loads(answer))
+            if now - started_at < self._stale_s:
+                return Claim("in_flight")
+            db.execute(
+                "UPDATE first_answers SET started_at = ? WHERE run_id = ? AND action = ?",
+                (now, run_id, action),
+            )
+            return Claim("new")
+        finally:
+            db.execute("COMMIT")
+
+    async def answered(self, run_id: str, action: str, status: int, answer: dict[str, Any]) -> None:
+        """Keep the first answer of a run event."""
+        await self._call(self._answered, run_id, action, status, json.dumps(answer))
+
+    def _answered(self, run_id: str, action: str, status: int, answer: str) -> None:
+        self._conn().execute(
+            "UPDATE first_answers SET state = 'done', status = ?, answer = ? "
+            "WHERE run_id = ? AND action = ?",
+            (status, answer, run_id, action),
+        )
+
+    async def abandon(self, run_id: str, action: str) -> None:
+        """Forget an in-flight request whose publish failed: a retry publishes afresh."""
+        await self._call(self._abandon, run_id, action)
+
+    def _abandon(self, run_id: str, action: str) -> None:
+        self._conn().execute(
+            "DELETE FROM first_answers WHERE run_id = ? AND action = ? AND state = 'in_flight'",
+            (run_id, action),
+        )
+
+    async def reserve(
         self,
         run_id: str,
         action: str,
@@ -157,9 +190,9 @@ class FirstAnswers:
         now: float,
         answer_of: Callable[[], dict[str, Any]],
     ) -> Claim:
-        """What the records say about a new request (see ``Claim``); for "new", a ticket
-        to publish with (``answer_of`` makes its answer once committed) and ``release``
-        after."""
+        """``claim`` without a write: what the records say about a new request; for
+        "new", a ticket to publish with through the journaled publisher (``answer_of``
+        makes its answer once committed), and ``release`` after."""
         mine = self._mine.get((run_id, action))
         if mine is not None:  # this process publishes it right now
             their_agent, theirs = mine
