@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from fastapi import FastAPI
 
+from api.bodies import with_body_schemas
 from api.errors import install
 from api.limits import BodyLimit
 from api.reads import router as reads_router
@@ -54,6 +55,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.openapi = with_body_schemas(app.openapi)  # type: ignore[method-assign]
     app.state.services = held
     install(app)
     app.include_router(runs_router)

@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
 from api.limits import retry_after
-from api.services import services
+from api.services import Services, services
 from events.api_keys import ApiKey
 
 KEYS_WAIT_S = 5.0
@@ -24,13 +24,35 @@ bearer = HTTPBearer(
 )
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header, or None (what ``bearer``
+    gives the dependency, without the dependency)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if not scheme or not token or scheme.lower() != "bearer":
+        return None
+    return token
+
+
+async def authenticate(request: Request) -> ApiKey:
+    """The live key of the request, as a plain call (the run event routes read their
+    body themselves: no dependency solving): 401 without one, 429 over its rate, 503
+    while the keys are still being read at start."""
+    return await key_of(services(request), bearer_token(request.headers.get("authorization")))
+
+
 async def caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> ApiKey:
-    """The live key of the request (401 without one, 429 over its rate, 503 while the
-    keys are still being read at start)."""
-    held = services(request)
+    """``authenticate`` as a dependency (the reads)."""
+    return await key_of(services(request), credentials.credentials if credentials else None)
+
+
+async def key_of(held: Services, token: str | None) -> ApiKey:
+    """The live key ``token`` names, or the refusal."""
     if not held.keys.caught_up.is_set():
         try:
             await asyncio.wait_for(held.keys.caught_up.wait(), KEYS_WAIT_S)
@@ -41,7 +63,7 @@ async def caller(
                 hint="retry in a few seconds",
                 headers={"Retry-After": "5"},
             ) from None
-    if credentials is None:
+    if token is None:
         raise ApiError(
             401,
             "no API key: send 'Authorization: Bearer <API key>'",
@@ -49,7 +71,7 @@ async def caller(
             hint="an operator makes one with 'ledger api-keys create --agent NAME'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    key = held.keys.agent_of(credentials.credentials)
+    key = held.keys.agent_of(token)
     if key is None:
         # Unknown, wrong or revoked: one answer, so a guess learns nothing.
         raise ApiError(

@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 
-from api.auth import Caller
+from api.auth import authenticate
+from api.bodies import raw_body, read_body
 from api.errors import ApiError
 from api.idempotency.sqlite import Ticket
 from api.models import (
@@ -98,7 +99,7 @@ async def publish_once(
     request: Request,
     run_id: str,
     event: str,
-    key: Caller,
+    agent: str,
     body: BaseModel,
     publish: Publish,
     journaled: Journaled,
@@ -113,7 +114,7 @@ async def publish_once(
             held.answers,
             run_id,
             event,
-            key.agent,
+            agent,
             body,
             publish,
             journaled=journaled if batched else None,
@@ -134,10 +135,13 @@ def _answer(published: Published) -> JSONResponse:
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
     summary="The run succeeded: its result and its deliveries, in one Kafka transaction",
+    openapi_extra=raw_body(CompleteRun),
 )
-async def complete(request: Request, run_id: RunId, body: CompleteRun, key: Caller) -> Any:
+async def complete(request: Request, run_id: RunId) -> JSONResponse:
     """``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically (what
     ``Publisher.run_succeeded`` writes), under the key's agent."""
+    key = await authenticate(request)
+    body = cast(CompleteRun, await read_body(request, CompleteRun))
     held = services(request)
     try:
         published = await complete_run(
@@ -159,9 +163,12 @@ async def complete(request: Request, run_id: RunId, body: CompleteRun, key: Call
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
     summary="The run began",
+    openapi_extra=raw_body(StartRun, required=False),
 )
-async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | None = None) -> Any:
+async def start(request: Request, run_id: RunId) -> JSONResponse:
     """``RunStarted`` with the key's agent."""
+    key = await authenticate(request)
+    body = await read_body(request, StartRun, required=False)
     publisher = services(request).publisher
 
     async def publish() -> list[DeliveryRequested]:
@@ -172,7 +179,7 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
         await publisher.run_started(run_id, agent=key.agent, producer=key.agent, ticket=ticket)
 
     return await publish_once(
-        request, run_id, "run.started", key, body or StartRun(), publish, journaled
+        request, run_id, "run.started", key.agent, body or StartRun(), publish, journaled
     )
 
 
@@ -182,9 +189,12 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
     summary="The run failed; no deliveries follow",
+    openapi_extra=raw_body(FailRun),
 )
-async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> Any:
+async def fail(request: Request, run_id: RunId) -> JSONResponse:
     """``RunFailed`` with the error."""
+    key = await authenticate(request)
+    body = cast(FailRun, await read_body(request, FailRun))
     publisher = services(request).publisher
 
     async def publish() -> list[DeliveryRequested]:
@@ -194,7 +204,7 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
     async def journaled(ticket: Ticket) -> None:
         await publisher.run_failed(run_id, body.error, producer=key.agent, ticket=ticket)
 
-    return await publish_once(request, run_id, "run.failed", key, body, publish, journaled)
+    return await publish_once(request, run_id, "run.failed", key.agent, body, publish, journaled)
 
 
 @router.post(
@@ -203,9 +213,12 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
     response_model=RunAccepted,
     responses={**ACCEPTED, **ERRORS},
     summary="Nobody can tell whether the run finished",
+    openapi_extra=raw_body(MarkRunUnknown),
 )
-async def unknown(request: Request, run_id: RunId, body: MarkRunUnknown, key: Caller) -> Any:
+async def unknown(request: Request, run_id: RunId) -> JSONResponse:
     """``RunMarkedUnknown`` with the reason."""
+    key = await authenticate(request)
+    body = cast(MarkRunUnknown, await read_body(request, MarkRunUnknown))
     publisher = services(request).publisher
 
     async def publish() -> list[DeliveryRequested]:
@@ -215,4 +228,6 @@ async def unknown(request: Request, run_id: RunId, body: MarkRunUnknown, key: Ca
     async def journaled(ticket: Ticket) -> None:
         await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent, ticket=ticket)
 
-    return await publish_once(request, run_id, "run.marked_unknown", key, body, publish, journaled)
+    return await publish_once(
+        request, run_id, "run.marked_unknown", key.agent, body, publish, journaled
+    )
