@@ -168,6 +168,26 @@ async def test_limits_and_bad_input_are_4xx_naming_the_field(
         answer = await http.post("/v1/runs/x/complete", json={"deliveries": []})
         assert (answer.status_code, answer.json()["field"]) == (422, "result_hash")
 
+        # The bodies are read raw (api/bodies.py), refused as FastAPI refused them.
+        answer = await http.post("/v1/runs/x/complete")
+        assert (answer.status_code, answer.json()["field"]) == (400, "body")
+        answer = await http.post(
+            "/v1/runs/x/complete",
+            content=json.dumps(complete()).encode(),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert (answer.status_code, answer.json()["field"]) == (422, "body")
+        answer = await http.post("/v1/runs/x/complete", json=[])
+        assert (answer.status_code, answer.json()["field"]) == (422, "body")
+        answer = await http.post("/v1/runs/x/fail", json={"error": "e", "more": 1})
+        assert (answer.status_code, answer.json()["field"]) == (422, "more")
+        answer = await http.post(
+            "/v1/runs/null-start/start",
+            content=b"null",
+            headers={"Content-Type": "application/json"},
+        )
+        assert answer.status_code == 201, answer.text
+
         secret = "https://user:hunter2-secret@hooks.example/h"
         answer = await http.post("/v1/runs/x/complete", json=complete(recipient=secret))
         assert answer.status_code == 422
