@@ -183,6 +183,7 @@ CASES: dict[str, list[Case]] = {
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
         Case(("--dsn", "postgresql://db/x"), 2, "must be sqlite:///path"),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
+        Case(("--with-dashboard",), 1, "no projection at"),
     ],
     "api-keys create": [
         Case(("--agent", ""), 2, "--agent must be 1-200 characters"),
