@@ -153,11 +153,22 @@ ACTION_REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _body(model: type[BaseModel]) -> dict[str, Any]:
-    """An action's JSON body in the OpenAPI document (read and checked by the action
-    itself, so that each refusal keeps its own status and words)."""
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+def _action(
+    app: FastAPI, path: str, answer: type[BaseModel], body: type[BaseModel]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """An operator action's route: 202 with ``answer``; its JSON ``body`` described in the
+    OpenAPI document but read and checked by the action itself, so that each refusal keeps
+    its own status and words."""
+    ref = {"$ref": f"#/components/schemas/{body.__name__}"}
+    return app.post(
+        path,
+        status_code=202,
+        response_model=answer,
+        responses=ACTION_REFUSALS,
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}
+        },
+    )
 
 
 BODIES = (models.ResolveRequest, models.RedriveRequest, models.ReleaseRequest)
@@ -236,24 +247,12 @@ def _routes(app: FastAPI) -> None:
         )
         return await _json_off_loop(data)
 
-    @app.post(
-        "/api/deliveries/{key}/resolve",
-        status_code=202,
-        response_model=models.ActionTaken,
-        responses=ACTION_REFUSALS,
-        openapi_extra=_body(models.ResolveRequest),
-    )
+    @_action(app, "/api/deliveries/{key}/resolve", models.ActionTaken, models.ResolveRequest)
     async def api_resolve(request: Request, key: str) -> Response:
         """An operator settles an UNKNOWN delivery: delivered, not delivered, abandoned."""
         return await resolve(request, _held(request).acting())
 
-    @app.post(
-        "/api/deliveries/{key}/redrive",
-        status_code=202,
-        response_model=models.ActionTaken,
-        responses=ACTION_REFUSALS,
-        openapi_extra=_body(models.RedriveRequest),
-    )
+    @_action(app, "/api/deliveries/{key}/redrive", models.ActionTaken, models.RedriveRequest)
     async def api_redrive(request: Request, key: str) -> Response:
         """An operator sends a FAILED delivery again (an UNKNOWN is reconciled first)."""
         return await redrive(request, _held(request).acting())
@@ -266,13 +265,7 @@ def _routes(app: FastAPI) -> None:
         now = held.clock()
         return _json(await held.store.run(lambda s: budget_report(s, now)))
 
-    @app.post(
-        "/api/budgets/{agent}/release",
-        status_code=202,
-        response_model=models.ReleaseTaken,
-        responses=ACTION_REFUSALS,
-        openapi_extra=_body(models.ReleaseRequest),
-    )
+    @_action(app, "/api/budgets/{agent}/release", models.ReleaseTaken, models.ReleaseRequest)
     async def api_release(request: Request, agent: str) -> Response:
         """An operator lets an agent's held deliveries go."""
         held = _held(request)
