@@ -28,6 +28,7 @@ from receiver.kit import HEADER_TIMEOUT_S
 
 # How long a stopping server waits for the answers in progress.
 GRACEFUL_S = 10
+STARTING_TRIES = 600
 
 
 class HeaderTimeoutH11Protocol(H11Protocol):
@@ -125,11 +126,15 @@ async def serve_on(
     server = _Server(uvicorn.Config(app, **{**settings, **options}))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
-            if task.done():
-                await task  # raises what stopped it, if anything did
-                return
+        for _ in range(STARTING_TRIES):  # bounded: uvicorn starts in well under a second
+            if server.started or task.done():
+                break
             await asyncio.sleep(0.05)
+        if task.done():
+            await task  # raises what stopped it, if anything did
+            return
+        if not server.started:
+            raise TimeoutError(f"uvicorn did not start within {STARTING_TRIES * 0.05:.0f} s")
         if ready is not None:
             ready(sock.getsockname()[1])
         await stop.wait()

@@ -46,3 +46,10 @@ def readme_typescript_block(name: str) -> str:
     found = [code for marker, code in typescript_blocks() if marker == name]
     assert len(found) == 1, f"README.md has {len(found)} ts blocks marked {name!r}"
     return found[0]
+
+
+def readme_json_block(name: str) -> str:
+    """The JSON block after ``<!-- name -->``, as written."""
+    found = re.findall(rf"<!-- {re.escape(name)} -->\n```json\n(.*?)```", README.read_text(), re.S)
+    assert len(found) == 1, f"README.md has {len(found)} json blocks marked {name!r}"
+    return str(found[0])

@@ -33,7 +33,9 @@ def api_command(
     dsn: Annotated[
         str | None,
         typer.Option(
-            "--dsn", help="The API's idempotency database, sqlite:///path (LEDGER_API__DSN)."
+            "--dsn",
+            help="The API's idempotency database, sqlite:///path or postgresql://... "
+            "(LEDGER_API__DSN).",
         ),
     ] = None,
     with_dashboard: Annotated[

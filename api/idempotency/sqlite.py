@@ -1,40 +1,23 @@
-"""First answers by run id: Stripe's idempotency semantics, kept in the API's own database.
+"""First answers in SQLite (one file under the data dir, WAL): API processes on one machine.
 
-Each run event (``complete``, ``start``, ``fail``, ``unknown``) of a run id is answered
-once. The request's fingerprint (the agent, and a hash per body field) is recorded
-*before* anything is published, as "in flight"; then the answer once the transaction
-committed. So:
-
-* the same request again gets the first answer, unpublished a second time;
-* a different request for the same run event gets a conflict naming the fields that
-  differ (409), and so does one arriving while the first is still in flight ("retry");
-* an in-flight record older than ``in_flight_stale_s`` belonged to a process that died
-  before answering: the next request takes it over and publishes (the log dedupes the
-  deliveries by key if the dead one had committed after all);
-* a publish that failed removes its record, so the caller's retry publishes afresh.
-
-SQLite (one file under the data dir, WAL), called on the event loop itself: each call is
-one indexed row read or write of tens of microseconds, less than the hop to a thread and
-back would cost (bench/http_ingest.py measured 0.5 ms of CPU per run more with a thread,
-and a wake-up of that thread per call on a busy machine). Several API processes may share
-the file on one machine: a write holds its lock for one such call, and a call that waits
-longer than ``BUSY_S`` for it fails the request with 503.
+Called on the event loop itself: each call is one indexed row read or write of tens of
+microseconds, less than the hop to a thread and back would cost (bench/http_ingest.py
+measured 0.5 ms of CPU per run more with a thread, and a wake-up of that thread per call
+on a busy machine). Several API processes may share the file on one machine: a write
+holds its lock for one such call, and a call that waits longer than ``BUSY_S`` for it
+fails the request with 503.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from api.idempotency.contract import AnswersUnavailable, Claim, differing
 
 BUSY_S = 1.0
-
-
-class AnswersUnavailable(Exception):
-    """The idempotency database could not be read or written (the request is answered
-    503, nothing published)."""
 
 
 SCHEMA = """
@@ -52,35 +35,12 @@ CREATE TABLE IF NOT EXISTS first_answers (
 """
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What the record of a run event says about a new request for it.
-
-    ``new``: recorded in flight, publish it; ``replay``: answer ``status``/``answer``
-    again; ``conflict``: a different request holds it (``fields`` differ, or another
-    ``agent``); ``in_flight``: the same request is being published right now.
-    """
-
-    kind: Literal["new", "replay", "conflict", "in_flight"]
-    status: int | None = None
-    answer: dict[str, Any] | None = None
-    fields: tuple[str, ...] = ()
-    agent: str | None = None
-
-
-def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
-    """The body fields whose hashes differ between two fingerprints."""
-    return tuple(sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k)))
-
-
-class FirstAnswers:
-    """The ``first_answers`` table of one SQLite file, used from a thread of its own."""
+class SqliteAnswers:
+    """The ``first_answers`` table of one SQLite file (``FirstAnswers``)."""
 
     def __init__(self, dsn: str, stale_s: float) -> None:
         if not dsn.startswith("sqlite://"):
-            raise ValueError(
-                "LEDGER_API__DSN must be sqlite:///path (the API's idempotency database)"
-            )
+            raise ValueError("a SQLite DSN is sqlite:///path (the API's idempotency database)")
         self._path = Path(dsn.removeprefix("sqlite://"))
         self._stale_s = stale_s
         self._db: sqlite3.Connection | None = None
@@ -108,7 +68,7 @@ class FirstAnswers:
         await self._call(self._conn)
 
     async def close(self) -> None:
-        """Close the connection and the thread."""
+        """Close the connection."""
 
         def closing() -> None:
             if self._db is not None:
