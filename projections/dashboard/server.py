@@ -32,12 +32,22 @@ from events.errors import LedgerError
 from events.ports import base_url, listening_socket
 from events.redaction import redacted_data
 from projections.budgets import budget_report, has_budget
-from projections.dashboard import models
 from projections.dashboard.actions import Context, redrive, resolve
 from projections.dashboard.budgets import ReleaseContext, release
 from projections.dashboard.errors import Refused, install
 from projections.dashboard.guard import Guard, check_binding
 from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
+from projections.dashboard.models import (
+    ActionTaken,
+    Budgets,
+    RedriveRequest,
+    Refusal,
+    ReleaseRequest,
+    ReleaseTaken,
+    ResolveRequest,
+    SearchAnswer,
+    Workers,
+)
 from projections.dashboard.overview import overview
 from projections.dashboard.store_thread import StoreThread
 from projections.health import SHOWN, endpoint_health
@@ -146,10 +156,10 @@ class _HeadAsGet:
 
 Limit = Annotated[int, Query(description=f"rows per table, cut to 0..{MAX_LIMIT}")]
 REFUSALS: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Refusal} for status in (400, 401, 421, 503)
+    status: {"model": Refusal} for status in (400, 401, 421, 503)
 }
 ACTION_REFUSALS: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.Refusal} for status in (400, 401, 403, 404, 409, 413, 415, 503)
+    status: {"model": Refusal} for status in (400, 401, 403, 404, 409, 413, 415, 503)
 }
 
 
@@ -171,7 +181,7 @@ def _action(
     )
 
 
-BODIES = (models.ResolveRequest, models.RedriveRequest, models.ReleaseRequest)
+BODIES = (ResolveRequest, RedriveRequest, ReleaseRequest)
 
 
 def _routes(app: FastAPI) -> None:
@@ -194,7 +204,7 @@ def _routes(app: FastAPI) -> None:
         data["refresh_seconds"] = settings.dashboard.refresh_s
         return _json(data)
 
-    @app.get("/api/runs/{run_id}", responses={**REFUSALS, 404: {"model": models.Refusal}})
+    @app.get("/api/runs/{run_id}", responses={**REFUSALS, 404: {"model": Refusal}})
     async def api_run(
         request: Request,
         run_id: str,
@@ -213,13 +223,13 @@ def _routes(app: FastAPI) -> None:
             raise Refused(404, exc.message, exc.hint) from None
         return await _json_off_loop(data)
 
-    @app.get("/api/search", response_model=models.SearchAnswer, responses=REFUSALS)
+    @app.get("/api/search", response_model=SearchAnswer, responses=REFUSALS)
     async def api_search(request: Request, q: str = "") -> Response:
         """Runs and deliveries by run id or idempotency key (or prefix)."""
         matches = await _held(request).store.run(lambda s: search(s, q))
         return await _json_off_loop({"query": q[:MAX_QUERY], "matches": matches})
 
-    @app.get("/api/workers", response_model=models.Workers, responses=REFUSALS)
+    @app.get("/api/workers", response_model=Workers, responses=REFUSALS)
     async def api_workers(request: Request) -> Response:
         """Every worker's last heartbeat: its clock, whether it acts."""
         clocks = await _held(request).worker_clocks()
@@ -247,17 +257,17 @@ def _routes(app: FastAPI) -> None:
         )
         return await _json_off_loop(data)
 
-    @_action(app, "/api/deliveries/{key}/resolve", models.ActionTaken, models.ResolveRequest)
+    @_action(app, "/api/deliveries/{key}/resolve", ActionTaken, ResolveRequest)
     async def api_resolve(request: Request, key: str) -> Response:
         """An operator settles an UNKNOWN delivery: delivered, not delivered, abandoned."""
         return await resolve(request, _held(request).acting())
 
-    @_action(app, "/api/deliveries/{key}/redrive", models.ActionTaken, models.RedriveRequest)
+    @_action(app, "/api/deliveries/{key}/redrive", ActionTaken, RedriveRequest)
     async def api_redrive(request: Request, key: str) -> Response:
         """An operator sends a FAILED delivery again (an UNKNOWN is reconciled first)."""
         return await redrive(request, _held(request).acting())
 
-    @app.get("/api/budgets", response_model=models.Budgets, responses=REFUSALS)
+    @app.get("/api/budgets", response_model=Budgets, responses=REFUSALS)
     async def api_budgets(request: Request) -> Response:
         """Per agent's budget, its limit, its use of the current window, when that
         resets, and how many deliveries are held over it."""
@@ -265,7 +275,7 @@ def _routes(app: FastAPI) -> None:
         now = held.clock()
         return _json(await held.store.run(lambda s: budget_report(s, now)))
 
-    @_action(app, "/api/budgets/{agent}/release", models.ReleaseTaken, models.ReleaseRequest)
+    @_action(app, "/api/budgets/{agent}/release", ReleaseTaken, ReleaseRequest)
     async def api_release(request: Request, agent: str) -> Response:
         """An operator lets an agent's held deliveries go."""
         held = _held(request)
