@@ -4,7 +4,7 @@ with concurrent requests by group commit), as the SDK writes them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
@@ -13,6 +13,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from api.auth import Caller
 from api.errors import ApiError
+from api.idempotency.sqlite import Ticket
 from api.models import (
     CompleteRun,
     FailRun,
@@ -21,7 +22,14 @@ from api.models import (
     RunAccepted,
     StartRun,
 )
-from api.publishing import Publish, Published, RunRefused, complete_run, publish_run_once
+from api.publishing import (
+    Journaled,
+    Publish,
+    Published,
+    RunRefused,
+    complete_run,
+    publish_run_once,
+)
 from api.services import services
 from events.base import RUN_ID_PATTERN
 from events.delivery import DeliveryRequested
@@ -87,13 +95,28 @@ def refused(exc: RunRefused) -> ApiError:
 
 
 async def publish_once(
-    request: Request, run_id: str, event: str, key: Caller, body: BaseModel, publish: Publish
+    request: Request,
+    run_id: str,
+    event: str,
+    key: Caller,
+    body: BaseModel,
+    publish: Publish,
+    journaled: Journaled,
 ) -> JSONResponse:
     """Answer a run's event once (api/publishing.py), as HTTP: 201, the first answer
-    replayed with ``Idempotent-Replayed: true``, or the refusal."""
+    replayed with ``Idempotent-Replayed: true``, or the refusal. ``journaled`` when the
+    publisher keeps the first answers with its group commit (SQLite)."""
+    held = services(request)
+    batched = cast(object, held.publisher.journal) is held.answers
     try:
         published = await publish_run_once(
-            services(request).answers, run_id, event, key.agent, body, publish
+            held.answers,
+            run_id,
+            event,
+            key.agent,
+            body,
+            publish,
+            journaled=journaled if batched else None,
         )
     except RunRefused as exc:
         raise refused(exc) from None
@@ -145,7 +168,12 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
         await publisher.run_started(run_id, agent=key.agent, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.started", key, body or StartRun(), publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_started(run_id, agent=key.agent, producer=key.agent, ticket=ticket)
+
+    return await publish_once(
+        request, run_id, "run.started", key, body or StartRun(), publish, journaled
+    )
 
 
 @router.post(
@@ -163,7 +191,10 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
         await publisher.run_failed(run_id, body.error, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.failed", key, body, publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_failed(run_id, body.error, producer=key.agent, ticket=ticket)
+
+    return await publish_once(request, run_id, "run.failed", key, body, publish, journaled)
 
 
 @router.post(
@@ -181,4 +212,7 @@ async def unknown(request: Request, run_id: RunId, body: MarkRunUnknown, key: Ca
         await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.marked_unknown", key, body, publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent, ticket=ticket)
+
+    return await publish_once(request, run_id, "run.marked_unknown", key, body, publish, journaled)

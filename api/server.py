@@ -19,9 +19,10 @@ async def serve(
     stop: asyncio.Event,
     *,
     ready: Callable[[str], None] | None = None,
-) -> None:
+) -> tuple[int, int]:
     """Serve on ``settings.api.host``/``port`` until ``stop`` is set; ``ready`` gets the
-    base URL once it listens (port 0: the one it got)."""
+    base URL once it listens (port 0: the one it got). Returns the runs (and run events)
+    committed and the Kafka transactions that carried them (group commit's batching)."""
     held = Services.of(settings, lambda: datetime.now(UTC))
     app = create_app(settings, services=held)
     host = settings.api.host
@@ -41,3 +42,4 @@ async def serve(
         )
     finally:
         await held.stop()
+    return held.publisher.runs_committed, held.publisher.transactions_committed

@@ -12,6 +12,7 @@ from datetime import datetime
 from fastapi import Request
 
 from api.idempotency import AnswersUnavailable, FirstAnswers, open_answers
+from api.idempotency.sqlite import SqliteAnswers
 from api.limits import RateLimiter
 from clients.api_keys import ApiKeyTable
 from clients.publisher import Publisher
@@ -40,13 +41,19 @@ class Services:
         """Everything the API needs, unstarted."""
         api = settings.api
         transactional_id = api.transactional_id or f"{TRANSACTIONAL_PREFIX}{uuid.uuid4().hex[:12]}"
+        answers = open_answers(answers_dsn(settings), api.in_flight_stale_s)
         return cls(
             settings=settings,
+            # SQLite's first answers are written with the group commit: one SQLite
+            # transaction per Kafka transaction, not per request (api/idempotency/sqlite.py).
             publisher=Publisher(
-                settings, producer_name=PRODUCER, transactional_id=transactional_id
+                settings,
+                producer_name=PRODUCER,
+                transactional_id=transactional_id,
+                journal=answers if isinstance(answers, SqliteAnswers) else None,
             ),
             keys=ApiKeyTable(settings.kafka),
-            answers=open_answers(answers_dsn(settings), api.in_flight_stale_s),
+            answers=answers,
             limiter=RateLimiter(api.rate_per_key_s, api.burst_per_key),
             projection_dsn=default_dsn(settings),
             clock=clock,

@@ -26,6 +26,7 @@ class Claim:
     answer: dict[str, Any] | None = None
     fields: tuple[str, ...] = ()
     agent: str | None = None
+    ticket: Any = None  # "new" from a journaled reserve (api/idempotency/sqlite.py)
 
 
 def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:

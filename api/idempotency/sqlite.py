@@ -6,18 +6,55 @@ measured 0.5 ms of CPU per run more with a thread, and a wake-up of that thread 
 on a busy machine). Several API processes may share the file on one machine: a write
 holds its lock for one such call, and a call that waits longer than ``BUSY_S`` for it
 fails the request with 503.
+
+With the group commit (``SqliteAnswers`` is the ``Journal`` of the API's publisher,
+clients/group_commit.py): a request only reads its record (``reserve``: an indexed row,
+and this process's own requests in flight, in memory); one SQLite transaction records the
+in-flight fingerprints of every run of a Kafka transaction before anything of it is sent
+(``prepare``), one more their answers after its commit, before any caller gets one
+(``committed``): two write transactions per batch instead of two per request (the profile
+and the figures: BENCHMARKS.md, issue 28 item 1). Of two processes that read "new" for the
+same run event, ``prepare`` records it for one (``ON CONFLICT DO NOTHING``, a stale takeover
+by compare-and-set on ``started_at``); the other's request is reserved again
+(``ClaimLost``) and answered from that record.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from api.idempotency.contract import AnswersUnavailable, Claim, differing
 
 BUSY_S = 1.0
+log = logging.getLogger("ledger.api")
+
+
+class ClaimLost(Exception):
+    """Another process recorded the run event between this one's ``reserve`` and its
+    batch's ``prepare``: nothing was sent; reserve it again (then its record answers)."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request reserved "new": what the batch's writes record for it (the group commit
+    carries it beside the run), and its answer once committed."""
+
+    run_id: str
+    action: str
+    agent: str
+    fingerprint: str  # JSON of the per-field hashes
+    started_at: float
+    answer_of: Callable[[], dict[str, Any]]
+    taking_over: float | None = None  # the stale record's started_at it replaces
+    status: int = 201
+    recorded: bool = False  # its in-flight record is written
+    answer: dict[str, Any] | None = None  # set once committed
 
 
 SCHEMA = """
@@ -44,6 +81,9 @@ class SqliteAnswers:
         self._path = Path(dsn.removeprefix("sqlite://"))
         self._stale_s = stale_s
         self._db: sqlite3.Connection | None = None
+        # This process's reserved requests: (run_id, action) -> agent, fingerprint.
+        self._mine: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self.batches = 0  # write transactions of ``prepare`` (bench, tests)
 
     async def _call(self, work: Any, *args: Any) -> Any:
         try:
@@ -140,3 +180,135 @@ class SqliteAnswers:
             "DELETE FROM first_answers WHERE run_id = ? AND action = ? AND state = 'in_flight'",
             (run_id, action),
         )
+
+    async def reserve(
+        self,
+        run_id: str,
+        action: str,
+        agent: str,
+        fingerprint: dict[str, str],
+        now: float,
+        answer_of: Callable[[], dict[str, Any]],
+    ) -> Claim:
+        """``claim`` without a write: what the records say about a new request; for
+        "new", a ticket to publish with through the journaled publisher (``answer_of``
+        makes its answer once committed), and ``release`` after."""
+        mine = self._mine.get((run_id, action))
+        if mine is not None:  # this process publishes it right now
+            their_agent, theirs = mine
+            if their_agent != agent:
+                return Claim("conflict", agent=their_agent)
+            if fields := differing(theirs, fingerprint):
+                return Claim("conflict", fields=fields)
+            return Claim("in_flight")
+        try:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT agent, fingerprint, state, started_at, status, answer "
+                    "FROM first_answers WHERE run_id = ? AND action = ?",
+                    (run_id, action),
+                )
+                .fetchone()
+            )
+        except sqlite3.Error as exc:  # locked past BUSY_S, disk full, ...
+            raise AnswersUnavailable(f"the idempotency database did not answer: {exc}") from None
+        taking_over = None
+        if row is not None:
+            their_agent, theirs, state, started_at, status, answer = row
+            if their_agent != agent:
+                return Claim("conflict", agent=their_agent)
+            if fields := differing(json.loads(theirs), fingerprint):
+                return Claim("conflict", fields=fields)
+            if state == "done":
+                return Claim("replay", status=status, answer=json.loads(answer))
+            if now - started_at < self._stale_s:
+                return Claim("in_flight")
+            taking_over = started_at
+        self._mine[(run_id, action)] = (agent, fingerprint)
+        ticket = Ticket(
+            run_id,
+            action,
+            agent,
+            json.dumps(fingerprint, sort_keys=True),
+            now,
+            answer_of,
+            taking_over=taking_over,
+        )
+        return Claim("new", ticket=ticket)
+
+    def prepare(self, tickets: list[Any]) -> dict[int, BaseException]:
+        """``Journal.prepare``: the in-flight records of a batch, in one transaction; a
+        run event another process recorded since its claim is left out (``ClaimLost``)."""
+        lost: dict[int, BaseException] = {}
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for index, ticket in enumerate(tickets):
+                    if ticket.taking_over is None:
+                        done = db.execute(
+                            "INSERT INTO first_answers VALUES "
+                            "(?, ?, ?, ?, 'in_flight', ?, NULL, NULL) ON CONFLICT DO NOTHING",
+                            (ticket.run_id, ticket.action, ticket.agent, ticket.fingerprint,
+                             ticket.started_at),
+                        )  # fmt: skip
+                    else:  # only if it is still the stale record the claim read
+                        done = db.execute(
+                            "UPDATE first_answers SET started_at = ? WHERE run_id = ? AND "
+                            "action = ? AND state = 'in_flight' AND started_at = ?",
+                            (ticket.started_at, ticket.run_id, ticket.action, ticket.taking_over),
+                        )
+                    if done.rowcount != 1:
+                        lost[index] = ClaimLost(f"run {ticket.run_id}: '{ticket.action}'")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:  # locked past BUSY_S, disk full, ...
+            error = AnswersUnavailable(f"the idempotency database did not answer: {exc}")
+            return dict.fromkeys(range(len(tickets)), error)
+        self.batches += 1
+        for index, ticket in enumerate(tickets):
+            ticket.recorded = index not in lost
+        return lost
+
+    def committed(self, tickets: list[Any]) -> None:
+        """``Journal.committed``: the answers of a committed batch, in one transaction,
+        before any of its callers gets one. Not recorded (the database failed): the
+        callers still get their answers; a repeat then finds the run in flight, and once
+        stale publishes it again (the log dedupes its deliveries by key)."""
+        for ticket in tickets:
+            ticket.answer = ticket.answer_of()
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "UPDATE first_answers SET state = 'done', status = ?, answer = ? "
+                    "WHERE run_id = ? AND action = ?",
+                    [(t.status, json.dumps(t.answer), t.run_id, t.action) for t in tickets],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            names = ", ".join(f"{t.run_id} {t.action}" for t in tickets[:5])
+            log.warning("answered but not recorded (%s): %s", names, exc)
+
+    def release(self, ticket: Ticket) -> None:
+        """The request of ``ticket`` is over: no longer in flight here; not committed, its
+        record goes, so a retry publishes afresh (a record that cannot be removed goes
+        stale instead)."""
+        self._mine.pop((ticket.run_id, ticket.action), None)
+        if ticket.answer is not None or not ticket.recorded:
+            return
+        try:
+            self._conn().execute(
+                "DELETE FROM first_answers WHERE run_id = ? AND action = ? "
+                "AND state = 'in_flight' AND started_at = ?",
+                (ticket.run_id, ticket.action, ticket.started_at),
+            )
+        except sqlite3.Error as exc:
+            log.warning("run %s: %s not forgotten: %s", ticket.run_id, ticket.action, exc)

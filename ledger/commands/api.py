@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Coroutine
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -60,7 +61,7 @@ def api_command(
         check_binding(settings.dashboard)
         store = open_store(default_dsn(settings))
 
-    async def serving() -> None:
+    async def serving() -> tuple[int, int]:
         stop = stop_on_signals()
 
         def ready(url: str) -> None:
@@ -70,15 +71,17 @@ def api_command(
             shown = redacted(default_dsn(settings))
             out.print(f"dashboard on {url} (projection {shown})")
 
-        servers = [serve(settings, stop, ready=ready)]
+        servers: list[Coroutine[Any, Any, Any]] = [serve(settings, stop, ready=ready)]
         if store is not None:
             servers.append(serve_dashboard(settings, store, stop, ready=dashboard_ready))
-        await serve_together(stop, *servers)
+        counts: tuple[int, int] = (await serve_together(stop, *servers))[0]
+        return counts
 
     try:
         if store is not None:
             store.prepare("read")
-        event_loop.run(serving(), settings)  # LEDGER_EVENT_LOOP, as the worker's
+        # LEDGER_EVENT_LOOP, as the worker's
+        runs, transactions = event_loop.run(serving(), settings)
     except OSError as exc:
         raise LedgerError(
             f"cannot listen: {exc.strerror or exc}",
@@ -88,4 +91,4 @@ def api_command(
     finally:
         if store is not None:
             store.close()
-    out.print("api stopped")
+    out.print(f"api stopped ({runs:,} runs in {transactions:,} Kafka transactions)")

@@ -28,10 +28,10 @@ def run_server(serving: Coroutine[Any, Any, None], ports_hint: str) -> None:
         raise LedgerError(f"cannot listen: {exc.strerror or exc}", ports_hint) from None
 
 
-async def serve_together(stop: asyncio.Event, *servers: Coroutine[Any, Any, None]) -> None:
-    """Run ``servers`` (each serving until ``stop`` is set) until all have ended; the
-    first that fails sets ``stop`` for the others, and its error is raised once they
-    have stopped."""
+async def serve_together(stop: asyncio.Event, *servers: Coroutine[Any, Any, Any]) -> list[Any]:
+    """Run ``servers`` (each serving until ``stop`` is set) until all have ended, and
+    return what each returned; the first that fails sets ``stop`` for the others, and its
+    error is raised once they have stopped."""
     tasks = [asyncio.create_task(server) for server in servers]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -41,3 +41,4 @@ async def serve_together(stop: asyncio.Event, *servers: Coroutine[Any, Any, None
     for outcome in ended:
         if isinstance(outcome, BaseException):
             raise outcome
+    return ended
