@@ -75,20 +75,24 @@ class ClaimSpans:
                 "ledger.claim", context=parent_context(state.traceparent), attributes=attributes
             )
             spans.append((state.idempotency_key, opened))
-        try:
-            yield
-        except BaseException as exc:
-            for _key, opened in spans:
-                opened.record_exception(exc)
-                opened.set_status(trace.StatusCode.ERROR, type(exc).__name__)
-                opened.end()
-            raise
+        # Remembered before the append: a claim can be read back (and its send begun) while
+        # a timer's append is still waiting for its acknowledgement.
         if len(self._parents) + len(spans) > MAX_REMEMBERED:
             self._parents.clear()
         for key, opened in spans:
-            opened.end()
             if (parent := traceparent_of(opened)) is not None:
                 self._parents[key] = parent
+        try:
+            yield
+        except BaseException as exc:
+            for key, opened in spans:
+                self._parents.pop(key, None)
+                opened.record_exception(exc)
+                opened.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+            raise
+        finally:
+            for _key, opened in spans:
+                opened.end()
 
     def parent_of_send(self, key: str) -> str | None:
         """The span of this process's claim of ``key``, once (then forgotten)."""

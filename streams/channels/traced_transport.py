@@ -15,10 +15,18 @@ from opentelemetry.trace import Span
 
 from events.channels.urls import shown
 
+# The URL's attribute under the old and the stable HTTP conventions (the instrumentation
+# writes one or both, as OTEL_SEMCONV_STABILITY_OPT_IN says).
+_URL_ATTRIBUTES = ("http.url", "url.full")
+
 
 async def _shown_url(span: Span, request: RequestInfo) -> None:
-    if span.is_recording():
-        span.set_attribute("url.full", shown(str(request.url)))
+    if not span.is_recording():
+        return
+    written = getattr(span, "attributes", None) or {}
+    for name in _URL_ATTRIBUTES:
+        if name in written:
+            span.set_attribute(name, shown(str(request.url)))
 
 
 def traced(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
