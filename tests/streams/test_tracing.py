@@ -34,11 +34,18 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from clients.tracing import configure_tracing, tracing_wanted
 from config.settings import Settings, WebhookEndpoint, changed
-from events.delivery_state import Status
+from events.delivery_state import DeliveryState, Status
 from events.ports import free_port
 from ledger.stack import settings_env
+from tests.fixtures.broker import ReadTopic, fresh_topics
 from tests.fixtures.secrets import TEST_WEBHOOK_SECRET
-from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
+from tests.fixtures.worker import (
+    LedgerView,
+    WorkerFactory,
+    fast_workers,
+    ledger_view_of,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group("tracing")
@@ -190,6 +197,7 @@ def kit_app(collector: Collector, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def _agent(settings: Settings, collector: Collector, runs: list[dict[str, Any]]) -> list[Any]:
     """Run the agent process; each run's key and trace id."""
+    runs = [{"payload": {}} | run for run in runs]
     env = settings_env(settings) | collector.env | {"TRACE_RUNS": json.dumps(runs)}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
@@ -257,32 +265,65 @@ def _marks(span: Span, key: str, token: int) -> None:
     assert int(span.attributes["ledger.fencing_token"]) == token, span
 
 
-async def test_one_trace_runs_from_the_agents_span_to_the_receiver_kits_handler(
+async def test_one_trace_from_the_agent_to_the_kits_handler_and_none_from_an_untraced_worker(
+    broker: Settings,
+    tmp_path: Path,
+    read_topic: ReadTopic,
     worker_factory: WorkerFactory,
     collector: Collector,
     kit_app: KitApp,
     ledger_view: LedgerView,
 ) -> None:
+    # Two workers side by side, each on topics of its own (the test's time is one
+    # worker's start): one traced, one with an endpoint set but OTEL_SDK_DISABLED=true.
     _endpoints(worker_factory, kit_app)
-    worker = worker_factory.start("traced", env=collector.env)
-    runs = await asyncio.to_thread(
-        _agent,
-        worker_factory.settings,
-        collector,
-        [
-            {"run_id": "run-traced", "recipient": f"{kit_app.base}/hooks/fast", "payload": {}},
-            # Its handler outlasts the worker's 1.5 s send deadline: UNKNOWN, then a lookup.
-            {
-                "run_id": "run-looked-up",
-                "recipient": f"{kit_app.base}/hooks/slow",
-                "payload": {"sleep_s": 2.5},
-            },
-        ],
-    )
-    fast, slow = runs
-    await _confirmed(ledger_view, [fast["key"], slow["key"]], worker)
-    states = await ledger_view()
+    untraced = WorkerFactory(fast_workers(await fresh_topics(broker, tmp_path / "off")), tmp_path)
+    _endpoints(untraced, kit_app)
+    off = collector.env | {"OTEL_SDK_DISABLED": "true", "OTEL_SERVICE_NAME": "worker-off"}
+    try:
+        traced_worker = worker_factory.start("traced", env=collector.env)
+        untraced_worker = untraced.start("untraced", env=off)
+        runs, (unseen,) = await asyncio.gather(
+            asyncio.to_thread(
+                _agent,
+                worker_factory.settings,
+                collector,
+                [
+                    {"run_id": "run-traced", "recipient": f"{kit_app.base}/hooks/fast"},
+                    # Its handler outlasts the worker's 1.5 s send deadline: UNKNOWN, then
+                    # a lookup.
+                    {
+                        "run_id": "run-looked-up",
+                        "recipient": f"{kit_app.base}/hooks/slow",
+                        "payload": {"sleep_s": 2.5},
+                    },
+                ],
+            ),
+            asyncio.to_thread(
+                _agent,
+                untraced.settings,
+                collector,
+                [{"run_id": "run-untraced", "recipient": f"{kit_app.base}/hooks/off"}],
+            ),
+        )
+        fast, slow = runs
+        untraced_view = ledger_view_of(read_topic, untraced.settings.kafka.topic_deliveries)
+        await asyncio.gather(
+            _confirmed(ledger_view, [fast["key"], slow["key"]], traced_worker),
+            _confirmed(untraced_view, [unseen["key"]], untraced_worker),
+        )
+        states = await ledger_view()
+        await _traced(collector, kit_app, fast, states)
+        await _looked_up(collector, slow, states)
+        await _untraced(collector, unseen)
+    finally:
+        untraced.stop_all()
 
+
+async def _traced(
+    collector: Collector, kit_app: KitApp, fast: dict[str, str], states: dict[str, DeliveryState]
+) -> None:
+    """The delivery's trace: agent, publish, claim, send, POST, the kit's spans, confirm."""
     names = {
         "agent.run",
         "ledger.publish",
@@ -328,7 +369,11 @@ async def test_one_trace_runs_from_the_agents_span_to_the_receiver_kits_handler(
     urls = [post.attributes[n] for n in ("url.full", "http.url") if n in post.attributes]
     assert urls == [f"{kit_app.base}/hooks/fast"] * len(urls) != [], post.attributes
 
-    # The send that timed out after writing; the lookup that settled it, in the same trace.
+
+async def _looked_up(
+    collector: Collector, slow: dict[str, str], states: dict[str, DeliveryState]
+) -> None:
+    """The send that timed out after writing; the lookup that settled it, in the same trace."""
     names = {"ledger.publish", "ledger.send", "ledger.lookup", "GET", "ledger.receiver.lookup"}
     spans = await _spans(collector, slow["trace_id"], names | {"ledger.confirm"})
     publish = _one(spans, "ledger.publish")
@@ -346,27 +391,11 @@ async def test_one_trace_runs_from_the_agents_span_to_the_receiver_kits_handler(
     assert _one(spans, "ledger.send").attributes["ledger.outcome"] == "unknown"
 
 
-async def test_off_the_worker_exports_nothing_and_passes_the_agents_context_on(
-    worker_factory: WorkerFactory,
-    collector: Collector,
-    kit_app: KitApp,
-    ledger_view: LedgerView,
-) -> None:
-    _endpoints(worker_factory, kit_app)
-    # An endpoint is set, but OTEL_SDK_DISABLED wins.
-    off = collector.env | {"OTEL_SDK_DISABLED": "true", "OTEL_SERVICE_NAME": "worker-off"}
-    worker = worker_factory.start("untraced", env=off)
-    (run,) = await asyncio.to_thread(
-        _agent,
-        worker_factory.settings,
-        collector,
-        [{"run_id": "run-untraced", "recipient": f"{kit_app.base}/hooks/off", "payload": {}}],
-    )
-    await _confirmed(ledger_view, [run["key"]], worker)
+async def _untraced(collector: Collector, run: dict[str, str]) -> None:
+    """The untraced worker's delivery: the receiver's span is the publish span's child (the
+    worker passed the context on unchanged), and the worker exported nothing at all."""
     names = {"ledger.publish", "ledger.receiver.receive", "ledger.receiver.handler"}
     spans = await _spans(collector, run["trace_id"], names)
-    # The receiver's span is the publish span's child: the worker passed the context on
-    # unchanged, and made no span of its own.
     _chain(_one(spans, "ledger.publish"), _one(spans, "ledger.receiver.receive"))
     await asyncio.sleep(0.5)  # a worker exporting every 0.1 s would have posted by now
     assert "worker-off" not in collector.services
