@@ -405,6 +405,51 @@ async def _untraced(collector: Collector, run: dict[str, str]) -> None:
     }
 
 
+README_RUNNER = """
+import ast, asyncio
+from clients.tracing import shutdown_tracing
+from tests.readme import readme_block
+
+code = compile(readme_block("tracing-example"), "README.md", "exec",
+               flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+async def main():
+    done = eval(code, {})
+    if done is not None:
+        await done
+
+asyncio.run(main())
+shutdown_tracing()
+"""
+
+
+async def test_the_readmes_tracing_example_puts_its_span_on_the_request_record(
+    settings: Settings, read_topic: ReadTopic, collector: Collector
+) -> None:
+    """The README's agent, as written, in a process of its own: its span and the
+    publisher's reach the collector, and the request's record carries the publish span's
+    ``traceparent`` header."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", README_RUNNER],
+        env=settings_env(settings) | collector.env | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = await read_topic(settings.kafka.topic_deliveries, raw=True)
+    (header,) = [value.decode() for name, value in record.headers if name == "traceparent"]
+    _version, trace_id, span_id, _flags = header.split("-")
+    spans = await _spans(collector, trace_id, {"agent.run", "ledger.publish"})
+    agent, publish = _one(spans, "agent.run"), _one(spans, "ledger.publish")
+    _chain(agent, publish)
+    assert publish.span_id == span_id
+    assert {agent.service, publish.service} == {"my-agent"}
+    assert publish.attributes["ledger.run_id"] == "run-43"
+
+
 def test_the_rule_of_the_otel_variables() -> None:
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
     assert not tracing_wanted({})
