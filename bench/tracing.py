@@ -124,6 +124,7 @@ async def _produce(settings: Settings, batch: list[tuple[str, bytes]], traced: b
 
 def _worker(stack: Stack, settings: Settings, variant: str, sink: SpanSink) -> Child:
     env = {k: v for k, v in settings_env(settings).items() if not k.startswith("OTEL_")}
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread (a stalled worker)
     if variant == "on":
         env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.port}"}
     name = "trace-" + variant.replace(", ", "-")
@@ -140,34 +141,35 @@ async def measure(
     backlog: int,
     rounds: int,
     progress: Progress | None = None,
+    variants: tuple[str, ...] = VARIANTS,
 ) -> dict[str, Any]:
     """CPU ms per delivery of each variant's worker, every round, in turn."""
     sink = SpanSink()
     # The workers sign their outcome events (on by default) with a pair of this run's.
     signing, verify = new_pair()
     pair = {"signing.signing_key": signing, "signing.verify_keys": [verify]}
-    settings = {v: fresh_settings(base, "trace-" + v.replace(", ", "-"), pair) for v in VARIANTS}
+    settings = {v: fresh_settings(base, "trace-" + v.replace(", ", "-"), pair) for v in variants}
     for one in settings.values():
         await create_topics(one)
-    workers = {v: _worker(stack, settings[v], v, sink) for v in VARIANTS}
-    cpu_ms: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    rate: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    workers = {v: _worker(stack, settings[v], v, sink) for v in variants}
+    cpu_ms: dict[str, list[float]] = {v: [] for v in variants}
+    rate: dict[str, list[float]] = {v: [] for v in variants}
     try:
-        for variant in VARIANTS:
+        for variant in variants:
             only = {"x": PORTS[variant]}
             await wait_owned([_renamed(workers[variant])], base.kafka.partitions, ports=only)
         async with contextlib.AsyncExitStack() as exits:
             seen = {
-                v: await exits.enter_async_context(Confirmations(settings[v])) for v in VARIANTS
+                v: await exits.enter_async_context(Confirmations(settings[v])) for v in variants
             }
-            for variant in VARIANTS:  # warm-up: connections open, code paths hot
+            for variant in variants:  # warm-up: connections open, code paths hot
                 warm = requests_for(urls, f"warm-{uuid.uuid4().hex[:6]}", 64)
                 await _produce(settings[variant], warm, variant != "off")
                 await seen[variant].wait([k for k, _ in warm], 120.0, progress, f"{variant} warm")
             await asyncio.sleep(2)
             spans_before = sink.spans
             for r in range(rounds):
-                for variant in VARIANTS:
+                for variant in variants:
                     pid = workers[variant].process.pid
                     batch = requests_for(urls, f"t{r}-{uuid.uuid4().hex[:6]}", backlog)
                     before, began = cpu_seconds(pid), time.monotonic()
@@ -240,6 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backlog", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", nargs="*", choices=VARIANTS, help="only these variants")
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
                         help="its own broker on this port and the next")  # fmt: skip
     args = parser.parse_args(argv)
@@ -249,10 +252,18 @@ def main(argv: list[str] | None = None) -> None:
         try:
             urls = start_receiver(stack, settings)
             results = asyncio.run(
-                measure(settings, urls, stack, backlog=args.backlog, rounds=args.rounds)
+                measure(
+                    settings,
+                    urls,
+                    stack,
+                    backlog=args.backlog,
+                    rounds=args.rounds,
+                    variants=tuple(args.only or VARIANTS),
+                )
             )
         finally:
             stack.stop()
+    print(results)
     lines: list[str] = []
     rows(results, lambda *cells, **_: lines.append(" | ".join(str(c) for c in cells)))
     print("\n".join(lines))

@@ -139,9 +139,14 @@ def shutdown_tracing() -> None:
         _provider.force_flush()
 
 
+# The API's proxy: it follows whichever provider is set, before or after this import, and
+# saves asking the provider for a tracer per span.
+_TRACER = trace.get_tracer(TRACER_NAME)
+
+
 def tracer() -> Tracer:
     """The ledger's tracer: the SDK's when on (ours or an agent's), else the API's no-op."""
-    return trace.get_tracer(TRACER_NAME)
+    return _TRACER
 
 
 def traceparent_in(headers: Sequence[tuple[str, bytes]]) -> str | None:

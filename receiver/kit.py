@@ -70,6 +70,8 @@ HANDLER_LEASE_S = 30.0
 # ``traceparent`` of its send (outside every signature): the kit's spans are its children.
 TRACER = "delivery-ledger.receiver"
 _W3C = TraceContextTextMapPropagator()
+# The API's proxy: it follows the application's provider, set before or after this import.
+_TRACER = trace.get_tracer(TRACER)
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,7 @@ class WebhookReceiver:
         409 stale token, else the answer. A span ``ledger.receiver.receive`` covers it (and
         ``ledger.receiver.handler`` the handler's run), children of the sender's
         ``traceparent`` (or of the application's own server span, if it has one)."""
-        tracer = trace.get_tracer(TRACER)
-        with tracer.start_as_current_span(
+        with _TRACER.start_as_current_span(
             "ledger.receiver.receive", context=_parent(headers), kind=trace.SpanKind.SERVER
         ) as span:
             reply = await self._receive(headers, body, route)
@@ -252,7 +253,7 @@ class WebhookReceiver:
         heartbeat = asyncio.create_task(self._renew_lease(event.webhook_id, holder))
         try:
             try:
-                with trace.get_tracer(TRACER).start_as_current_span(
+                with _TRACER.start_as_current_span(
                     "ledger.receiver.handler",
                     attributes={
                         "ledger.idempotency_key": event.webhook_id,
@@ -340,7 +341,7 @@ class WebhookReceiver:
         200 done + id, 202 processing, 404 not received (or failed, or a dead run's key of
         an idempotent handler), 409 stuck (a dead run's key of a handler not declared
         idempotent). A span ``ledger.receiver.lookup``, like ``receive``'s."""
-        with trace.get_tracer(TRACER).start_as_current_span(
+        with _TRACER.start_as_current_span(
             "ledger.receiver.lookup",
             context=_parent(headers),
             kind=trace.SpanKind.SERVER,
