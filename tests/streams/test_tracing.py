@@ -500,3 +500,59 @@ def test_off_no_sdk_provider_nor_exporter_thread_exists(env: dict[str, str], see
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == seen
+
+
+API_PROBE = """
+import asyncio, httpx
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from api.tracing import RequestSpans
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+async def hello(request):
+    return PlainTextResponse("ok", status_code=201)
+
+app = RequestSpans(Starlette(routes=[Route("/v1/runs/{run_id}/complete", hello, methods=["POST"])]))
+parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+async def main():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        await client.post("/v1/runs/run-1/complete", headers={"traceparent": parent})
+
+asyncio.run(main())
+(span,) = exporter.get_finished_spans()
+print(span.name, f"{span.parent.span_id:016x}", f"{span.context.trace_id:032x}",
+      span.attributes["http.response.status_code"], span.attributes["http.route"])
+"""
+
+
+def test_an_api_request_is_a_span_continuing_the_callers_traceparent() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", API_PROBE],
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [
+        "ledger.api",
+        "POST",
+        "/v1/runs/{run_id}/complete",
+        "b7ad6b7169203331",
+        "0af7651916cd43dd8448eb211c80319c",
+        "201",
+        "/v1/runs/{run_id}/complete",
+    ]
