@@ -4,12 +4,7 @@ with concurrent requests by group commit), as the SDK writes them."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import re
-import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
@@ -17,10 +12,9 @@ from pydantic import BaseModel
 from starlette.convertors import Convertor, register_url_convertor
 
 from api.auth import Caller
-from api.errors import ApiError, log
-from api.idempotency import AnswersUnavailable
+from api.errors import ApiError
+from api.idempotency.sqlite import Ticket
 from api.models import (
-    AcceptedDelivery,
     CompleteRun,
     FailRun,
     MarkRunUnknown,
@@ -28,11 +22,17 @@ from api.models import (
     RunAccepted,
     StartRun,
 )
-from api.services import Services, services
-from clients.publisher import PublishFailed, PublishRejected
-from events.base import RUN_ID_PATTERN, utc_now
+from api.publishing import (
+    Journaled,
+    Publish,
+    Published,
+    RunRefused,
+    complete_run,
+    publish_run_once,
+)
+from api.services import services
+from events.base import RUN_ID_PATTERN
 from events.delivery import DeliveryRequested
-from events.keys import canonical_json
 
 
 class RunIdConvertor(Convertor[str]):
@@ -86,125 +86,46 @@ ACCEPTED: dict[int | str, dict[str, Any]] = {
 }
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-Publish = Callable[[], Awaitable[list[DeliveryRequested]]]
 
 
-def fingerprint(body: BaseModel) -> dict[str, str]:
-    """A hash of each body field (canonical JSON): what makes a repeat "the same body",
-    and names the fields of one that is not."""
-    return {
-        name: hashlib.sha256(canonical_json(value)).hexdigest()
-        for name, value in body.model_dump(mode="json").items()
-    }
-
-
-_ACTIONS = {
-    "run.succeeded": "complete",
-    "run.started": "start",
-    "run.failed": "fail",
-    "run.marked_unknown": "unknown",
-}
+def refused(exc: RunRefused) -> ApiError:
+    """A refusal as the API answers it (``Retry-After`` when it says when)."""
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+    return ApiError(exc.status, exc.error, field=exc.field, hint=exc.hint, headers=headers)
 
 
 async def publish_once(
-    request: Request, run_id: str, event: str, key: Caller, body: BaseModel, publish: Publish
+    request: Request,
+    run_id: str,
+    event: str,
+    key: Caller,
+    body: BaseModel,
+    publish: Publish,
+    journaled: Journaled,
 ) -> JSONResponse:
-    """Answer a run's event once: replay the first answer, refuse a different body (409),
-    or publish and keep the answer."""
+    """Answer a run's event once (api/publishing.py), as HTTP: 201, the first answer
+    replayed with ``Idempotent-Replayed: true``, or the refusal. ``journaled`` when the
+    publisher keeps the first answers with its group commit (SQLite)."""
     held = services(request)
-    action = _ACTIONS[event]
+    batched = cast(object, held.publisher.journal) is held.answers
     try:
-        claim = await held.answers.claim(run_id, action, key.agent, fingerprint(body), time.time())
-    except AnswersUnavailable as exc:
-        raise ApiError(503, str(exc), hint="nothing was published: retry") from None
-    if claim.kind == "replay":
-        assert claim.status is not None
-        assert claim.answer is not None
-        return JSONResponse(
-            claim.answer, status_code=claim.status, headers={"Idempotent-Replayed": "true"}
+        published = await publish_run_once(
+            held.answers,
+            run_id,
+            event,
+            key.agent,
+            body,
+            publish,
+            journaled=journaled if batched else None,
         )
-    if claim.kind == "conflict":
-        if claim.agent is not None:
-            raise ApiError(
-                409,
-                f"run {run_id}: '{action}' was already published by another agent",
-                field="run_id",
-                hint="run ids are global: give each run its own",
-            )
-        raise ApiError(
-            409,
-            f"run {run_id}: '{action}' was already published with a different "
-            f"{', '.join(claim.fields)}",
-            field=claim.fields[0],
-            hint="the first request's answer stands; a new run needs a new run id",
-        )
-    if claim.kind == "in_flight":
-        raise ApiError(
-            409,
-            f"run {run_id}: '{action}' is in flight (the same request, still being published)",
-            field="run_id",
-            hint="retry in a second: it then answers what that request answered",
-            headers={"Retry-After": "1"},
-        )
-    answered = False
-    try:
-        requests = await publish()
-        answer = RunAccepted(
-            run_id=run_id,
-            agent=key.agent,
-            event=event,
-            accepted_at=utc_now(),
-            deliveries=[
-                AcceptedDelivery(
-                    idempotency_key=r.idempotency_key,
-                    channel=r.channel,
-                    event_type=r.event_type,
-                    payload_hash=r.payload_hash,
-                )
-                for r in requests
-            ],
-        ).model_dump(mode="json")
-        answered = True  # committed: whatever happens to its record, this is the answer
-        try:
-            await held.answers.answered(run_id, action, 201, answer)
-        except AnswersUnavailable as exc:
-            # A repeat then finds it in flight, and once stale publishes it again: the
-            # log dedupes its deliveries by key. The caller still learns it committed.
-            log.warning("run %s: %s answered but not recorded: %s", run_id, action, exc)
-    except PublishRejected as exc:
-        raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
-    except PublishFailed as exc:
-        raise ApiError(
-            503,
-            f"the log did not take run {run_id}: {exc.message}",
-            hint="nothing was kept: send the same request again",
-            headers={"Retry-After": "1"},
-        ) from None
-    finally:
-        if not answered:
-            with contextlib.suppress(AnswersUnavailable):  # then it goes stale instead
-                await held.answers.abandon(run_id, action)
-    return JSONResponse(answer, status_code=201)
+    except RunRefused as exc:
+        raise refused(exc) from None
+    return _answer(published)
 
 
-_DELIVERY = re.compile(r"^delivery (\d+)")
-
-
-def rejected_field(message: str) -> str | None:
-    """The request field a ``PublishRejected`` message is about."""
-    if found := _DELIVERY.match(message):
-        return f"deliveries[{int(found.group(1)) - 1}]"
-    for name in ("run_id", "result_hash", "error", "reason"):
-        if message.startswith(name):
-            return name
-    return None
-
-
-def _checked(held: Services, check: Callable[[], object]) -> None:
-    try:
-        check()
-    except PublishRejected as exc:
-        raise ApiError(422, str(exc), field=rejected_field(str(exc))) from None
+def _answer(published: Published) -> JSONResponse:
+    headers = {"Idempotent-Replayed": "true"} if published.replayed else None
+    return JSONResponse(published.answer, status_code=published.status, headers=headers)
 
 
 @router.post(
@@ -218,28 +139,18 @@ async def complete(request: Request, run_id: RunId, body: CompleteRun, key: Call
     """``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically (what
     ``Publisher.run_succeeded`` writes), under the key's agent."""
     held = services(request)
-    limit = held.settings.api.max_deliveries_per_run
-    if len(body.deliveries) > limit:
-        raise ApiError(
-            413,
-            f"{len(body.deliveries)} deliveries in one run, over the limit of {limit}",
-            field="deliveries",
-            hint="LEDGER_API__MAX_DELIVERIES_PER_RUN",
+    try:
+        published = await complete_run(
+            held.publisher,
+            held.answers,
+            held.settings.api.max_deliveries_per_run,
+            run_id,
+            key.agent,
+            body,
         )
-    publisher = held.publisher
-    _checked(
-        held,
-        lambda: publisher.check_run_succeeded(
-            run_id, body.result_hash, body.deliveries, producer=key.agent
-        ),
-    )
-
-    async def publish() -> list[DeliveryRequested]:
-        return await publisher.run_succeeded(
-            run_id, body.result_hash, body.deliveries, producer=key.agent
-        )
-
-    return await publish_once(request, run_id, "run.succeeded", key, body, publish)
+    except RunRefused as exc:
+        raise refused(exc) from None
+    return _answer(published)
 
 
 @router.post(
@@ -257,7 +168,12 @@ async def start(request: Request, run_id: RunId, key: Caller, body: StartRun | N
         await publisher.run_started(run_id, agent=key.agent, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.started", key, body or StartRun(), publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_started(run_id, agent=key.agent, producer=key.agent, ticket=ticket)
+
+    return await publish_once(
+        request, run_id, "run.started", key, body or StartRun(), publish, journaled
+    )
 
 
 @router.post(
@@ -275,7 +191,10 @@ async def fail(request: Request, run_id: RunId, body: FailRun, key: Caller) -> A
         await publisher.run_failed(run_id, body.error, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.failed", key, body, publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_failed(run_id, body.error, producer=key.agent, ticket=ticket)
+
+    return await publish_once(request, run_id, "run.failed", key, body, publish, journaled)
 
 
 @router.post(
@@ -293,4 +212,7 @@ async def unknown(request: Request, run_id: RunId, body: MarkRunUnknown, key: Ca
         await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent)
         return []
 
-    return await publish_once(request, run_id, "run.marked_unknown", key, body, publish)
+    async def journaled(ticket: Ticket) -> None:
+        await publisher.run_marked_unknown(run_id, body.reason, producer=key.agent, ticket=ticket)
+
+    return await publish_once(request, run_id, "run.marked_unknown", key, body, publish, journaled)

@@ -43,9 +43,10 @@ async def serve(
     stop: asyncio.Event,
     *,
     ready: Callable[[str], None] | None = None,
-) -> None:
+) -> tuple[int, int]:
     """Serve on ``settings.api.host``/``port`` until ``stop`` is set; ``ready`` gets the
-    base URL once it listens (port 0: the one it got)."""
+    base URL once it listens (port 0: the one it got). Returns the runs (and run events)
+    committed and the Kafka transactions that carried them (group commit's batching)."""
     held = Services.of(settings, lambda: datetime.now(UTC))
     app = create_app(settings, services=held)
     sock = listening_socket(settings.api.host, settings.api.port)
@@ -64,7 +65,7 @@ async def serve(
         while not server.started:
             if task.done():
                 await task  # raises what stopped it
-                return
+                return 0, 0
             await asyncio.sleep(0.05)
         port = sock.getsockname()[1]
         host = settings.api.host
@@ -77,3 +78,4 @@ async def serve(
             await task
         sock.close()
         await held.stop()
+    return held.publisher.runs_committed, held.publisher.transactions_committed

@@ -50,6 +50,7 @@ from events.payload_hashes import payload_hash
 from events.state_codec import dumps
 from ledger.stack import Stack
 from ledger.topics import create_topics
+from streams.topic_layout import changelog_topic
 
 METRICS_PORT = 29694
 REBUILT = re.compile(r"rebuilt (\d+) timers")
@@ -91,7 +92,7 @@ def open_states(n: int, tag: str) -> Iterator[tuple[bytes, bytes]]:
 
 async def create_changelog(settings: Settings) -> str:
     """The table's changelog topic, as faust would create it (compacted)."""
-    name = f"{settings.worker.group}-delivery-state-changelog"
+    name = changelog_topic(settings.worker.group)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka.bootstrap_servers, **client_options(settings.kafka)
     )

@@ -51,8 +51,15 @@ def specs(run: int, deliveries: int) -> list[DeliverySpec]:
     ]
 
 
-async def sdk_round(settings: Settings, runs: int, callers: int, deliveries: int) -> float:
-    """Runs/s of ``callers`` tasks sharing one Publisher, each awaiting its run in turn."""
+async def sdk_round(
+    settings: Settings,
+    runs: int,
+    callers: int,
+    deliveries: int,
+    counts: dict[str, int] | None = None,
+) -> float:
+    """Runs/s of ``callers`` tasks sharing one Publisher, each awaiting its run in turn
+    (``counts``: its runs and Kafka transactions are added there)."""
     tag = uuid.uuid4().hex[:8]
     all_specs = [specs(n, deliveries) for n in range(runs)]  # built before the clock starts
     async with Publisher(settings, producer_name="bench") as publisher:
@@ -63,7 +70,13 @@ async def sdk_round(settings: Settings, runs: int, callers: int, deliveries: int
 
         began = time.perf_counter()
         await asyncio.gather(*(caller(c) for c in range(callers)))
-        return runs / (time.perf_counter() - began)
+        rate = runs / (time.perf_counter() - began)
+        if counts is not None:
+            counts["runs"] = counts.get("runs", 0) + publisher.runs_committed
+            counts["transactions"] = (
+                counts.get("transactions", 0) + publisher.transactions_committed
+            )
+        return rate
 
 
 def raw_batches(settings: Settings, runs: int, deliveries: int) -> list[Records]:

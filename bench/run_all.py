@@ -30,6 +30,7 @@ from bench import (
     chaos,
     e2e,
     health_query,
+    http_ingest,
     memory,
     peer,
     publisher,
@@ -52,8 +53,8 @@ from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
-    "publisher", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit", "health", "tracing",
-    "chaos",
+    "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
+    "health", "tracing", "chaos",
 )  # fmt: skip
 
 
@@ -173,6 +174,11 @@ async def run_section(
         say("[bold]publisher[/] vs raw transactional produce")
         results["publisher"] = await publisher.measure(
             fresh_settings(settings, "pub"), sizes.publisher_runs, sizes.rounds, progress
+        )
+    if "http_ingest" in wanted:
+        say("[bold]HTTP ingest[/] (issue 28): 8 HTTP clients vs the SDK's 8 callers")
+        results["http_ingest"] = await http_ingest.measure(
+            fresh_settings(settings, "http"), sizes.publisher_runs, sizes.rounds, progress
         )
     if "rebuild" in wanted:
         say("[bold]rebuild[/] into SQLite vs raw read + decode")
@@ -319,6 +325,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
             f"raw {rounds_of(p['raw_1'])}; 8 callers: SDK {rounds_of(p['sdk_8'])}, raw "
             f"{rounds_of(p['raw_8'])} runs/s."
         )
+    if "http_ingest" in results:
+        http_ingest.rows(results["http_ingest"], row)
+        notes.append(http_ingest.note(results["http_ingest"]))
     if "rebuild" in results:
         rb = results["rebuild"]
         s, r = median(rb["sqlite_per_s"]), median(rb["raw_per_s"])

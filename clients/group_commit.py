@@ -10,6 +10,12 @@ a transaction that fails fails exactly the callers in it.
 
 A caller cancelled before its run was taken into a transaction leaves nothing behind; one
 cancelled later may find its run committed all the same, as with any commit in flight.
+
+A ``Journal`` (optional) keeps a record beside each run that comes with a ticket, one write
+per transaction instead of one per run: ``prepare`` before anything of the batch is sent
+(it may leave runs out, each with the error its caller gets), ``committed`` after the
+commit and before any caller returns. The HTTP API keeps its first answers so
+(api/idempotency.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import collections
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerFenced
@@ -48,6 +55,20 @@ class PublishFailed(LedgerError):
         self.written = written
 
 
+class Journal(Protocol):
+    """Records kept beside the runs of each transaction, in one write per transaction."""
+
+    def prepare(self, tickets: list[Any]) -> dict[int, BaseException]:
+        """Before anything of the batch is sent: record ``tickets``; the runs to leave out
+        (index in ``tickets``: the exception their caller gets; nothing of them is sent)."""
+        ...
+
+    def committed(self, tickets: list[Any]) -> None:
+        """After the transaction committed, before any of its callers returns (an error
+        here is logged: the runs are committed all the same)."""
+        ...
+
+
 @dataclass(eq=False)
 class _Pending:
     """One caller's run, waiting for the transaction that will carry it."""
@@ -57,14 +78,22 @@ class _Pending:
     size: int
     arrived: float
     future: asyncio.Future[None] = field(repr=False)
+    ticket: Any = None
 
 
 class GroupCommit:
     """Coalesces concurrent runs into few transactions of one transactional producer."""
 
-    def __init__(self, producer: AIOKafkaProducer, settings: Settings, transactional_id: str):
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        settings: Settings,
+        transactional_id: str,
+        journal: Journal | None = None,
+    ):
         """``producer`` is started and transactional; this object is its only user."""
         self._producer = producer
+        self._journal = journal
         self._settings = settings
         self._transactional_id = transactional_id
         self._max_runs = settings.publisher.max_runs_per_transaction
@@ -87,9 +116,9 @@ class GroupCommit:
             self._commit_loop(), name=f"group-commit {self._transactional_id}"
         )
 
-    async def submit(self, run_id: str, records: list[Record]) -> None:
+    async def submit(self, run_id: str, records: list[Record], ticket: Any = None) -> None:
         """Return once a transaction holding all of ``records`` committed, or raise
-        ``PublishFailed``."""
+        ``PublishFailed`` (or what the journal's ``prepare`` gave for ``ticket``)."""
         if self._dead is not None:
             cause, hint = self._dead
             raise PublishFailed(
@@ -108,7 +137,7 @@ class GroupCommit:
             )
         loop = asyncio.get_running_loop()
         size = sum(len(value) + len(key) for _, value, key, _headers in records)
-        pending = _Pending(run_id, records, size, loop.time(), loop.create_future())
+        pending = _Pending(run_id, records, size, loop.time(), loop.create_future(), ticket)
         was_empty = not self._queue
         self._queue.append(pending)
         self._queued_bytes += size
@@ -183,7 +212,36 @@ class GroupCommit:
             size += head.size
         return batch
 
+    def _prepare(self, batch: list[_Pending]) -> list[_Pending]:
+        """The batch less the runs the journal left out (their callers get its error)."""
+        journal = self._journal
+        ticketed = [pending for pending in batch if pending.ticket is not None]
+        if journal is None or not ticketed:
+            return batch
+        try:
+            refused = journal.prepare([pending.ticket for pending in ticketed])
+        except Exception as exc:  # noqa: BLE001 - a journal that failed: none of its runs go
+            refused = dict.fromkeys(range(len(ticketed)), exc)
+        for index, why in refused.items():
+            pending = ticketed[index]
+            if not pending.future.done():
+                pending.future.set_exception(why)
+        left = {id(ticketed[index]) for index in refused}
+        return [pending for pending in batch if id(pending) not in left]
+
+    def _committed(self, batch: list[_Pending]) -> None:
+        tickets = [pending.ticket for pending in batch if pending.ticket is not None]
+        if self._journal is None or not tickets:
+            return
+        try:
+            self._journal.committed(tickets)
+        except Exception as exc:  # noqa: BLE001 - committed all the same: the callers return
+            log.warning("group commit: the journal did not record a commit: %r", exc)
+
     async def _commit(self, batch: list[_Pending]) -> None:
+        batch = self._prepare(batch)
+        if not batch:
+            return
         producer = self._producer
         committing = False
         try:
@@ -210,6 +268,7 @@ class GroupCommit:
         self._last_end = asyncio.get_running_loop().time()
         self.transactions += 1
         self.runs += len(batch)
+        self._committed(batch)
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_result(None)

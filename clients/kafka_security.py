@@ -154,16 +154,17 @@ async def connect_error(settings: KafkaSettings) -> LedgerError:
     return _closed_on_us(settings)
 
 
-def ensure_reachable(settings: KafkaSettings) -> None:
+def ensure_reachable(settings: KafkaSettings, topics: tuple[str, ...] = ()) -> dict[str, int]:
     """Connect once (bounded): a ``LedgerError`` saying why if the brokers refuse us.
+    Returns the partition count of each of ``topics`` that exists.
 
     For processes that would otherwise fail inside a framework's start-up (the faust
     worker) with a traceback.
     """
-    asyncio.run(_ensure_reachable(settings))
+    return asyncio.run(_ensure_reachable(settings, topics))
 
 
-async def _ensure_reachable(settings: KafkaSettings) -> None:
+async def _ensure_reachable(settings: KafkaSettings, topics: tuple[str, ...]) -> dict[str, int]:
     client = AIOKafkaClient(
         bootstrap_servers=settings.bootstrap_servers,
         request_timeout_ms=int(DIAGNOSE_TIMEOUT_S * 1000),
@@ -172,13 +173,20 @@ async def _ensure_reachable(settings: KafkaSettings) -> None:
     quiet = logging.getLogger("aiokafka")  # every refused try is logged: we say it once
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    counts: dict[str, int] = {}
     try:
         await asyncio.wait_for(client.bootstrap(), DIAGNOSE_TIMEOUT_S)
+        if topics:
+            cluster = await asyncio.wait_for(client.fetch_all_metadata(), DIAGNOSE_TIMEOUT_S)
+            for topic in topics:
+                if partitions := cluster.partitions_for_topic(topic):
+                    counts[topic] = len(partitions)
     except (KafkaError, OSError, TimeoutError):
         raise await connect_error(settings) from None
     finally:
         quiet.setLevel(level)
         await client.close()
+    return counts
 
 
 async def start_producer(producer: AIOKafkaProducer, settings: KafkaSettings) -> None:

@@ -24,7 +24,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from clients.group_commit import GroupCommit, Record
+from clients.group_commit import GroupCommit, Journal, Record
 from clients.group_commit import PublishFailed as PublishFailed  # part of the SDK
 from clients.kafka_security import client_options, start_producer
 from clients.tracing import TRACEPARENT, current_traceparent, span
@@ -149,10 +149,14 @@ class Publisher:
         *,
         producer_name: str | None = None,
         transactional_id: str | None = None,
+        journal: Journal | None = None,
     ) -> None:
         """``transactional_id`` should be stable per agent instance: a restart then fences
-        its dead predecessor and aborts that one's open transaction immediately."""
+        its dead predecessor and aborts that one's open transaction immediately.
+        ``journal``: records kept beside the runs that come with a ``ticket``, one write per
+        transaction (clients/group_commit.py; the HTTP API's first answers)."""
         self._settings = settings
+        self._journal = journal
         self._addresses = address_policy(settings.channels)
         self._producer_name = producer_name or settings.publisher.producer_name
         self._transactional_id = transactional_id or (
@@ -178,7 +182,7 @@ class Publisher:
         )
         await start_producer(producer, self._settings.kafka)
         self._producer = producer
-        self._group = GroupCommit(producer, self._settings, self._transactional_id)
+        self._group = GroupCommit(producer, self._settings, self._transactional_id, self._journal)
         self._group.start()
 
     async def stop(self) -> None:
@@ -189,6 +193,11 @@ class Publisher:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+
+    @property
+    def journal(self) -> Journal | None:
+        """The records kept beside ticketed runs (``journal=``), if any."""
+        return self._journal
 
     @property
     def transactions_committed(self) -> int:
@@ -213,19 +222,24 @@ class Publisher:
         await self.stop()
 
     async def run_started(
-        self, run_id: str, *, agent: str | None = None, producer: str | None = None
+        self,
+        run_id: str,
+        *,
+        agent: str | None = None,
+        producer: str | None = None,
+        ticket: object = None,
     ) -> RunStarted:
         """Record that a run began. ``producer``, on any call, names the agent the events
         come from, for a publisher shared by several (the HTTP API); by default the
-        publisher's own name."""
+        publisher's own name. ``ticket``, on any call: the journal's record of the run."""
         event = RunStarted(
             run_id=_run_id(run_id), agent=agent, producer=producer or self._producer_name
         )
-        await self._commit([(self._settings.kafka.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)], ticket)
         return event
 
     async def run_failed(
-        self, run_id: str, error: str, *, producer: str | None = None
+        self, run_id: str, error: str, *, producer: str | None = None, ticket: object = None
     ) -> RunFailed:
         """Record that a run failed; no deliveries follow a failure."""
         if not error:
@@ -233,11 +247,11 @@ class Publisher:
         event = RunFailed(
             run_id=_run_id(run_id), error=error, producer=producer or self._producer_name
         )
-        await self._commit([(self._settings.kafka.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)], ticket)
         return event
 
     async def run_marked_unknown(
-        self, run_id: str, reason: str, *, producer: str | None = None
+        self, run_id: str, reason: str, *, producer: str | None = None, ticket: object = None
     ) -> RunMarkedUnknown:
         """Record that nobody can tell whether the run finished (e.g. its agent vanished)."""
         if not reason:
@@ -245,7 +259,7 @@ class Publisher:
         event = RunMarkedUnknown(
             run_id=_run_id(run_id), reason=reason, producer=producer or self._producer_name
         )
-        await self._commit([(self._settings.kafka.topic_runs, event)])
+        await self._commit([(self._settings.kafka.topic_runs, event)], ticket)
         return event
 
     async def run_succeeded(
@@ -263,6 +277,20 @@ class Publisher:
         header, so the worker's spans for the delivery continue the caller's trace.
         """
         requests = self.check_run_succeeded(run_id, result_hash, deliveries, producer=producer)
+        await self.publish_checked(run_id, result_hash, requests, producer=producer)
+        return requests
+
+    async def publish_checked(
+        self,
+        run_id: str,
+        result_hash: str,
+        requests: list[DeliveryRequested],
+        *,
+        producer: str | None = None,
+        ticket: object = None,
+    ) -> None:
+        """``run_succeeded`` for the requests ``check_run_succeeded`` returned (with the
+        same ``run_id``, ``result_hash`` and ``producer``): checked and built once."""
         run_event = RunSucceeded(
             run_id=run_id, result_hash=result_hash, producer=producer or self._producer_name
         )
@@ -276,8 +304,7 @@ class Publisher:
             headers = None if traceparent is None else [(TRACEPARENT, traceparent.encode())]
             batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
             batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
-            await self._commit(batch, headers)
-        return requests
+            await self._commit(batch, ticket, headers)
 
     def _blocked(self, recipient: str) -> str | None:
         """Why the worker would refuse to contact ``recipient``, when that is known
@@ -357,7 +384,10 @@ class Publisher:
         return requests
 
     async def _commit(
-        self, batch: list[tuple[str, Event]], headers: list[tuple[str, bytes]] | None = None
+        self,
+        batch: list[tuple[str, Event]],
+        ticket: object = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """Encode one run's events, refuse any the producer would, and wait for the
         transaction that carries them all; ``headers`` go on its delivery requests."""
@@ -373,7 +403,7 @@ class Publisher:
                     f"limit of {MAX_RECORD_BYTES} (lower the payload)"
                 )
             records.append((topic, value, key, on))
-        await group.submit(batch[0][1].run_id, records)  # type: ignore[attr-defined]
+        await group.submit(batch[0][1].run_id, records, ticket)  # type: ignore[attr-defined]
 
     def _require_started(self) -> GroupCommit:
         if self._group is None or self._producer is None:

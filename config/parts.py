@@ -408,10 +408,11 @@ class ApiSettings(Part):
     port: int = Field(default=8780, ge=0, le=65535)
     """Port the API listens on (0: any free)."""
     dsn: str | None = None
-    """The API's own database of first answers (idempotency by run id):
-    ``sqlite:///path`` (none: ``api.sqlite3`` in the data dir); every API instance that
-    serves the same agents must share one (so, for now, run them on one machine).
-    ``ledger api --dsn`` overrides it."""
+    """The API's own database of first answers (idempotency by run id), by its scheme:
+    ``sqlite:///path`` (none: ``api.sqlite3`` in the data dir), for API instances on one
+    machine, or ``postgresql://user:password@host/db``, for instances on several machines.
+    Every API instance that serves the same agents must share one. ``ledger api --dsn``
+    overrides it."""
     transactional_id: str | None = None
     """Kafka transactional id of the API's publisher (none: ``ledger-api-`` and a random
     suffix). Give each instance a stable one to fence its dead predecessor at restart."""
@@ -430,11 +431,11 @@ class ApiSettings(Part):
 
     @field_validator("dsn")
     @classmethod
-    def _sqlite_only(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("sqlite://"):
-            raise ValueError(
-                "must be sqlite:///path (the API's idempotency database is SQLite for now)"
-            )
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(
+            ("sqlite://", "postgresql://", "postgres://")
+        ):
+            raise ValueError("must be sqlite:///path or postgresql://user:password@host/db")
         return value
 
 

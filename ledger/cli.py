@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "channels": ("channels", False),
     "dashboard": ("dashboard", False),
     "api": ("api", False),
+    "mcp": ("mcp", False),
     "api-keys": ("api_keys", True),
     "fake-email-api": ("fake_email_api", False),
     "fake-form": ("fake_form", False),

@@ -187,6 +187,7 @@ def _apply_run(batch: Batch, event: AnyExecutionEvent) -> None:
             "events": 0,
             "created_at": at,
             "updated_at": at,
+            "producer": event.producer,
         }
         batch.runs[event.run_id] = row
     row["events"] += 1

@@ -74,6 +74,14 @@ def _shown(rows: list[Row]) -> list[Row]:
     return shown
 
 
+def run_not_found(run_id: str) -> LedgerError:
+    """What is said of a run the projection does not hold (or that a reader may not see)."""
+    return LedgerError(
+        f"run {run_id} is not in the projection",
+        "check the run id, or that 'ledger project' has caught up",
+    )
+
+
 def run_view(store: Store, run_id: str, *, offset: int = 0, limit: int | None = None) -> RunView:
     """What the projection knows about ``run_id``, URLs redacted (``events.redaction``):
     the run, and its deliveries from ``offset`` on, at most ``limit`` of them (None: all),
@@ -95,10 +103,7 @@ def run_view(store: Store, run_id: str, *, offset: int = 0, limit: int | None = 
     for row in deliveries:
         del row["state"]  # the fold's bookkeeping, not part of the incident view
     if not runs and not total:
-        raise LedgerError(
-            f"run {run_id} is not in the projection",
-            "check the run id, or that 'ledger project' has caught up",
-        )
+        raise run_not_found(run_id)
     run = runs[0] if runs else None
     view = RunView(run_id, run, _execution(run), total_deliveries=total, offset=offset)
     attempts = _of_page(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,10 @@ AGENT_RUNS = Table(
         ("events", "INTEGER NOT NULL"),
         ("created_at", "TEXT NOT NULL"),
         ("updated_at", "TEXT NOT NULL"),
+        # Version 10: who published the run, the producer of its first execution event (the
+        # agent an API key names: the API answers reads of a run to that agent's keys only).
+        # ``agent`` above is what RunStarted says, and a run need not send one.
+        ("producer", "TEXT"),
     ),
     ("run_id",),
 )

@@ -31,3 +31,25 @@ def readme_block(name: str) -> str:
     found = [code for marker, code in python_blocks() if marker == name]
     assert len(found) == 1, f"README.md has {len(found)} python blocks marked {name!r}"
     return found[0]
+
+
+_TS_BLOCK = re.compile(r"(?:<!-- ([a-z-]+) -->\n)?```ts\n(.*?)```", re.S)
+
+
+def typescript_blocks() -> list[tuple[str | None, str]]:
+    """Every TypeScript block of the README, with the marker before it (None: no marker)."""
+    return [(m.group(1), m.group(2)) for m in _TS_BLOCK.finditer(README.read_text())]
+
+
+def readme_typescript_block(name: str) -> str:
+    """The TypeScript block after ``<!-- name -->``, as written."""
+    found = [code for marker, code in typescript_blocks() if marker == name]
+    assert len(found) == 1, f"README.md has {len(found)} ts blocks marked {name!r}"
+    return found[0]
+
+
+def readme_json_block(name: str) -> str:
+    """The JSON block after ``<!-- name -->``, as written."""
+    found = re.findall(rf"<!-- {re.escape(name)} -->\n```json\n(.*?)```", README.read_text(), re.S)
+    assert len(found) == 1, f"README.md has {len(found)} json blocks marked {name!r}"
+    return str(found[0])

@@ -1,4 +1,5 @@
-"""Every Python block of the README runs as a test; the publishing example runs here.
+"""Every Python and TypeScript block of the README runs as a test; the publishing example
+runs here.
 
 The other blocks run where they are used: the channel plugin's two halves in
 ``tests/streams/test_channel_plugin.py``, the receiver in
@@ -17,7 +18,7 @@ from events.delivery import DeliveryRequested
 from events.execution import RunSucceeded
 from ledger.stack import settings_env
 from tests.fixtures.broker import ReadTopic
-from tests.readme import ROOT, python_blocks, readme_block
+from tests.readme import ROOT, python_blocks, readme_block, typescript_blocks
 
 
 def test_every_python_block_is_marked_and_run_by_a_test() -> None:
@@ -27,6 +28,17 @@ def test_every_python_block_is_marked_and_run_by_a_test() -> None:
     asked = set()
     for path in (ROOT / "tests").rglob("*.py"):
         asked |= set(re.findall(r'readme_block\("([a-z-]+)"\)', path.read_text()))
+    assert {marker for marker, _ in blocks} <= asked
+
+
+def test_every_typescript_block_is_marked_and_run_by_a_test() -> None:
+    """The TypeScript blocks run in tests/typescript/test_typescript.py (compiled by tsc)."""
+    blocks = typescript_blocks()
+    assert len(blocks) >= 2
+    assert [code[:40] for marker, code in blocks if marker is None] == []
+    asked = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        asked |= set(re.findall(r'readme_typescript_block\("([a-z-]+)"\)', path.read_text()))
     assert {marker for marker, _ in blocks} <= asked
 
 

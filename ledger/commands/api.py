@@ -30,7 +30,9 @@ def api_command(
     dsn: Annotated[
         str | None,
         typer.Option(
-            "--dsn", help="The API's idempotency database, sqlite:///path (LEDGER_API__DSN)."
+            "--dsn",
+            help="The API's idempotency database, sqlite:///path or postgresql://... "
+            "(LEDGER_API__DSN).",
         ),
     ] = None,
 ) -> None:
@@ -39,19 +41,19 @@ def api_command(
     settings = changed(Settings(), {k: v for k, v in given.items() if v is not None})
     from api import serve  # FastAPI is loaded by this command only
 
-    async def serving() -> None:
+    async def serving() -> tuple[int, int]:
         stop = stop_on_signals()
 
         def ready(url: str) -> None:
             out.print(f"api on {url} (OpenAPI at {url}/openapi.json); Ctrl-C stops")
 
-        await serve(settings, stop, ready=ready)
+        return await serve(settings, stop, ready=ready)
 
-    try:
-        event_loop.run(serving(), settings)  # LEDGER_EVENT_LOOP, as the worker's
+    try:  # LEDGER_EVENT_LOOP, as the worker's
+        runs, transactions = event_loop.run(serving(), settings)
     except OSError as exc:
         raise LedgerError(
             f"cannot listen: {exc.strerror or exc}",
             "choose another with --port or LEDGER_API__PORT",
         ) from None
-    out.print("api stopped")
+    out.print(f"api stopped ({runs:,} runs in {transactions:,} Kafka transactions)")

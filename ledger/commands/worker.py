@@ -27,10 +27,10 @@ def worker(
     ] = None,
 ) -> None:
     """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
-    from clients.kafka_security import ensure_reachable
     from config.settings import Settings, changed
     from ledger import event_loop
     from streams.app import create_app
+    from streams.topic_layout import changelog_topic, check_topic_layout
 
     if loglevel.upper() not in logging.getLevelNamesMapping():
         raise typer.BadParameter(
@@ -47,7 +47,8 @@ def worker(
     # Settings and secrets are checked (create_app) before the first connection; a
     # broker that refuses us (or none) is one line, not faust's traceback.
     built = create_app(settings, name=name)
-    ensure_reachable(settings.kafka)
+    # A changelog left by another partition layout is one line here, not faust's crash.
+    check_topic_layout(settings.kafka, changelog_topic(settings.worker.group))
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     if settings.worker.metrics_port and built.metrics is not None:
         built.metrics.serve(settings.worker.metrics_host, settings.worker.metrics_port)

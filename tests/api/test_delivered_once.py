@@ -36,6 +36,7 @@ async def test_a_run_published_over_http_is_delivered_once_like_an_sdk_run(
     settings = receiver.settings(worker_factory.settings)
     worker_factory.settings = live_projection.settings = settings
     _, token = await new_key(settings, "agent-http")
+    _, sdk_token = await new_key(settings, "agent-sdk")  # the SDK run's producer
     api = api_factory.start(settings, {"projection.dsn": live_projection.dsn})
     worker_factory.start("w1")
     live_projection.start()
@@ -99,6 +100,34 @@ async def test_a_run_published_over_http_is_delivered_once_like_an_sdk_run(
         assert one.json() == delivery
         missing = await http.get("/v1/deliveries/" + "0" * 64)
         assert (missing.status_code, missing.json()["field"]) == (404, "key")
+
+        # Reads answer the key's own agent only: another agent's run and delivery are not
+        # found, in the words used for what is not there at all.
+        nowhere = await http.get("/v1/runs/run-nowhere")
+        theirs = await http.get("/v1/runs/run-sdk")
+        assert (theirs.status_code, theirs.json()["field"]) == (404, "run_id")
+        assert theirs.json()["error"] == nowhere.json()["error"].replace("nowhere", "sdk")
+        their_delivery = await http.get(f"/v1/deliveries/{sdk.idempotency_key}")
+        assert their_delivery.status_code == 404
+        assert their_delivery.json()["error"] == missing.json()["error"].replace(
+            "0" * 64, sdk.idempotency_key
+        )
+        # A run with no RunStarted and no deliveries is still its publisher's to read.
+        bare = await http.post("/v1/runs/run-bare/complete", json={"result_hash": "h"})
+        assert bare.status_code == 201, bare.text
+        sdk_auth = {"Authorization": f"Bearer {sdk_token}"}
+        async with httpx.AsyncClient(base_url=api.url, headers=sdk_auth, timeout=30) as other:
+            mine = await other.get("/v1/runs/run-sdk")
+            assert (mine.status_code, mine.json()["execution"]["status"]) == (200, "SUCCEEDED")
+            assert (await other.get(f"/v1/deliveries/{sdk.idempotency_key}")).status_code == 200
+            assert (await other.get("/v1/runs/run-http")).status_code == 404
+            assert (await other.get(f"/v1/deliveries/{key}")).status_code == 404
+
+            async def bare_projected() -> bool:
+                return (await http.get("/v1/runs/run-bare")).status_code == 200
+
+            await wait_for(bare_projected, 30, "run-bare readable by its publisher")
+            assert (await other.get("/v1/runs/run-bare")).status_code == 404
 
     # Exactly once at a receiver that does not dedupe: one POST, processed once.
     for each in (key, sdk.idempotency_key):

@@ -70,6 +70,19 @@ async def test_the_same_body_again_gets_the_first_answer_and_is_published_once(
         assert started.status_code == 201, started.text
         assert started.json()["event"] == "run.started"
 
+    # After a restart (the first answers are in the API's SQLite file): the same body gets
+    # the first answer, a different one 409.
+    api.stop()
+    api = api_factory.start(settings)
+    async with httpx.AsyncClient(base_url=api.url, headers=auth, timeout=30) as http:
+        after = await http.post("/v1/runs/run-1/complete", json=complete())
+        assert after.status_code == 201, after.text
+        assert after.json() == first.json()
+        assert after.headers["Idempotent-Replayed"] == "true"
+        other = await http.post("/v1/runs/run-1/complete", json=complete("sha256:r2"))
+        assert other.status_code == 409
+        assert other.json()["field"] == "result_hash"
+
     runs = [e for e in await read_topic(settings.kafka.topic_runs) if isinstance(e, RunSucceeded)]
     assert sorted(r.run_id for r in runs) == ["run-1", "run-2"]
     assert {r.producer for r in runs} == {"agent-7"}

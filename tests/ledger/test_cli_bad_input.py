@@ -181,8 +181,19 @@ CASES: dict[str, list[Case]] = {
     "dashboard": [Case(("--port", "99999"), 2, "Invalid value for '--port'")],
     "api": [
         Case(("--port", "99999"), 2, "Invalid value for '--port'"),
-        Case(("--dsn", "postgresql://db/x"), 2, "must be sqlite:///path"),
+        Case(("--dsn", "mysql://db/x"), 2, "must be sqlite:///path or postgresql://"),
+        Case(
+            ("--dsn", "postgresql://postgres@127.0.0.1:1/x"),
+            1,
+            "the idempotency database did not answer (cannot connect to",
+        ),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
+    ],
+    "mcp": [
+        Case(("--http", "--port", "99999"), 2, "Invalid value for '--port'"),
+        Case(("--port", "8790"), 2, "--port goes with --http"),
+        Case(("--agent", "a bot"), 2, "--agent must be 1-200 letters"),
+        Case(("--operator", " "), 2, "an operator action needs the operator's name"),
     ],
     "api-keys create": [
         Case(("--agent", ""), 2, "--agent must be 1-200 characters"),
