@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -232,7 +232,9 @@ class DeliveryProcessor:
             and record.headers
             and (traceparent := tracing.traceparent_in(record.headers)) is not None
         ):
-            after = replace(after, traceparent=traceparent)
+            # ``after`` is the fresh state of this request (``apply`` made it just now):
+            # finished in place, as ``apply`` finishes its own copies (a copy was ~50 us).
+            after.__dict__["traceparent"] = traceparent
         now = self._clock()
         decided: list[Event] = []
         if isinstance(event, DeliveryRequested):
