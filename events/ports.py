@@ -45,3 +45,26 @@ def free_port(host: str = "127.0.0.1") -> int:
 def listen_port(requested: int, host: str = "127.0.0.1") -> int:
     """``requested``, or for 0 a free port outside the ephemeral range."""
     return requested if requested else free_port(host)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A server's socket, bound (port 0: a free one below the ephemeral range). Made with
+    proto=IPPROTO_TCP, as asyncio's own servers make theirs: asyncio sets TCP_NODELAY on
+    accepted connections only when the socket says it is TCP, and without it every
+    keep-alive answer written in two parts (uvicorn: headers, then body) waited out the
+    client's delayed ACK (~40 ms)."""
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, listen_port(port, host)))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port`` (an IPv6 address in brackets)."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"

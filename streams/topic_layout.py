@@ -24,7 +24,9 @@ def layout_error(
     settings: KafkaSettings, changelog: str, counts: dict[str, int]
 ) -> ConfigError | None:
     """Why the existing topics (``counts``: partitions by topic name) cannot work with
-    ``settings``, or None."""
+    ``settings``, or None. faust's own rule: a table's changelog has exactly as many
+    partitions as its source topic (``PartitionsMismatch`` otherwise; fewer also crashed
+    our write-back with "Unrecognized partition")."""
     deliveries = settings.topic_deliveries
     found = counts.get(deliveries)
     if found is not None and found != settings.partitions:

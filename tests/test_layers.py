@@ -4,7 +4,9 @@ functions and under TYPE_CHECKING): dependencies point one way and make no circl
 events imports nothing of ours; config and clients import events (clients may import
 config); receiver imports events only; streams and projections import those and never
 each other; api (the HTTP ingest API) imports those and projections; ledger sits on top
-(docs: ARCHITECTURE.md, "Layout")."""
+(docs: ARCHITECTURE.md, "Layout"). The dashboard (in projections) and the API serve through
+the receiver kit's ``receiver.uvicorn_server`` (one way to run uvicorn), so both may import
+receiver, which itself imports events only (docs/ARCHITECTURE.md, "HTTP servers")."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ ALLOWED = {
     "clients": {"events", "config"},
     "receiver": {"events"},
     "streams": {"events", "config", "clients"},
-    "projections": {"events", "config", "clients"},
-    "api": {"events", "config", "clients", "projections"},
+    "projections": {"events", "config", "clients", "receiver"},
+    "api": {"events", "config", "clients", "receiver", "projections"},
     "ledger": set(PACKAGES) - {"ledger"},
 }
 

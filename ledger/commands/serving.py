@@ -26,3 +26,19 @@ def run_server(serving: Coroutine[Any, Any, None], ports_hint: str) -> None:
         asyncio.run(serving)
     except OSError as exc:
         raise LedgerError(f"cannot listen: {exc.strerror or exc}", ports_hint) from None
+
+
+async def serve_together(stop: asyncio.Event, *servers: Coroutine[Any, Any, Any]) -> list[Any]:
+    """Run ``servers`` (each serving until ``stop`` is set) until all have ended, and
+    return what each returned; the first that fails sets ``stop`` for the others, and its
+    error is raised once they have stopped."""
+    tasks = [asyncio.create_task(server) for server in servers]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        stop.set()
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
+    for outcome in ended:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return ended

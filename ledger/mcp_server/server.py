@@ -6,7 +6,6 @@ echoed), served over stdio or streamable HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,16 +13,15 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import mcp_types as types
-import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
 from api.errors import validation_problem
-from api.server import listening_socket
 from clients.tracing import span
 from events.base import RUN_ID_PATTERN
+from events.ports import listening_socket
 from events.redaction import redacted_data, redacted_text
 from ledger.mcp_server.tools import (
     Answer,
@@ -35,6 +33,7 @@ from ledger.mcp_server.tools import (
     ToolRefused,
     Which,
 )
+from receiver.uvicorn_server import serve_on
 
 log = logging.getLogger("ledger.mcp")
 NAME = "delivery-ledger"
@@ -273,24 +272,14 @@ async def serve_http(
     (port 0: a free one below the kernel's ephemeral range); ``ready`` gets the URL."""
     app = build_server(tools).streamable_http_app(streamable_http_path="/mcp", host=HOST)
     sock = listening_socket(HOST, port)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-    )
-    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        for _ in range(600):  # bounded: 30 s for uvicorn to start
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.05)
-        if task.done():
-            await task  # raises what stopped it
-            return
-        if ready is not None:
-            ready(f"http://{HOST}:{sock.getsockname()[1]}/mcp")
-        await stop.wait()
+        await serve_on(
+            app,
+            sock,
+            stop,
+            ready=None if ready is None else lambda got: ready(f"http://{HOST}:{got}/mcp"),
+            lifespan="auto",  # the MCP session manager runs in the app's lifespan
+            timeout_graceful_shutdown=5,
+        )
     finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        sock.close()
         await tools.close()

@@ -30,7 +30,8 @@ from events.operator import OPERATOR_PATTERN
 from events.redaction import redacted_data, redacted_text
 from ledger.render import timeline_lines
 from projections.backends import default_dsn
-from projections.dashboard.actions import Refused, append_signed
+from projections.dashboard.actions import append_signed
+from projections.dashboard.errors import Refused
 from projections.incident import key_position, run_view
 from projections.queries import UNKNOWN, delivery_state, unknown_awaiting_reconciliation
 from projections.store import Store

@@ -1,12 +1,16 @@
 """The dashboard: a web page, its JSON API and Prometheus metrics, over the projection only.
 
-    app = create_app(settings, store)          # aiohttp application
+    app = create_app(settings, store)          # an ASGI application (FastAPI)
     await serve(settings, store, stop_event)   # or listen until stopped
 
 Modules: ``overview`` (the page: which answers of ``projections.queries`` it shows, and
 how), ``lookup`` (search, one run's page), ``guard`` (Host check, bearer token, binding
-and token rules, where a state-changing request comes from), ``actions`` (the operator's
-Resolve and Redrive buttons: JSON in, a signed event appended), ``server`` (routes);
+and token rules, where a state-changing request comes from: the middleware every request
+passes), ``actions`` (the operator's Resolve and Redrive buttons: JSON in, a signed event
+appended), ``budgets`` (the budget release), ``errors`` (every refusal: one line and a
+hint), ``store_thread`` (the one thread the store is used from, riding database
+restarts), ``models`` (the answers' shapes, for the OpenAPI document), ``server``
+(routes, serving with uvicorn);
 ``static/`` holds the page, its script and stylesheet (no CDN: everything ships in the
 package).
 """

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from aiohttp import web
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 
 from clients.operator_actions import (
     Action,
@@ -42,6 +43,7 @@ from config.settings import Settings
 from events.delivery_state import DeliveryState, operator_refusal
 from events.errors import ConfigError, LedgerError
 from events.operator import OperatorEvent
+from projections.dashboard.errors import Refused, json_answer
 
 ReadState = Callable[[str], Awaitable[DeliveryState | None]]
 
@@ -64,22 +66,7 @@ class Context:
     read_state: ReadState
 
 
-class Refused(Exception):
-    """An action not taken: an HTTP status, one line and a hint."""
-
-    def __init__(self, status: int, error: str, hint: str) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.hint = hint
-
-
-def answer(data: dict[str, Any], status: int) -> web.Response:
-    """A JSON answer (an action's result, or its refusal in one line and a hint)."""
-    return web.Response(text=json.dumps(data), status=status, content_type="application/json")
-
-
-async def resolve(request: web.Request, ctx: Context) -> web.Response:
+async def resolve(request: Request, ctx: Context) -> Response:
     """Settle a delivery as delivered, not delivered, or abandoned (202 with the event id)."""
 
     async def build(body: dict[str, Any], state: DeliveryState, who: str, why: str) -> Action:
@@ -104,7 +91,7 @@ async def resolve(request: web.Request, ctx: Context) -> web.Response:
     return await _act(request, ctx, "resolve", build)
 
 
-async def redrive(request: web.Request, ctx: Context) -> web.Response:
+async def redrive(request: Request, ctx: Context) -> Response:
     """Send a FAILED delivery again, or reconcile an UNKNOWN afresh (202 with the event id)."""
 
     async def build(body: dict[str, Any], state: DeliveryState, who: str, why: str) -> Action:
@@ -116,8 +103,8 @@ async def redrive(request: web.Request, ctx: Context) -> web.Response:
 Build = Callable[[dict[str, Any], DeliveryState, str, str], Awaitable[Action]]
 
 
-async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> web.Response:
-    key = request.match_info["key"]
+async def _act(request: Request, ctx: Context, what: str, build: Build) -> Response:
+    key: str = request.path_params["key"]
     try:
         body = await read_body(request)
         who, why = who_and_why(body)
@@ -139,16 +126,12 @@ async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> w
         if refusal is not None:
             raise Refused(409, refusal, "reload: the page shows the delivery as it is now")
         event = await _append(ctx.settings, action)
-    except Refused as no:
-        return answer({"error": no.error, "hint": no.hint}, no.status)
-    except web.HTTPException:
-        raise  # the projection is unavailable: the server's own answer (503)
+    except Refused as no:  # the projection unavailable (503) included
+        return no.response()
     except Exception:  # noqa: BLE001 - an answer, never a traceback; details in the log
         _log.exception("operator %s of %s failed", what, key[:200])
-        return answer(
-            {"error": f"the {what} failed unexpectedly", "hint": "see the dashboard's log"}, 500
-        )
-    return answer(
+        return Refused(500, f"the {what} failed unexpectedly", "see the dashboard's log").response()
+    return json_answer(
         {
             "event_id": str(event.event_id),
             "action": what,
@@ -161,17 +144,22 @@ async def _act(request: web.Request, ctx: Context, what: str, build: Build) -> w
     )
 
 
-async def read_body(request: web.Request) -> dict[str, Any]:
+async def read_body(request: Request) -> dict[str, Any]:
     """The request's JSON object (bounded), else ``Refused`` (415, 413, 400)."""
-    if request.content_type != "application/json":
+    media_type = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
         raise Refused(
             415, "operator actions take a JSON body", "send Content-Type: application/json"
         )
-    if (request.content_length or 0) > MAX_BODY:
-        raise Refused(413, f"the body is over {MAX_BODY} bytes", "send the action only")
-    raw = await request.content.read(MAX_BODY + 1)
-    if len(raw) > MAX_BODY:
-        raise Refused(413, f"the body is over {MAX_BODY} bytes", "send the action only")
+    too_big = Refused(413, f"the body is over {MAX_BODY} bytes", "send the action only")
+    declared = request.headers.get("Content-Length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
+        raise too_big
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise too_big  # the rest is never read
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):

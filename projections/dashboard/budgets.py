@@ -18,20 +18,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
 from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 
 from clients.budget_actions import PRODUCER, BudgetActions
 from config.settings import Settings
 from events.budgets import AGENT_PATTERN, MAX_LIMIT, BudgetReleased
-from projections.dashboard.actions import (
-    Refused,
-    answer,
-    append_signed,
-    body_text,
-    read_body,
-    who_and_why,
-)
+from projections.dashboard.actions import append_signed, body_text, read_body, who_and_why
+from projections.dashboard.errors import Refused, json_answer
 
 # Whether the projection knows a budget of (agent, channel or None).
 KnowsBudget = Callable[[str, str | None], Awaitable[bool]]
@@ -46,9 +41,9 @@ class ReleaseContext:
     knows_budget: KnowsBudget
 
 
-async def release(request: web.Request, ctx: ReleaseContext) -> web.Response:
+async def release(request: Request, ctx: ReleaseContext) -> Response:
     """Let ``count`` more of the agent's deliveries go (202 with the event id)."""
-    agent = request.match_info["agent"]
+    agent: str = request.path_params["agent"]
     try:
         if not re.match(AGENT_PATTERN, agent):
             raise Refused(400, "the agent must be 1-200 printable characters", "check the URL")
@@ -78,8 +73,8 @@ async def release(request: web.Request, ctx: ReleaseContext) -> web.Response:
             raise Refused(400, f"{field}: {first['msg']}", "correct it and try again") from None
         await _append(ctx.settings, event)
     except Refused as no:
-        return answer({"error": no.error, "hint": no.hint}, no.status)
-    return answer(
+        return no.response()
+    return json_answer(
         {
             "event_id": str(event.event_id),
             "action": "release",

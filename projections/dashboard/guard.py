@@ -6,26 +6,35 @@ browser knows; only the ``Host`` header gives it away. So every request must nam
 bound address, a loopback name when bound to loopback, or a configured name
 (``LEDGER_DASHBOARD__ALLOWED_HOSTS``). An IP literal cannot be re-pointed, so when the
 dashboard listens on every interface any address is accepted.
+
+``Guard`` is the ASGI middleware that asks all of it before any route runs (a request that
+matches no route, a CORS preflight, included), and puts the security headers on every
+answer.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.parts import DashboardSettings
 from events.addresses import is_loopback
 from events.errors import LedgerError
+from projections.dashboard.errors import Refused
 
 MIN_TOKEN_BYTES = 32
 # Longer than this is not a token we issued: refused without comparing.
 MAX_TOKEN_BYTES = 1024
+# A header line longer than this is refused before anything reads it (aiohttp's parser
+# limit, which the dashboard had; h11 limits only a head that arrives incomplete).
+MAX_HEADER_BYTES = 8190
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names, not a binding
 _PLACEHOLDER = re.compile(r"change[\s_-]*me|changeit|replace[\s_-]*me", re.IGNORECASE)
@@ -96,20 +105,22 @@ def authorized(header: str | None, token: str) -> bool:
     return hmac.compare_digest(offered, token.encode("utf-8", "surrogateescape"))
 
 
-def unauthorized() -> web.HTTPUnauthorized:
+def unauthorized() -> Response:
     """401 with a challenge and no data."""
-    return web.HTTPUnauthorized(
-        text=json.dumps({"error": "bearer token required"}),
-        content_type="application/json",
+    # The challenge (WWW-Authenticate) says what to send; the body is only the line.
+    return Refused(
+        401,
+        "bearer token required",
         headers={"WWW-Authenticate": 'Bearer realm="ledger-dashboard"'},
-    )
+    ).response()
 
 
-def misdirected() -> web.HTTPMisdirectedRequest:
+def misdirected() -> Response:
     """421 with a short body and no data: the request named a host that is not this one."""
-    return web.HTTPMisdirectedRequest(
-        text="unknown Host; the dashboard answers only to its own names "
-        "(LEDGER_DASHBOARD__ALLOWED_HOSTS adds one)\n"
+    return PlainTextResponse(
+        "unknown Host; the dashboard answers only to its own names "
+        "(LEDGER_DASHBOARD__ALLOWED_HOSTS adds one)\n",
+        421,
     )
 
 
@@ -163,11 +174,83 @@ def _same_place(url: str, host: str | None) -> bool:
     )
 
 
-def refused(reason: str, hint: str) -> web.HTTPForbidden:
+def refused(reason: str, hint: str) -> Response:
     """403 with one line and a hint, and no data."""
-    return web.HTTPForbidden(
-        text=json.dumps({"error": reason, "hint": hint}), content_type="application/json"
-    )
+    return Refused(403, reason, hint).response()
+
+
+# Data lives behind /api and /metrics; the page shell and its assets hold none.
+PROTECTED = ("/api/", "/metrics")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class Guard:
+    """Every request passes here first: its Host, where a state-changing one comes from,
+    its token; every answer leaves with ``SECURITY_HEADERS``."""
+
+    def __init__(self, app: ASGIApp, settings: DashboardSettings) -> None:
+        self.app = app
+        self.settings = settings
+        self.hosts = allowed_hosts(settings)
+        self.token = settings.token.get_secret_value() if settings.token else ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse, or pass the request on; either way with the security headers."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(SECURITY_HEADERS)
+            await send(message)
+
+        if any(len(name) + len(value) + 2 > MAX_HEADER_BYTES for name, value in scope["headers"]):
+            refusal: Response | None = Refused(
+                400,
+                f"a request header is over {MAX_HEADER_BYTES} bytes",
+                "send the header the dashboard asks for, no more",
+            ).response()
+        else:
+            refusal = self.refusal(scope["method"], scope["path"], Headers(scope=scope))
+        if refusal is not None:
+            await refusal(scope, receive, secured)
+            return
+        await self.app(scope, receive, secured)
+
+    def refusal(self, method: str, path: str, headers: Headers) -> Response | None:
+        """Why this request gets no answer from a route (None: it may have one)."""
+        # The Host first: a rebound name learns nothing, not even whether a token is needed.
+        host = headers.get("Host")
+        if not host_allowed(host, self.settings, self.hosts):
+            return misdirected()
+        changes = method not in SAFE_METHODS
+        # A request that changes something comes from the dashboard's own page, whatever
+        # it carries: a forged cross-site one is refused before its token is looked at.
+        if changes and (why := cross_site(headers, host)):
+            return refused(
+                f"refused: {why}",
+                "operator actions are taken from the dashboard's own page (or 'ledger "
+                "resolve' and 'ledger redrive')",
+            )
+        if changes and not self.token:
+            return refused(
+                "operator actions need the dashboard's token, and none is configured",
+                "set LEDGER_DASHBOARD__TOKEN and open the dashboard with #token=...; "
+                "reading needs no token on loopback",
+            )
+        if (
+            self.token
+            and (changes or path.startswith(PROTECTED))
+            and not authorized(headers.get("Authorization"), self.token)
+        ):
+            return unauthorized()
+        return None
 
 
 def _normal(host: str) -> str:

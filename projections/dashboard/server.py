@@ -1,81 +1,75 @@
-"""The dashboard's web server (aiohttp): the page, its JSON API and ``/metrics``.
+"""The dashboard's web server (FastAPI on uvicorn): the page, its JSON API and ``/metrics``.
 
-It reads the projection only. The store is used from one dedicated thread, so its
-connection is never shared between threads and the event loop never waits on SQL.
-``now`` is the server's clock (``clock``), handed to the projection functions.
+It reads the projection only, through one store thread (``store_thread``): the event loop
+never waits on SQL. ``now`` is the server's clock (``clock``), handed to the projection
+functions. Every request passes the ``Guard`` first; every refusal is one line and a hint
+(``errors``). The JSON routes are described at ``/api/openapi.json`` (behind the token,
+like all of ``/api/``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import math
-import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
-from aiohttp import web
+from fastapi import FastAPI, Query, Request
+from pydantic import BaseModel
+from starlette.responses import FileResponse, PlainTextResponse, Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from clients.committed_log import TRANSIENT
 from config.settings import Settings
 from events.delivery_state import DeliveryState
 from events.errors import LedgerError
-from events.outage import Backoff, Outage, reason
-from events.ports import listen_port
+from events.ports import base_url, listening_socket
 from events.redaction import redacted_data
 from projections.budgets import budget_report, has_budget
 from projections.dashboard.actions import Context, redrive, resolve
 from projections.dashboard.budgets import ReleaseContext, release
-from projections.dashboard.guard import (
-    SAFE_METHODS,
-    allowed_hosts,
-    authorized,
-    check_binding,
-    cross_site,
-    host_allowed,
-    misdirected,
-    refused,
-    unauthorized,
-)
+from projections.dashboard.errors import Refused, install
+from projections.dashboard.guard import Guard, check_binding
 from projections.dashboard.lookup import MAX_QUERY, RUN_PAGE, run_page, search
+from projections.dashboard.models import (
+    ActionTaken,
+    Budgets,
+    RedriveRequest,
+    Refusal,
+    ReleaseRequest,
+    ReleaseTaken,
+    ResolveRequest,
+    SearchAnswer,
+    Workers,
+)
 from projections.dashboard.overview import overview
-from projections.database import redacted
+from projections.dashboard.store_thread import StoreThread
 from projections.health import SHOWN, endpoint_health
 from projections.heartbeats import WorkerClock, clock_exposition, worker_clocks
 from projections.metrics import CONTENT_TYPE, LogWatcher, exposition, projection_numbers
-from projections.queries import AggregateCache, delivery_state, endpoints, waiting_by_reason
+from projections.queries import delivery_state, endpoints, waiting_by_reason
 from projections.store import Store
+from receiver.uvicorn_server import header_timeout_protocol, serve_on
 
-T = TypeVar("T")
 Clock = Callable[[], datetime]
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STATIC = Path(str(files("projections.dashboard") / "static"))
 MAX_LIMIT = 500
 MAX_OFFSET = 10**9
-# Data lives behind /api and /metrics; the page shell and its assets hold none.
-PROTECTED = ("/api/", "/metrics")
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-    "style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-STORE_KEY = web.AppKey("store", Store)
-SETTINGS_KEY = web.AppKey("settings", Settings)
-CLOCK_KEY: web.AppKey[Clock] = web.AppKey("clock")
-EXECUTOR_KEY = web.AppKey("executor", ThreadPoolExecutor)
-WATCHER_KEY = web.AppKey("watcher", LogWatcher)
-CACHE_KEY = web.AppKey("cache", AggregateCache)
-HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts")
 CLOCKS_TTL_S = 5.0
+DESCRIPTION = """\
+The dashboard's data: the projection's answers (overview, one run, search, endpoints,
+health, budgets, workers) and the operator's actions (resolve, redrive, release a budget),
+each appended to the log as a signed event. With LEDGER_DASHBOARD__TOKEN set, everything
+under /api/ and /metrics needs `Authorization: Bearer <token>`, and an action must come
+from the dashboard's own page (Origin). Every refusal is one line of JSON and a hint.
+"""
 
 
 @dataclass
@@ -84,316 +78,289 @@ class _Clocks:
     read_at: datetime | None = None
 
 
-CLOCKS_KEY = web.AppKey("clocks", _Clocks)
-OUTAGE_KEY = web.AppKey("outage", Outage)
-# How long one request waits for a projection database that stopped answering (then 503).
-REQUEST_BUDGET_S = 3.0
-RETRY_AFTER_S = 5
-MAX_TRIES = 100
+@dataclass
+class Held:
+    """What one dashboard holds while it serves."""
+
+    settings: Settings
+    clock: Clock
+    store: StoreThread
+    watcher: LogWatcher
+    clocks: _Clocks = field(default_factory=_Clocks)
+
+    def acting(self) -> Context:
+        """What an operator action needs: settings, now, the projection's state of a key."""
+
+        async def read_state(key: str) -> DeliveryState | None:
+            return await self.store.run(lambda s: delivery_state(s, key))
+
+        return Context(self.settings, self.clock(), read_state)
+
+    async def worker_clocks(self) -> list[WorkerClock]:
+        """The workers' heartbeats, read at most every few seconds (none if the broker
+        does not answer: the projection's answers stand on their own)."""
+        cache = self.clocks
+        now = self.clock()
+        if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
+            try:
+                cache.clocks = await worker_clocks(self.settings.kafka, now, timeout_s=5.0)
+            except TRANSIENT:
+                cache.clocks = []
+            cache.read_at = now
+        return cache.clocks
 
 
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        response = await _checked(request, handler)
-    except web.HTTPException as refused:  # 401, 421, 404...: the same headers
-        refused.headers.update(SECURITY_HEADERS)
-        raise
-    response.headers.update(SECURITY_HEADERS)
-    return response
-
-
-async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # The Host first: a rebound name learns nothing, not even whether a token is needed.
-    if not host_allowed(
-        request.headers.get("Host"), request.app[SETTINGS_KEY].dashboard, request.app[HOSTS_KEY]
-    ):
-        raise misdirected()
-    settings = request.app[SETTINGS_KEY]
-    token = settings.dashboard.token.get_secret_value() if settings.dashboard.token else ""
-    changes = request.method not in SAFE_METHODS
-    # A request that changes something comes from the dashboard's own page, whatever it
-    # carries: a forged cross-site one is refused before its token is even looked at.
-    if changes and (why := cross_site(request.headers, request.headers.get("Host"))):
-        raise refused(
-            f"refused: {why}",
-            "operator actions are taken from the dashboard's own page (or 'ledger resolve' "
-            "and 'ledger redrive')",
-        )
-    if changes and not token:
-        raise refused(
-            "operator actions need the dashboard's token, and none is configured",
-            "set LEDGER_DASHBOARD__TOKEN and open the dashboard with #token=...; "
-            "reading needs no token on loopback",
-        )
-    if (
-        token
-        and (changes or request.path.startswith(PROTECTED))
-        and not authorized(request.headers.get("Authorization"), token)
-    ):
-        raise unauthorized()
-    return await handler(request)
-
-
-async def _in_store(request: web.Request, work: Callable[[Store], T]) -> T:
-    store = request.app[STORE_KEY]
-    outage = request.app[OUTAGE_KEY]
-    loop = asyncio.get_running_loop()
-    try:
-        return await loop.run_in_executor(
-            request.app[EXECUTOR_KEY], _reconnecting, store, outage, work
-        )
-    except ProjectionUnavailable as exc:
-        raise web.HTTPServiceUnavailable(
-            text=json.dumps(
-                {
-                    "error": "the projection database is unavailable",
-                    "detail": str(exc),
-                    "hint": "it is restarting or unreachable; the dashboard reconnects by itself",
-                }
-            ),
-            content_type="application/json",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from None
-
-
-class ProjectionUnavailable(Exception):
-    """The projection database did not answer within one request's budget."""
-
-
-def _reconnecting(store: Store, outage: Outage, work: Callable[[Store], T]) -> T:
-    """``work`` on the store (in the store's thread); on the database's own failure,
-    reconnect (with backoff) within ``REQUEST_BUDGET_S``, else ``ProjectionUnavailable``.
-    The outage is logged once when it begins and once when it ends."""
-    deadline = time.monotonic() + REQUEST_BUDGET_S
-    backoff = Backoff()
-    for attempt in range(MAX_TRIES):
-        try:
-            if attempt or outage.ongoing:
-                store.reconnect()  # the old connection died with the server
-            result = work(store)
-        except store.system_errors as exc:
-            outage.failed(exc)
-            # The first failure may be only a connection the restart left behind: at once.
-            delay = 0.0 if attempt == 0 else backoff.next_delay()
-            if time.monotonic() + delay >= deadline:
-                raise ProjectionUnavailable(reason(exc)) from None
-            time.sleep(delay)
-            continue
-        except LedgerError as exc:  # reconnect refused: a configuration error
-            if attempt == 0 and not outage.ongoing:
-                raise  # not from reconnecting: the work's own answer (e.g. no such run)
-            outage.failed(exc)
-            raise ProjectionUnavailable(f"{exc.message} ({exc.hint})") from None
-        outage.recovered()
-        return result
-    raise ProjectionUnavailable("too many attempts")
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    # Every answer passes here: no URL from an event leaves with its credentials.
-    return web.Response(body=_encoded(data), status=status, content_type="application/json")
+def _held(request: Request) -> Held:
+    found: Held = request.app.state.held
+    return found
 
 
 def _encoded(data: Any) -> bytes:
+    # Every answer of data passes here: no URL from an event leaves with its credentials.
     # surrogatepass: a lone surrogate in a query or a row is shown escaped, never a 500.
     text = json.dumps(redacted_data(data), default=str)
     return text.encode("utf-8", "surrogatepass")
 
 
-async def _json_off_loop(data: Any, status: int = 200) -> web.Response:
+def _json(data: Any) -> Response:
+    return Response(_encoded(data), media_type="application/json")
+
+
+async def _json_off_loop(data: Any) -> Response:
     """``_json`` with the redaction and encoding in a thread: a page of a big run must not
     hold up the other requests (the store's own thread stays free for queries)."""
-    body = await asyncio.to_thread(_encoded, data)
-    return web.Response(body=body, status=status, content_type="application/json")
+    return Response(await asyncio.to_thread(_encoded, data), media_type="application/json")
 
 
-async def page(request: web.Request) -> web.FileResponse:
-    """The page shell; app.js fills it from the API (dashboard or run page by path)."""
-    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+class _HeadAsGet:
+    """HEAD answered as GET without its body (FastAPI's routes take only the methods
+    they name; the page, the data and /healthz answer HEAD, as they did on aiohttp)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headless)
 
 
-async def api_overview(request: web.Request) -> web.Response:
-    """``GET /api/overview?limit=N``: counters, charts, UNKNOWN and overdue tables."""
-    try:
-        limit = max(0, min(MAX_LIMIT, int(request.query.get("limit", "50"))))
-    except ValueError:
-        return _json({"error": "limit must be an integer"}, 400)
-    settings = request.app[SETTINGS_KEY]
-    now = request.app[CLOCK_KEY]()
-    data = await _in_store(
-        request,
-        lambda s: overview(
-            s, now, settings.dashboard.thresholds, limit, request.app[CACHE_KEY]
-        ).to_json(),
+Limit = Annotated[int, Query(description=f"rows per table, cut to 0..{MAX_LIMIT}")]
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Refusal} for status in (400, 401, 421, 503)
+}
+ACTION_REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Refusal} for status in (400, 401, 403, 404, 409, 413, 415, 503)
+}
+
+
+def _action(
+    app: FastAPI, path: str, answer: type[BaseModel], body: type[BaseModel]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """An operator action's route: 202 with ``answer``; its JSON ``body`` described in the
+    OpenAPI document but read and checked by the action itself, so that each refusal keeps
+    its own status and words."""
+    ref = {"$ref": f"#/components/schemas/{body.__name__}"}
+    return app.post(
+        path,
+        status_code=202,
+        response_model=answer,
+        responses=ACTION_REFUSALS,
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}
+        },
     )
-    data["refresh_seconds"] = settings.dashboard.refresh_s
-    return _json(data)
 
 
-async def api_run(request: web.Request) -> web.Response:
-    """``GET /api/runs/{run_id}?offset=&limit=&key=``: the three answers and the timeline
-    of one run, a page of its deliveries at a time (``page`` says where, and what next)."""
-    run_id = request.match_info["run_id"]
-    try:
-        offset = max(0, min(MAX_OFFSET, int(request.query.get("offset", "0"))))
-        limit = int(request.query.get("limit", str(RUN_PAGE)))
-    except ValueError:
-        return await _json_off_loop({"error": "offset and limit must be integers"}, 400)
-    key = request.query.get("key") or None
-    try:
-        data = await _in_store(request, lambda s: run_page(s, run_id, offset, limit, key))
-    except LedgerError as exc:
-        return _json({"error": exc.message, "hint": exc.hint}, 404)
-    return await _json_off_loop(data)
+BODIES = (ResolveRequest, RedriveRequest, ReleaseRequest)
 
 
-async def api_search(request: web.Request) -> web.Response:
-    """``GET /api/search?q=``: runs and deliveries by run id or idempotency key (or prefix)."""
-    query = request.query.get("q", "")
-    matches = await _in_store(request, lambda s: search(s, query))
-    return await _json_off_loop({"query": query[:MAX_QUERY], "matches": matches})
+def _routes(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    @app.get("/runs/{run_id}", include_in_schema=False)
+    async def page() -> FileResponse:
+        """The page shell; app.js fills it from the API (dashboard or run page by path)."""
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/api/overview", responses=REFUSALS)
+    async def api_overview(request: Request, limit: Limit = 50) -> Response:
+        """Counters, charts, UNKNOWN and overdue tables."""
+        held = _held(request)
+        settings, now, cut = held.settings, held.clock(), max(0, min(MAX_LIMIT, limit))
+        data = await held.store.run(
+            lambda s: overview(
+                s, now, settings.dashboard.thresholds, cut, held.store.cache
+            ).to_json()
+        )
+        data["refresh_seconds"] = settings.dashboard.refresh_s
+        return _json(data)
 
-async def api_endpoints(request: web.Request) -> web.Response:
-    """``GET /api/endpoints``: the registry's endpoints and their state, and how many
-    deliveries wait, by reason."""
-    data = await _in_store(
-        request, lambda s: {"endpoints": endpoints(s, MAX_LIMIT), "waiting": waiting_by_reason(s)}
-    )
-    return await _json_off_loop(data)
-
-
-async def api_health(request: web.Request) -> web.Response:
-    """``GET /api/health?limit=N``: per endpoint the success ratio, latency p50/p99,
-    breaker and state, pending and waiting by reason (the busiest N, the rest summed as
-    ``(other)``); per agent, the deliveries held over budget."""
-    try:
-        limit = max(0, min(MAX_LIMIT, int(request.query.get("limit", str(SHOWN)))))
-    except ValueError:
-        return _json({"error": "limit must be an integer"}, 400)
-    settings = request.app[SETTINGS_KEY]
-    now = request.app[CLOCK_KEY]()
-    configured = list(settings.channels.webhook_endpoints)
-    data = await _in_store(
-        request,
-        lambda s: endpoint_health(s, now, configured, limit, request.app[CACHE_KEY]).to_json(),
-    )
-    return await _json_off_loop(data)
-
-
-async def api_budgets(request: web.Request) -> web.Response:
-    """``GET /api/budgets``: per agent's budget, its limit, its use of the current window,
-    when that resets, and how many deliveries are held over it."""
-    now = request.app[CLOCK_KEY]()
-    return _json(await _in_store(request, lambda s: budget_report(s, now)))
-
-
-async def api_release(request: web.Request) -> web.Response:
-    """``POST /api/budgets/{agent}/release`` (JSON): an operator lets held deliveries go."""
-
-    async def knows(agent: str, channel: str | None) -> bool:
-        return await _in_store(request, lambda s: has_budget(s, agent, channel))
-
-    return await release(request, ReleaseContext(request.app[SETTINGS_KEY], knows))
-
-
-def _acting(request: web.Request) -> Context:
-    async def read_state(key: str) -> DeliveryState | None:
-        return await _in_store(request, lambda s: delivery_state(s, key))
-
-    return Context(request.app[SETTINGS_KEY], request.app[CLOCK_KEY](), read_state)
-
-
-async def api_resolve(request: web.Request) -> web.Response:
-    """``POST /api/deliveries/{key}/resolve`` (JSON): an operator settles the delivery."""
-    return await resolve(request, _acting(request))
-
-
-async def api_redrive(request: web.Request) -> web.Response:
-    """``POST /api/deliveries/{key}/redrive`` (JSON): an operator sends the delivery again."""
-    return await redrive(request, _acting(request))
-
-
-async def metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: Prometheus text format."""
-    settings = request.app[SETTINGS_KEY]
-    now = request.app[CLOCK_KEY]()
-    numbers = await _in_store(
-        request,
-        lambda s: projection_numbers(
-            s, now, settings.dashboard.thresholds, request.app[CACHE_KEY], settings
-        ),
-    )
-    logged = await request.app[WATCHER_KEY].numbers()
-    body = exposition(numbers, logged, settings) + clock_exposition(await _clocks(request))
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-
-async def api_workers(request: web.Request) -> web.Response:
-    """``GET /api/workers``: every worker's last heartbeat: its clock, whether it acts."""
-    return _json({"workers": [c.to_json() for c in await _clocks(request)]})
-
-
-async def _clocks(request: web.Request) -> list[WorkerClock]:
-    """The workers' heartbeats, read at most every few seconds (none if the broker does
-    not answer: the projection's answers stand on their own)."""
-    cache = request.app[CLOCKS_KEY]
-    now = request.app[CLOCK_KEY]()
-    if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
+    @app.get("/api/runs/{run_id}", responses={**REFUSALS, 404: {"model": Refusal}})
+    async def api_run(
+        request: Request,
+        run_id: str,
+        offset: Annotated[int, Query(description="the first delivery shown")] = 0,
+        limit: Annotated[int, Query(description="deliveries per page")] = RUN_PAGE,
+        key: Annotated[str | None, Query(description="the page holding this key")] = None,
+    ) -> Response:
+        """The three answers and the timeline of one run, a page of its deliveries at a
+        time (``page`` says where, and what next)."""
+        start = max(0, min(MAX_OFFSET, offset))
         try:
-            cache.clocks = await worker_clocks(request.app[SETTINGS_KEY].kafka, now, timeout_s=5.0)
-        except TRANSIENT:
-            cache.clocks = []
-        cache.read_at = now
-    return cache.clocks
+            data = await _held(request).store.run(
+                lambda s: run_page(s, run_id, start, limit, key or None)
+            )
+        except LedgerError as exc:
+            raise Refused(404, exc.message, exc.hint) from None
+        return await _json_off_loop(data)
+
+    @app.get("/api/search", response_model=SearchAnswer, responses=REFUSALS)
+    async def api_search(request: Request, q: str = "") -> Response:
+        """Runs and deliveries by run id or idempotency key (or prefix)."""
+        matches = await _held(request).store.run(lambda s: search(s, q))
+        return await _json_off_loop({"query": q[:MAX_QUERY], "matches": matches})
+
+    @app.get("/api/workers", response_model=Workers, responses=REFUSALS)
+    async def api_workers(request: Request) -> Response:
+        """Every worker's last heartbeat: its clock, whether it acts."""
+        clocks = await _held(request).worker_clocks()
+        return _json({"workers": [c.to_json() for c in clocks]})
+
+    @app.get("/api/endpoints", responses=REFUSALS)
+    async def api_endpoints(request: Request) -> Response:
+        """The registry's endpoints and their state, and how many deliveries wait, by
+        reason."""
+        data = await _held(request).store.run(
+            lambda s: {"endpoints": endpoints(s, MAX_LIMIT), "waiting": waiting_by_reason(s)}
+        )
+        return await _json_off_loop(data)
+
+    @app.get("/api/health", responses=REFUSALS)
+    async def api_health(request: Request, limit: Limit = SHOWN) -> Response:
+        """Per endpoint the success ratio, latency p50/p99, breaker and state, pending and
+        waiting by reason (the busiest N, the rest summed as ``(other)``); per agent, the
+        deliveries held over budget."""
+        held = _held(request)
+        now, cut = held.clock(), max(0, min(MAX_LIMIT, limit))
+        configured = list(held.settings.channels.webhook_endpoints)
+        data = await held.store.run(
+            lambda s: endpoint_health(s, now, configured, cut, held.store.cache).to_json()
+        )
+        return await _json_off_loop(data)
+
+    @_action(app, "/api/deliveries/{key}/resolve", ActionTaken, ResolveRequest)
+    async def api_resolve(request: Request, key: str) -> Response:
+        """An operator settles an UNKNOWN delivery: delivered, not delivered, abandoned."""
+        return await resolve(request, _held(request).acting())
+
+    @_action(app, "/api/deliveries/{key}/redrive", ActionTaken, RedriveRequest)
+    async def api_redrive(request: Request, key: str) -> Response:
+        """An operator sends a FAILED delivery again (an UNKNOWN is reconciled first)."""
+        return await redrive(request, _held(request).acting())
+
+    @app.get("/api/budgets", response_model=Budgets, responses=REFUSALS)
+    async def api_budgets(request: Request) -> Response:
+        """Per agent's budget, its limit, its use of the current window, when that
+        resets, and how many deliveries are held over it."""
+        held = _held(request)
+        now = held.clock()
+        return _json(await held.store.run(lambda s: budget_report(s, now)))
+
+    @_action(app, "/api/budgets/{agent}/release", ReleaseTaken, ReleaseRequest)
+    async def api_release(request: Request, agent: str) -> Response:
+        """An operator lets an agent's held deliveries go."""
+        held = _held(request)
+
+        async def knows(agent: str, channel: str | None) -> bool:
+            return await held.store.run(lambda s: has_budget(s, agent, channel))
+
+        return await release(request, ReleaseContext(held.settings, knows))
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {CONTENT_TYPE: {}}}},
+    )
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format."""
+        held = _held(request)
+        settings, now = held.settings, held.clock()
+        numbers = await held.store.run(
+            lambda s: projection_numbers(
+                s, now, settings.dashboard.thresholds, held.store.cache, settings
+            )
+        )
+        logged = await held.watcher.numbers()
+        body = exposition(numbers, logged, settings) + clock_exposition(await held.worker_clocks())
+        return Response(body, headers={"Content-Type": CONTENT_TYPE})
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> PlainTextResponse:
+        """Liveness, without data (no token needed)."""
+        return PlainTextResponse("ok\n")
 
 
-async def healthz(request: web.Request) -> web.Response:
-    """Liveness, without data (no token needed)."""
-    return web.Response(text="ok\n")
+def _with_bodies(app: FastAPI) -> None:
+    """The actions' bodies as components of the OpenAPI document."""
+    generated = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = generated()
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for model in BODIES:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> web.Application:
-    """The dashboard application over an opened, read-ready ``store``."""
+def create_app(settings: Settings, store: Store, clock: Clock | None = None) -> FastAPI:
+    """The dashboard application over an opened, read-ready ``store``; its store thread
+    and log watcher stop with the app (its lifespan)."""
     check_binding(settings.dashboard)
-    app = web.Application(middlewares=[_guard])
-    app[SETTINGS_KEY] = settings
-    app[HOSTS_KEY] = allowed_hosts(settings.dashboard)
-    app[STORE_KEY] = store
-    app[CLOCK_KEY] = clock or (lambda: datetime.now(UTC))
-    app[CLOCKS_KEY] = _Clocks()
-    # One thread owns the connection: SQLite connections must not be used concurrently.
-    app[EXECUTOR_KEY] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-store")
-    app[WATCHER_KEY] = LogWatcher(settings)
-    # Used only from the store's thread, like the connection itself.
-    app[CACHE_KEY] = AggregateCache()
-    app[OUTAGE_KEY] = Outage(
-        logging.getLogger("ledger.dashboard"),
-        f"projection database {redacted(store.dsn)}",
-        limit_s=math.inf,
+    held = Held(
+        settings,
+        clock or (lambda: datetime.now(UTC)),
+        StoreThread(store),
+        LogWatcher(settings),
     )
 
-    async def cleanup(app: web.Application) -> None:
-        await app[WATCHER_KEY].stop()
-        app[EXECUTOR_KEY].shutdown(wait=True)
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await held.watcher.stop()
+            held.store.close()
 
-    app.on_cleanup.append(cleanup)
-    app.router.add_get("/", page)
-    app.router.add_get("/runs/{run_id}", page)
-    app.router.add_get("/api/overview", api_overview)
-    app.router.add_get("/api/runs/{run_id}", api_run)
-    app.router.add_get("/api/search", api_search)
-    app.router.add_get("/api/workers", api_workers)
-    app.router.add_get("/api/endpoints", api_endpoints)
-    app.router.add_get("/api/health", api_health)
-    app.router.add_post("/api/deliveries/{key}/resolve", api_resolve)
-    app.router.add_post("/api/deliveries/{key}/redrive", api_redrive)
-    app.router.add_get("/api/budgets", api_budgets)
-    app.router.add_post("/api/budgets/{agent}/release", api_release)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_static("/static/", STATIC)
+    app = FastAPI(
+        title="delivery-ledger dashboard",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/api/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.held = held
+    install(app)
+    _routes(app)
+    _with_bodies(app)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(Guard, settings=settings.dashboard)
+    app.add_middleware(_HeadAsGet)
     return app
 
 
@@ -405,31 +372,19 @@ async def serve(
     clock: Clock | None = None,
     ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until ``stop`` is set; ``ready`` gets the URL once listening."""
+    """Serve until ``stop`` is set; ``ready`` gets the URL once listening.
+
+    Over h11 with the receiver kit's header read timeout: a connection that trickles its
+    request head is closed, and h11 refuses what the guard should never see (an HTTP/1.1
+    request without Host, a head over its 16 KiB)."""
     app = create_app(settings, store, clock)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(
-            runner,
-            settings.dashboard.host,
-            listen_port(settings.dashboard.port, settings.dashboard.host),
-        )
-        await site.start()
-        if ready is not None:
-            ready(url_of(runner, settings))
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-def url_of(runner: web.AppRunner, settings: Settings) -> str:
-    """The base URL the runner listens on (the real port when 0 was asked for)."""
-    port = settings.dashboard.port
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            port = address[1]
-            break
     host = settings.dashboard.host
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    sock = listening_socket(host, settings.dashboard.port)
+    await serve_on(
+        app,
+        sock,
+        stop,
+        ready=None if ready is None else lambda port: ready(base_url(host, port) + "/"),
+        http=header_timeout_protocol(),
+        lifespan="on",
+    )

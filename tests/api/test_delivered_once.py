@@ -1,29 +1,18 @@
 """A run published over HTTP is delivered exactly once, to a receiver that does NOT
-dedupe, and shows in the projection and the dashboard's run view like an SDK run."""
+dedupe, and shows in the projection and the dashboard's run view like an SDK run (the
+dashboard served by the same process: ``ledger api --with-dashboard``)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 
 from clients import DeliverySpec, Publisher
-from projections import open_store
-from projections.dashboard.lookup import run_page
 from tests.fixtures.api import ApiFactory, new_key
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import WorkerFactory, wait_for
-
-
-def _page(dsn: str, run_id: str) -> dict[str, Any]:
-    store = open_store(dsn)
-    try:
-        store.prepare("read")
-        return run_page(store, run_id)
-    finally:
-        store.close()
 
 
 async def test_a_run_published_over_http_is_delivered_once_like_an_sdk_run(
@@ -37,9 +26,19 @@ async def test_a_run_published_over_http_is_delivered_once_like_an_sdk_run(
     worker_factory.settings = live_projection.settings = settings
     _, token = await new_key(settings, "agent-http")
     _, sdk_token = await new_key(settings, "agent-sdk")  # the SDK run's producer
-    api = api_factory.start(settings, {"projection.dsn": live_projection.dsn})
-    worker_factory.start("w1")
     live_projection.start()
+
+    async def projecting() -> bool:
+        try:
+            await asyncio.to_thread(live_projection.statuses)
+        except Exception:  # the projector has not created its tables yet
+            return False
+        return True
+
+    await wait_for(projecting, 60, "the live projection's tables")
+    served = {"projection.dsn": live_projection.dsn, "dashboard.port": 0}
+    api = api_factory.start(settings, served, "--with-dashboard")
+    worker_factory.start("w1")
 
     body = {
         "result_hash": "sha256:http",
@@ -134,9 +133,8 @@ async def test_a_run_published_over_http_is_delivered_once_like_an_sdk_run(
         assert receiver.accepted(each) == 1
         assert len(receiver.requests(key=each, method="POST")) == 1
     # The dashboard's run view tells the two runs apart by nothing but their ids.
-    pages = [
-        await asyncio.to_thread(_page, live_projection.dsn, r) for r in ("run-http", "run-sdk")
-    ]
+    async with httpx.AsyncClient(base_url=api.dashboard_url, timeout=30) as dashboard:
+        pages = [(await dashboard.get(f"api/runs/{r}")).json() for r in ("run-http", "run-sdk")]
     shapes = [
         (
             page["answers"]["execution_finished"],

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from api.server import listening_socket
 from config.settings import Settings
+from events.ports import listening_socket
 from tests.fixtures.api import ApiFactory, new_key
 from tests.fixtures.projection import LiveProjection
 

@@ -19,6 +19,7 @@ from events.endpoints import EndpointSecret, EndpointSpec, open_circuit, pause, 
 from events.waiting import DeliveryHeld, WaitReason
 from ledger.stack import settings_env
 from projections import status_report
+from projections.dashboard.models import Budgets, SearchAnswer
 from tests.dashboard.conftest import NOW, Stack, project_all, start_stack
 from tests.projections.scenarios import T0, found_later, requested
 
@@ -107,6 +108,19 @@ async def test_run_and_search_endpoints(stack: Stack) -> None:
         runs = (await http.get("/api/search", params={"q": "run-"})).json()["matches"]
         assert [m["run_id"] for m in runs] == ["run-a", "run-b", "run-c"]
         assert (await http.get("/api/search", params={"q": "zz"})).json()["matches"] == []
+        # The answers are what the OpenAPI document says (its models validate them).
+        SearchAnswer.model_validate(prefix)
+        Budgets.model_validate((await http.get("/api/budgets")).json())
+        document = (await http.get("/api/openapi.json")).json()
+        assert document["info"]["title"] == "delivery-ledger dashboard"
+        release = document["paths"]["/api/budgets/{agent}/release"]["post"]
+        assert release["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ReleaseRequest"
+        }
+        assert "ReleaseRequest" in document["components"]["schemas"]
+        assert {"/api/overview", "/api/runs/{run_id}", "/metrics"} <= set(document["paths"])
+        head = await http.head("/api/runs/run-a")
+        assert (head.status_code, head.content) == (200, b"")
 
 
 async def test_a_token_guards_the_data_but_not_the_shell(settings: Settings) -> None:

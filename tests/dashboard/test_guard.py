@@ -97,7 +97,7 @@ async def test_any_authorization_input_is_401_never_500(settings: Settings) -> N
                 assert status == 401, (path, header[:60])
                 assert b"run-a" not in body
                 assert TOKEN.encode() not in body
-            # Beyond aiohttp's 8190-byte header limit the parser answers before any handler.
+            # Beyond the 8190-byte header limit the guard answers before it reads the header.
             status, body = await raw_get(
                 stack.url, path, [host, b"Authorization: Bearer " + b"A" * 20_000]
             )

@@ -188,6 +188,7 @@ CASES: dict[str, list[Case]] = {
             "the idempotency database did not answer (cannot connect to",
         ),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
+        Case(("--with-dashboard",), 1, "no projection at"),
     ],
     "mcp": [
         Case(("--http", "--port", "99999"), 2, "Invalid value for '--port'"),

@@ -38,6 +38,8 @@ def test_each_mismatch_names_the_topics_and_their_counts(settings: Settings) -> 
     assert stale is not None
     assert f"changelog {changelog} has 2 partitions" in stale.message
     assert "LEDGER_WORKER__GROUP" in stale.hint
+    # More changelog partitions than the deliveries topic's is faust's PartitionsMismatch.
+    assert layout_error(kafka, changelog, {kafka.topic_deliveries: 4, changelog: 8}) is not None
 
 
 async def test_a_changelog_left_by_another_layout_stops_the_worker_in_one_line(
