@@ -14,6 +14,7 @@ from api.limits import BodyLimit
 from api.reads import router as reads_router
 from api.runs import router as runs_router
 from api.services import Services
+from api.tracing import RequestSpans
 from config.settings import Settings
 
 DESCRIPTION = """\
@@ -61,4 +62,5 @@ def create_app(
     app.include_router(runs_router)
     app.include_router(reads_router)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+    app.add_middleware(RequestSpans)  # outermost: the span covers the whole request
     return app

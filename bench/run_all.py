@@ -37,6 +37,7 @@ from bench import (
     rate_limit,
     rebuild,
     timers,
+    tracing,
 )
 from bench.common import (
     BROKER_PORT,
@@ -53,7 +54,7 @@ from ledger.stack import Stack
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
     "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "chaos",
+    "health", "tracing", "chaos",
 )  # fmt: skip
 
 
@@ -218,6 +219,16 @@ async def run_section(
         results["health"] = await asyncio.to_thread(
             health_query.measure, health_query.SIZES, sizes.rounds
         )
+    if "tracing" in wanted:
+        say("[bold]tracing[/] (issue 29): worker CPU per delivery, off and on, side by side")
+        results["tracing"] = await tracing.measure(
+            settings,
+            urls,
+            stack,
+            backlog=sizes.backlog // 2,
+            rounds=sizes.rounds,
+            progress=progress,
+        )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
         results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
@@ -353,6 +364,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "health" in results:
         health_query.rows(results["health"], row)
         notes.append(health_query.note(results["health"]))
+    if "tracing" in results:
+        tracing.rows(results["tracing"], row)
+        notes.append(tracing.note(results["tracing"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]

@@ -38,8 +38,8 @@ from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
 
 log = logging.getLogger(__name__)
 
-Record = tuple[str, bytes, bytes]
-"""One Kafka record: topic, value, key."""
+Record = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]
+"""One Kafka record: topic, value, key, headers (the ``traceparent`` of a delivery request)."""
 
 
 class PublishFailed(LedgerError):
@@ -136,7 +136,7 @@ class GroupCommit:
                 written=False,
             )
         loop = asyncio.get_running_loop()
-        size = sum(len(value) + len(key) for _, value, key in records)
+        size = sum(len(value) + len(key) for _, value, key, _headers in records)
         pending = _Pending(run_id, records, size, loop.time(), loop.create_future(), ticket)
         was_empty = not self._queue
         self._queue.append(pending)
@@ -248,9 +248,9 @@ class GroupCommit:
             async with producer.transaction():
                 # send() only queues a record: the producer pipelines them all, per partition.
                 sent = [
-                    await producer.send(topic, value, key=key)
+                    await producer.send(topic, value, key=key, headers=headers)
                     for pending in batch
-                    for topic, value, key in pending.records
+                    for topic, value, key, headers in pending.records
                 ]
                 for outcome in await asyncio.gather(*sent, return_exceptions=True):
                     if isinstance(outcome, BaseException):

@@ -11,12 +11,16 @@ of an action that raced with the worker is still recorded, by the projection.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from opentelemetry.trace import StatusCode
+
 from clients.outcome_keys import operator_signer_for
 from clients.signed_log import SignedLog
+from clients.tracing import KEY_ATTRIBUTE, TOKEN_ATTRIBUTE, tracer
 from config.settings import Settings
 from events.base import utc_now
 from events.codec import encode
@@ -137,3 +141,41 @@ class OperatorLog(SignedLog[OperatorEvent]):
     def __init__(self, settings: Settings) -> None:
         topic = settings.kafka.topic_deliveries
         super().__init__(settings, topic, operator_signer_for(settings), encode, record_key)
+
+    async def append(self, events: Sequence[OperatorEvent]) -> None:
+        """Sign and append ``events``; each is a span (``ledger.resolve``, ``ledger.redrive``)
+        around the append, a child of the caller's current span (a CLI command, a dashboard
+        request, an MCP tool's ``clients.tracing.span``)."""
+        opened = [
+            tracer().start_span(f"ledger.{_ACTIONS[type(event)]}", attributes=_attributes(event))
+            for event in events
+        ]
+        try:
+            await super().append(events)
+        except BaseException as exc:
+            for one in opened:
+                one.record_exception(exc)
+                one.set_status(StatusCode.ERROR, type(exc).__name__)
+            raise
+        finally:
+            for one in opened:
+                one.end()
+
+
+_ACTIONS: dict[type[OperatorEvent], str] = {
+    DeliveryResolved: "resolve",
+    DeliveryRedriveRequested: "redrive",
+}
+
+
+def _attributes(event: OperatorEvent) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        KEY_ATTRIBUTE: event.idempotency_key,
+        TOKEN_ATTRIBUTE: event.fencing_token,
+        "ledger.run_id": event.run_id,
+        "ledger.operator": event.operator,
+        "ledger.seen_status": event.seen_status,
+    }
+    if isinstance(event, DeliveryResolved):
+        attributes["ledger.resolve_outcome"] = event.outcome
+    return attributes

@@ -21,11 +21,13 @@ from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from clients.group_commit import GroupCommit, Journal, Record
 from clients.group_commit import PublishFailed as PublishFailed  # part of the SDK
 from clients.kafka_security import client_options, start_producer
+from clients.tracing import TRACEPARENT, current_traceparent, span
 from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
@@ -268,7 +270,12 @@ class Publisher:
         *,
         producer: str | None = None,
     ) -> list[DeliveryRequested]:
-        """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically."""
+        """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically.
+
+        A span ``ledger.publish`` (a child of the caller's current span, if any) covers it;
+        its context travels with each ``DeliveryRequested`` as a ``traceparent`` record
+        header, so the worker's spans for the delivery continue the caller's trace.
+        """
         requests = self.check_run_succeeded(run_id, result_hash, deliveries, producer=producer)
         await self.publish_checked(run_id, result_hash, requests, producer=producer)
         return requests
@@ -287,9 +294,17 @@ class Publisher:
         run_event = RunSucceeded(
             run_id=run_id, result_hash=result_hash, producer=producer or self._producer_name
         )
-        batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
-        batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
-        await self._commit(batch, ticket)
+        attributes = {
+            "ledger.run_id": run_id,
+            "ledger.deliveries": len(requests),
+            "ledger.idempotency_keys": [request.idempotency_key for request in requests],
+        }
+        with span("ledger.publish", attributes, kind=SpanKind.PRODUCER):
+            traceparent = current_traceparent()
+            headers = None if traceparent is None else [(TRACEPARENT, traceparent.encode())]
+            batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
+            batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
+            await self._commit(batch, ticket, headers)
 
     def _blocked(self, recipient: str) -> str | None:
         """Why the worker would refuse to contact ``recipient``, when that is known
@@ -368,20 +383,26 @@ class Publisher:
             requests.append(request)
         return requests
 
-    async def _commit(self, batch: list[tuple[str, Event]], ticket: object = None) -> None:
+    async def _commit(
+        self,
+        batch: list[tuple[str, Event]],
+        ticket: object = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         """Encode one run's events, refuse any the producer would, and wait for the
-        transaction that carries them all."""
+        transaction that carries them all; ``headers`` go on its delivery requests."""
         group = self._require_started()
         records: list[Record] = []
         for topic, event in batch:
             value, key = encode(event), record_key(event)  # type: ignore[arg-type]
-            size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+            on = headers if isinstance(event, DeliveryRequested) else None
+            size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, on or [])
             if size > MAX_RECORD_BYTES:
                 raise PublishRejected(
                     f"{type(event).__name__} would be a {size}-byte Kafka record, over the "
                     f"limit of {MAX_RECORD_BYTES} (lower the payload)"
                 )
-            records.append((topic, value, key))
+            records.append((topic, value, key, on))
         await group.submit(batch[0][1].run_id, records, ticket)  # type: ignore[attr-defined]
 
     def _require_started(self) -> GroupCommit:

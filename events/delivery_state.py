@@ -110,6 +110,11 @@ class DeliveryState:
     # Who asked for it: the DeliveryRequested's producer (the agent, for send budgets).
     agent: str | None = None
     seen: tuple[str, ...] = field(default_factory=tuple)
+    # The W3C trace context the request arrived with (its record's ``traceparent`` header,
+    # set by the worker, not by the fold): the parent of the worker's spans for this
+    # delivery, for as long as it lives (a timer's lookup has only the state). A hint for
+    # traces, no fact of the delivery: states that differ only here are equal.
+    traceparent: str | None = field(default=None, compare=False)
 
 
 def apply(state: DeliveryState | None, event: Event) -> DeliveryState | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 import sys
 import warnings
@@ -103,6 +104,7 @@ def _version(show: bool) -> None:
 
 @app.callback()
 def _options(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -111,6 +113,12 @@ def _options(
     ] = False,
 ) -> None:
     """delivery-ledger: did the user receive exactly one correct notification?"""
+    # Traces, for every command, as the OTEL_* variables say (clients/tracing.py); a
+    # process without any of them loads nothing of OpenTelemetry here.
+    if any(name.startswith("OTEL_") for name in os.environ):
+        from clients.tracing import configure_tracing
+
+        configure_tracing(f"delivery-ledger-{ctx.invoked_subcommand or 'cli'}")
 
 
 _SHOW_WARNING = warnings.showwarning

@@ -37,6 +37,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from events.contract import (
     FENCING_TOKEN_HEADER,
     LOOKUP_HTTP_STATUS,
@@ -61,6 +65,13 @@ HEADER_TIMEOUT_S = 10.0
 # How long a run's hold on its key lasts unless renewed; a dead run's key is reclaimed
 # this long after its last renewal.
 HANDLER_LEASE_S = 30.0
+# Traces: the kit uses OpenTelemetry's API only; the receiver's application configures an
+# SDK if it wants them exported (README, Tracing). The ledger's worker sends the W3C
+# ``traceparent`` of its send (outside every signature): the kit's spans are its children.
+TRACER = "delivery-ledger.receiver"
+_W3C = TraceContextTextMapPropagator()
+# The API's proxy: it follows the application's provider, set before or after this import.
+_TRACER = trace.get_tracer(TRACER)
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,24 @@ class WebhookReceiver:
 
     async def receive(self, headers: Mapping[str, str], body: bytes, route: str = "") -> Reply:
         """Handle one POST: 401 bad signature (body or token), 400 bad body or token,
-        409 stale token, else the answer."""
+        409 stale token, else the answer. A span ``ledger.receiver.receive`` covers it (and
+        ``ledger.receiver.handler`` the handler's run), children of the sender's
+        ``traceparent`` (or of the application's own server span, if it has one)."""
+        with _TRACER.start_as_current_span(
+            "ledger.receiver.receive", context=_parent(headers), kind=trace.SpanKind.SERVER
+        ) as span:
+            reply = await self._receive(headers, body, route)
+            if span.is_recording():
+                span.set_attribute("http.response.status_code", reply.status)
+                if (key := headers.get("webhook-id")) is not None:
+                    span.set_attribute("ledger.idempotency_key", key[:200])
+                if (token := headers.get(FENCING_TOKEN_HEADER)) is not None:
+                    span.set_attribute("ledger.fencing_token", token[:30])
+                if "duplicate" in reply.body:
+                    span.set_attribute("ledger.receiver.duplicate", bool(reply.body["duplicate"]))
+            return reply
+
+    async def _receive(self, headers: Mapping[str, str], body: bytes, route: str) -> Reply:
         problem = self.verifier.problem(headers, body, now=self._clock())
         if problem is not None:
             return Reply(401, {"error": "invalid webhook signature", "detail": problem})
@@ -225,9 +253,19 @@ class WebhookReceiver:
         heartbeat = asyncio.create_task(self._renew_lease(event.webhook_id, holder))
         try:
             try:
-                result = self._handler(event)
-                if inspect.isawaitable(result):
-                    result = await result
+                with _TRACER.start_as_current_span(
+                    "ledger.receiver.handler",
+                    attributes={
+                        "ledger.idempotency_key": event.webhook_id,
+                        "ledger.fencing_token": -1
+                        if event.fencing_token is None
+                        else event.fencing_token,
+                        "ledger.receiver.route": event.route,
+                    },
+                ):
+                    result = self._handler(event)
+                    if inspect.isawaitable(result):
+                        result = await result
             except Exception as exc:
                 # The exception's text may hold anything (even secrets): log it, answer its type.
                 log.exception("handler failed for webhook-id %s", event.webhook_id)
@@ -302,7 +340,18 @@ class WebhookReceiver:
         """The lookup contract: 401 unless signed with one of our secrets and fresh; then
         200 done + id, 202 processing, 404 not received (or failed, or a dead run's key of
         an idempotent handler), 409 stuck (a dead run's key of a handler not declared
-        idempotent)."""
+        idempotent). A span ``ledger.receiver.lookup``, like ``receive``'s."""
+        with _TRACER.start_as_current_span(
+            "ledger.receiver.lookup",
+            context=_parent(headers),
+            kind=trace.SpanKind.SERVER,
+            attributes={"ledger.idempotency_key": key[:200]},
+        ) as span:
+            reply = await self._lookup(key, headers)
+            span.set_attribute("http.response.status_code", reply.status)
+            return reply
+
+    async def _lookup(self, key: str, headers: Mapping[str, str]) -> Reply:
         now = self._clock()
         problem = self.verifier.lookup_problem(headers, key, now=now)
         if problem is not None:
@@ -313,6 +362,15 @@ class WebhookReceiver:
             )
         except StoreUnavailable as exc:
             return _unavailable(key, exc)
+
+
+def _parent(headers: Mapping[str, str]) -> Context | None:
+    """The sender's trace context, unless the application's own server span (an
+    instrumented framework) is current already: then that one, itself its child."""
+    if trace.get_current_span().get_span_context().is_valid:
+        return None
+    traceparent = headers.get("traceparent")
+    return None if traceparent is None else _W3C.extract({"traceparent": traceparent})
 
 
 async def lookup_reply(

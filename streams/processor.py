@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from clients import tracing
 from clients.outcome_signing import OutcomeVerifier
 from events.base import Event
 from events.codec import EventDecodeError, decode
@@ -23,6 +24,7 @@ from events.faults import crash_if_enabled
 from events.model import AnyDeliveryEvent
 from events.refusal import Refuser, SystemFailure, one_line, refusal
 from streams.decisions import Context, TimerAction, claim, due_at, held, on_request, on_timer
+from streams.delivery_spans import ClaimSpans
 from streams.gates import Gate, Hold, OpenGate
 from streams.metrics import WorkerMetrics
 from streams.sender import Sender
@@ -160,6 +162,8 @@ class DeliveryProcessor:
         # recheck, and a claim is due then, not only at the claim-grace backstop (a new
         # request held by a rate limit would otherwise wait claim_grace_s for its token).
         self._held: dict[str, int] = {}
+        # Tracing on: this process's claims as spans, each the parent of its send.
+        self._claim_spans = ClaimSpans()
 
     async def handle(self, record: Record) -> None:
         """Process one record in partition order.
@@ -222,6 +226,15 @@ class DeliveryProcessor:
         after = apply(before, event)
         if after is None:
             raise _Refused(f"{event.type} for a key with no DeliveryRequested")
+        # The request's trace context, kept with the delivery for its later spans.
+        if (
+            before is None
+            and record.headers
+            and (traceparent := tracing.traceparent_in(record.headers)) is not None
+        ):
+            # ``after`` is the fresh state of this request (``apply`` made it just now):
+            # finished in place, as ``apply`` finishes its own copies (a copy was ~50 us).
+            after.__dict__["traceparent"] = traceparent
         now = self._clock()
         decided: list[Event] = []
         if isinstance(event, DeliveryRequested):
@@ -264,13 +277,14 @@ class DeliveryProcessor:
                 # its claim-grace timer is the backstop.
                 self._waiting[key] = record.partition
             elif plan.decided:
-                await self._append_claims(plan.decided)
+                await self._traced(self._append_claims, [(after, e) for e in plan.decided])
                 if plan.claiming:
                     self._claims_out.add(key)
                     # The tick must not propose the same claim again before it is read back.
                     self._proposed[key] = _proposal(after, plan.decided)
         elif plan.live_claim:
-            self._sender.submit_send(after, record.partition)
+            parent = self._claim_spans.parent_of_send(key) if tracing.enabled() else None
+            self._sender.submit_send(after, record.partition, parent)
         self._due.schedule(record.partition, key, plan.due)
         if self._waiting and self._room() > 0:
             await self.claim_waiting()
@@ -282,7 +296,7 @@ class DeliveryProcessor:
         if room <= 0 or not self._waiting:
             return 0
         now = self._clock()
-        claims: list[Event] = []
+        claims: list[tuple[DeliveryState, Event]] = []
         proposed: dict[str, tuple[str, int, int, str]] = {}
         taken: list[tuple[str, int]] = []
         for key, partition in self._waiting.items():
@@ -310,11 +324,11 @@ class DeliveryProcessor:
                 continue
             if self._proposed.get(key) == _proposal(state, [event]):
                 continue
-            claims.append(event)
+            claims.append((state, event))
             proposed[key] = _proposal(state, [event])
             self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
         if claims:
-            await self._append_claims(claims)
+            await self._traced(self._append_claims, claims)
             self._proposed.update(proposed)
             self._claims_out.update(proposed)
         return len(claims)
@@ -349,6 +363,7 @@ class DeliveryProcessor:
         now = self._clock()
         due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
         proposals: list[Event] = []
+        of: list[tuple[DeliveryState, Event]] = []  # each proposal's state, for its span
         proposed: dict[str, tuple[str, int, int, str]] = {}
         claims: set[str] = set()
         states: list[tuple[int, str, DeliveryState]] = []
@@ -377,6 +392,7 @@ class DeliveryProcessor:
                     if self._proposed.get(key) != _proposal(state, events):
                         proposed[key] = _proposal(state, events)
                         proposals.extend(events)
+                        of.extend((state, event) for event in events)
                 self._held[key] = partition
                 self._due.schedule(partition, key, hold.recheck_at)
                 continue
@@ -390,6 +406,7 @@ class DeliveryProcessor:
             if events and self._proposed.get(key) != _proposal(state, events):
                 proposed[key] = _proposal(state, events)
                 proposals.extend(events)
+                of.extend((state, event) for event in events)
             if action is TimerAction.LOOKUP:
                 self._sender.submit_lookup(state, partition)
             # The decision lands when its event is read back; until then look again later.
@@ -397,12 +414,21 @@ class DeliveryProcessor:
         if proposals:
             if self._metrics is not None:
                 self._metrics.timer_events.inc(len(proposals))
-            await self._append_outcomes(proposals)
+            await self._traced(self._append_outcomes, of)
             # Remembered only once appended: a failed append is proposed again next tick.
             self._proposed.update(proposed)
             self._claims_out.update(claims)
         await self.claim_waiting()
         return len(due)
+
+    async def _traced(self, append: Append, events: Sequence[tuple[DeliveryState, Event]]) -> None:
+        """Append ``events`` (each with its delivery's state); tracing on, each claim among
+        them is a ``ledger.claim`` span around the append."""
+        if not tracing.enabled():
+            await append([event for _state, event in events])
+            return
+        with self._claim_spans.claiming(events):
+            await append([event for _state, event in events])
 
     def _gate_hold(self, state: DeliveryState, now: datetime) -> Hold | None:
         """The gate's word on ``state``. A gate that raises holds it (unrecorded) and is asked
@@ -474,6 +500,7 @@ class DeliveryProcessor:
             del self._held[key]
         self._proposed.clear()  # cheap to rebuild: at worst one repeated proposal per key
         self._claims_out.clear()
+        self._claim_spans.forget()
 
 
 def _proposal(state: DeliveryState, events: Sequence[Event]) -> tuple[str, int, int, str]:

@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from clients import tracing
+from clients.tracing import span
 from events.admission import refusal
 from events.base import Event
+from events.delivery import DeliveryConfirmed
 from events.delivery_state import DeliveryState, Status, lookup_turn
 from events.faults import crash_if_enabled
 from events.outcomes import ErrorClass, LookupOutcome
@@ -42,6 +45,7 @@ from streams.channels.base import (
 )
 from streams.channels.write_guard import SendRefused, WriteGuard
 from streams.decisions import Context, after_lookup, after_send
+from streams.delivery_spans import attempt_attributes, outcome_attributes
 from streams.metrics import WorkerMetrics
 from streams.send_pacer import SendPacer
 
@@ -164,15 +168,23 @@ class Sender:
         """True while this process still has the attempt (key, token) open."""
         return (key, token) in self._open_sends
 
-    def submit_send(self, state: DeliveryState, partition: int) -> bool:
-        """Start the attempt ``state`` claims, unless this process already started it."""
+    def submit_send(
+        self, state: DeliveryState, partition: int, trace_parent: str | None = None
+    ) -> bool:
+        """Start the attempt ``state`` claims, unless this process already started it.
+        ``trace_parent``: the claim's span, when this process traced it (else the
+        request's context, from the state)."""
         marker = (state.idempotency_key, "send", state.fencing_token)
         if not self._mark(marker):
             return False
         work = _Work(state.idempotency_key, state.fencing_token, partition, "send")
         work.guard = WriteGuard(check=lambda: self._check(state, work))
         self._open_sends.add((work.key, work.token))
-        self._spawn(self._send(state, work), work, marker)
+        if tracing.enabled():
+            send: Awaitable[None] = self._traced_send(state, work, trace_parent)
+        else:
+            send = self._send(state, work)
+        self._spawn(send, work, marker)
         return True
 
     def submit_lookup(self, state: DeliveryState, partition: int) -> bool:
@@ -188,7 +200,8 @@ class Sender:
         if not self._mark(marker):
             return False
         work = _Work(state.idempotency_key, state.fencing_token, partition, "lookup")
-        self._spawn(self._lookup(state), work, marker)
+        lookup = self._traced_lookup(state) if tracing.enabled() else self._lookup(state)
+        self._spawn(lookup, work, marker)
         return True
 
     def _mark(self, marker: Marker) -> bool:
@@ -313,7 +326,11 @@ class Sender:
         task.add_done_callback(done)
 
     def _outbound(self, state: DeliveryState) -> OutboundDelivery:
+        # Traced, the current span (the send's or the lookup's) is the receiver's parent;
+        # off, the request's own context is passed on unchanged, as the API does.
+        traceparent = tracing.current_traceparent() if tracing.enabled() else None
         return OutboundDelivery(
+            traceparent=traceparent or state.traceparent,
             idempotency_key=state.idempotency_key,
             run_id=state.run_id,
             event_type=state.event_type,
@@ -325,6 +342,16 @@ class Sender:
             requested_at=state.requested_at,
             provider_message_id=state.provider_message_id,
         )
+
+    async def _traced_send(self, state: DeliveryState, work: _Work, parent: str | None) -> None:
+        with span("ledger.send", attempt_attributes(state), parent=parent or state.traceparent):
+            await self._send(state, work)
+
+    async def _traced_lookup(self, state: DeliveryState) -> None:
+        attributes = attempt_attributes(state)
+        attributes["ledger.lookup"] = state.lookups + 1
+        with span("ledger.lookup", attributes, parent=state.traceparent):
+            await self._lookup(state)
 
     async def _send(self, state: DeliveryState, work: _Work) -> None:
         began = time.perf_counter()
@@ -360,6 +387,16 @@ class Sender:
         elif self._judge is not None:
             self._judge(state, result, self._clock())
         events = after_send(state, state.fencing_token, result, self._clock(), self._ctx)
+        if tracing.enabled():
+            outcome_attributes(result.outcome, result.error_class, result.http_status)
+        await self._append_outcome(state, events)
+
+    async def _append_outcome(self, state: DeliveryState, events: Sequence[Event]) -> None:
+        """Append a send's or a lookup's events; a confirmation is a span of its own."""
+        if tracing.enabled() and any(isinstance(e, DeliveryConfirmed) for e in events):
+            with span("ledger.confirm", attempt_attributes(state)):
+                await self._append(events)
+            return
         await self._append(events)
 
     def _inadmissible(self, state: DeliveryState) -> SendResult | None:
@@ -410,4 +447,6 @@ class Sender:
                 )
             if self._metrics is not None:
                 self._metrics.lookups.labels(state.channel, result.outcome).inc()
-            await self._append(after_lookup(state, result, self._clock(), self._ctx))
+            if tracing.enabled():
+                outcome_attributes(result.outcome)
+            await self._append_outcome(state, after_lookup(state, result, self._clock(), self._ctx))

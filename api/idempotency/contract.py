@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -32,6 +33,25 @@ class Claim:
 def differing(first: dict[str, str], second: dict[str, str]) -> tuple[str, ...]:
     """The body fields whose hashes differ between two fingerprints."""
     return tuple(sorted(k for k in first.keys() | second.keys() if first.get(k) != second.get(k)))
+
+
+def judged(
+    agent: str,
+    fingerprint: dict[str, str],
+    record: tuple[str, str, str, int | None, str | None],
+) -> Claim | None:
+    """What an existing record (its agent, fingerprint JSON, state, status, answer JSON)
+    says of a new request: a conflict, the first answer again, or None while the record
+    is in flight (each backend judges staleness itself)."""
+    their_agent, theirs, state, status, answer = record
+    if their_agent != agent:
+        return Claim("conflict", agent=their_agent)
+    fields = differing(json.loads(theirs), fingerprint)
+    if fields:
+        return Claim("conflict", fields=fields)
+    if state == "done":
+        return Claim("replay", status=status, answer=json.loads(answer or "null"))
+    return None
 
 
 class FirstAnswers(Protocol):

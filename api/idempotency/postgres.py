@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from api.idempotency.contract import AnswersUnavailable, Claim, differing
+from api.idempotency.contract import AnswersUnavailable, Claim, judged
 from events.outage import config_problem
 from projections.database import redacted
 
@@ -163,14 +163,8 @@ class PostgresAnswers:
         )
         if claim == mine:
             return Claim("new")
-        if their_agent != agent:
-            return Claim("conflict", agent=their_agent)
-        fields = differing(json.loads(theirs), fingerprint)
-        if fields:
-            return Claim("conflict", fields=fields)
-        if state == "done":
-            return Claim("replay", status=status, answer=json.loads(answer))
-        return Claim("in_flight")
+        verdict = judged(agent, fingerprint, (their_agent, theirs, state, status, answer))
+        return verdict or Claim("in_flight")
 
     async def answered(self, run_id: str, action: str, status: int, answer: dict[str, Any]) -> None:
         """Keep the first answer of a run event."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from api.idempotency.contract import AnswersUnavailable, Claim, differing
+from api.idempotency.contract import AnswersUnavailable, Claim, differing, judged
 
 BUSY_S = 1.0
 log = logging.getLogger("ledger.api")
@@ -143,13 +143,9 @@ class SqliteAnswers:
                 )
                 return Claim("new")
             their_agent, theirs, state, started_at, status, answer = row
-            if their_agent != agent:
-                return Claim("conflict", agent=their_agent)
-            fields = differing(json.loads(theirs), fingerprint)
-            if fields:
-                return Claim("conflict", fields=fields)
-            if state == "done":
-                return Claim("replay", status=status, answer=json.loads(answer))
+            verdict = judged(agent, fingerprint, (their_agent, theirs, state, status, answer))
+            if verdict is not None:
+                return verdict
             if now - started_at < self._stale_s:
                 return Claim("in_flight")
             db.execute(
@@ -216,12 +212,9 @@ class SqliteAnswers:
         taking_over = None
         if row is not None:
             their_agent, theirs, state, started_at, status, answer = row
-            if their_agent != agent:
-                return Claim("conflict", agent=their_agent)
-            if fields := differing(json.loads(theirs), fingerprint):
-                return Claim("conflict", fields=fields)
-            if state == "done":
-                return Claim("replay", status=status, answer=json.loads(answer))
+            verdict = judged(agent, fingerprint, (their_agent, theirs, state, status, answer))
+            if verdict is not None:
+                return verdict
             if now - started_at < self._stale_s:
                 return Claim("in_flight")
             taking_over = started_at

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
 from api.errors import validation_problem
+from clients.tracing import span
 from events.base import RUN_ID_PATTERN
 from events.ports import listening_socket
 from events.redaction import redacted_data, redacted_text
@@ -165,7 +166,9 @@ def build_server(tools: LedgerTools) -> Server[Any]:
         except ToolRefused as exc:
             return refused(str(exc))
         try:
-            answer = await spec.run(tools, given)
+            # A span per tool call (clients/tracing.py): a published run's trace starts here.
+            with span(f"ledger.mcp {name}", {"ledger.mcp.tool": name}):
+                answer = await spec.run(tools, given)
         except ToolRefused as exc:
             return refused(str(exc))
         except Exception:

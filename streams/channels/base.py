@@ -59,6 +59,9 @@ class OutboundDelivery:
     # found it): a channel that can only look messages up by id (``Lookup.BY_PROVIDER_ID``)
     # polls with it.
     provider_message_id: str | None = None
+    # The W3C trace context to send the receiver (a ``traceparent`` header, where the
+    # channel has headers): the send's span, or the request's context when tracing is off.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,13 @@ from typing import Any
 import httpcore
 import httpx
 
+from clients import tracing
 from config.parts import ChannelSettings
 from config.settings import address_policy
 from events.addresses import AddressPolicy
 from streams.channels.address_guard import GuardedBackend
 from streams.channels.aiohttp_transport import GuardedAiohttpTransport
+from streams.channels.traced_transport import traced
 
 USER_AGENT = "delivery-ledger/0.1"
 
@@ -47,6 +49,8 @@ def create_http_client(settings: ChannelSettings) -> httpx.AsyncClient:
         transport = GuardedAiohttpTransport(limits, policy, ssl_context)
     else:
         transport = _GuardedTransport(limits, policy)
+    if tracing.enabled():
+        transport = traced(transport)
     return StatelessClient(
         timeout=timeout,
         transport=transport,

@@ -6,6 +6,8 @@ per attempt), ``webhook-signature`` (one ``v1,`` + base64 HMAC-SHA256 over
 library), ``Idempotency-Key``, and the attempt's ``fencing-token`` with its
 ``fencing-token-signature``. Lookups carry ``lookup-timestamp`` and ``lookup-signature``.
 Both extra signatures follow the receiver contract (``events/contract.py``, README).
+Sends and lookups carry the W3C ``traceparent`` of the delivery's trace when it has one
+(clients/tracing.py), outside every signature.
 The body is the delivery's payload as canonical JSON, so every attempt of one logical
 event carries the same bytes.
 """
@@ -18,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
+from clients.tracing import TRACEPARENT
 from config.parts import ChannelSettings
 from events.contract import (
     FENCING_TOKEN_HEADER,
@@ -102,6 +105,10 @@ class WebhookChannel:
                 endpoint.keys, delivery.idempotency_key, timestamp, delivery.fencing_token
             ),
         }
+        if delivery.traceparent is not None:
+            # Unsigned, like any trace context: the signatures cover id, timestamp and body
+            # (and the token), so a receiver that ignores it verifies the same.
+            headers[TRACEPARENT] = delivery.traceparent
         return body, headers
 
     async def send(self, delivery: OutboundDelivery, guard: WriteGuard | None = None) -> SendResult:
@@ -160,6 +167,7 @@ class WebhookChannel:
             {
                 "idempotency-key": delivery.idempotency_key,
                 **lookup_headers(endpoint.keys, delivery.idempotency_key, int(self._clock())),
+                **({TRACEPARENT: delivery.traceparent} if delivery.traceparent else {}),
             },
             deadline_s=self._deadline_s,
         )
