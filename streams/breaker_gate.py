@@ -36,7 +36,7 @@ from events.waiting import WaitReason
 from streams.breaker_rule import BreakerRule, SendWindow, Step, Verdict, verdict
 from streams.channels.base import SendResult
 from streams.endpoint_gate import Registry
-from streams.gates import Hold
+from streams.gates import Hold, next_beat
 from streams.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class BreakerGate:
         detail = f"endpoint {endpoint.endpoint_id} circuit {breaker.state} since " + (
             f"{breaker.since.isoformat(timespec='seconds')}"
         )
-        return Hold(now + self._recheck, detail, WaitReason.CIRCUIT_OPEN)
+        return Hold(next_beat(now, self._recheck), detail, WaitReason.CIRCUIT_OPEN)
 
     def judge(self, state: DeliveryState, result: SendResult, now: datetime) -> None:
         """Count one of this worker's sends; open or close its endpoint's circuit if the

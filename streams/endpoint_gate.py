@@ -19,7 +19,7 @@ from events.delivery_state import DeliveryState
 from events.endpoints import EndpointState
 from events.waiting import WaitReason
 from streams.channels.endpoints import UrlPrefix, endpoint_prefix, recipient_prefix
-from streams.gates import Hold
+from streams.gates import Hold, next_beat
 
 REMEMBERED = 10_000
 
@@ -60,7 +60,7 @@ class EndpointGate:
         deliveries must not slip out at a worker's start, nor be signed with a secret the
         registry replaces."""
         if not self._registry.ready:
-            return Hold(now + self._recheck, "the endpoint registry is not read yet")
+            return Hold(next_beat(now, self._recheck), "the endpoint registry is not read yet")
         endpoint_id = self.endpoint_of(state.channel, state.recipient)
         if endpoint_id is None:
             return None
@@ -74,7 +74,7 @@ class EndpointGate:
         else:
             return None
         detail = f"endpoint {endpoint_id} {reason.value} by {stop.by}: {stop.reason}"
-        return Hold(now + self._recheck, detail[:1000], reason)
+        return Hold(next_beat(now, self._recheck), detail[:1000], reason)
 
     def endpoint_of(self, channel: str, recipient: str) -> str | None:
         """The id of the registry's endpoint a recipient of ``channel`` belongs to (the rate

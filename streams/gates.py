@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from events.delivery_state import DeliveryState
@@ -29,6 +29,21 @@ class Hold:
     recheck_at: datetime
     detail: str
     reason: WaitReason | None = None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def next_beat(now: datetime, every: timedelta) -> datetime:
+    """The first instant after ``now`` on a grid of ``every`` from the epoch. Holds that
+    recheck on the beat fall due together, whenever each was held, so one tick releases
+    them all and claims them in request order (a recheck ``now + every`` drifted with
+    each delivery's own hold time: released in the order their timers came up)."""
+    step = every.total_seconds()
+    if step <= 0:
+        return now
+    beats = (now - _EPOCH).total_seconds() // step + 1
+    return _EPOCH + timedelta(seconds=beats * step)
 
 
 class Gate(Protocol):

@@ -56,6 +56,9 @@ def test_the_gate_holds_a_paused_or_disabled_endpoints_deliveries_only() -> None
     assert held is not None
     assert (held.reason, held.recheck_at) == (WaitReason.PAUSED, T0 + timedelta(seconds=1))
     assert "paused by ana: maintenance" in held.detail
+    # Held at different moments, rechecked on one beat: released in one tick, in order.
+    later = [gate.hold(state, T0 + timedelta(seconds=s)) for s in (0.1, 0.5, 0.99)]
+    assert {h.recheck_at for h in later if h is not None} == {T0 + timedelta(seconds=1)}
     table.put(disable(table.endpoints["acme"], "gone", at=T0, **WHO).endpoint)
     held = gate.hold(state, T0)
     assert held is not None
