@@ -33,4 +33,5 @@ pytest_plugins = [
     "tests.fixtures.api",
     "tests.fixtures.core",
     "tests.fixtures.durations",
+    "tests.fixtures.slow_first",
 ]
