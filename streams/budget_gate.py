@@ -54,7 +54,7 @@ from events.budgets import (
 from events.delivery_state import DeliveryState
 from events.refusal import one_line
 from events.waiting import WaitReason
-from streams.gates import Hold
+from streams.gates import Hold, next_beat
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class BudgetGate:
             self._spent.pop(key, None)
             window = window_text(int((judged.window_end - judged.window_start).total_seconds()))
             return Hold(
-                min(judged.window_end, now + timedelta(seconds=RECHECK_S)),
+                min(judged.window_end, next_beat(now, timedelta(seconds=RECHECK_S))),
                 f"agent {state.agent} has spent its budget: {judged.used} of {judged.limit} "
                 f"per {window}, until {judged.window_end.isoformat()}",
                 WaitReason.OVER_BUDGET,
