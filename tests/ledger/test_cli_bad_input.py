@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from clients.outcome_signing import new_pair
 from config.settings import Settings, changed
 from ledger.cli import app
+from ledger.errors import run_app
 from ledger.stack import settings_env
 
 # LEDGER_TEST_CLI_TREE runs the commands from another checkout (the code before a fix),
@@ -487,10 +488,24 @@ def test_bad_input_is_one_line_and_a_hint(path: str, case: Case, tmp_path: Path)
 
 
 @pytest.mark.parametrize("path", command_paths())
-def test_an_unknown_option_is_a_usage_error_everywhere(path: str, tmp_path: Path) -> None:
-    done = ledger([*path.split(), "--no-such-option"], base_env(tmp_path))
+def test_an_unknown_option_is_a_usage_error_everywhere(
+    path: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In this process, through the console script's own ``run_app`` (the option is refused
+    while parsing, before any command runs): 48 commands, a CLI start each no more. One
+    command goes through a real process below."""
+    monkeypatch.setattr(sys, "argv", ["ledger", *path.split(), "--no-such-option"])
+    code = run_app(app)
+    captured = capsys.readouterr()
+    done = subprocess.CompletedProcess(sys.argv, code, captured.out, captured.err)
     assert_one_line(done, 2, "No such option: --no-such-option")
     assert done.stderr.splitlines()[1] == f"hint: see 'ledger {path} --help'"
+
+
+def test_an_unknown_option_is_a_usage_error_in_a_real_process(tmp_path: Path) -> None:
+    done = ledger(["replay", "--no-such-option"], base_env(tmp_path))
+    assert_one_line(done, 2, "No such option: --no-such-option")
+    assert done.stderr.splitlines()[1] == "hint: see 'ledger replay --help'"
 
 
 def test_version_prints_the_package_version(tmp_path: Path) -> None:
