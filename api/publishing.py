@@ -101,6 +101,16 @@ def rejected(exc: PublishRejected) -> RunRefused:
     return RunRefused(422, str(exc), field=rejected_field(str(exc)))
 
 
+def not_taken(run_id: str, exc: PublishFailed) -> RunRefused:
+    """A run the log did not take (503, nothing kept: the same request may be sent again)."""
+    return RunRefused(
+        503,
+        f"the log did not take run {run_id}: {exc.message}",
+        hint="nothing was kept: send the same request again",
+        retry_after_s=1,
+    )
+
+
 async def publish_run_once(
     answers: FirstAnswers,
     run_id: str,
@@ -155,12 +165,7 @@ async def publish_run_once(
     except PublishRejected as exc:
         raise rejected(exc) from None
     except PublishFailed as exc:
-        raise RunRefused(
-            503,
-            f"the log did not take run {run_id}: {exc.message}",
-            hint="nothing was kept: send the same request again",
-            retry_after_s=1,
-        ) from None
+        raise not_taken(run_id, exc) from None
     finally:
         if not done:
             with contextlib.suppress(AnswersUnavailable):  # then it goes stale instead
@@ -252,12 +257,7 @@ async def publish_journaled(
         except PublishRejected as exc:
             raise rejected(exc) from None
         except PublishFailed as exc:
-            raise RunRefused(
-                503,
-                f"the log did not take run {run_id}: {exc.message}",
-                hint="nothing was kept: send the same request again",
-                retry_after_s=1,
-            ) from None
+            raise not_taken(run_id, exc) from None
         finally:
             answers.release(ticket)
         assert ticket.answer is not None  # committed: the journal made it
