@@ -1,17 +1,35 @@
 """Every ``ledger`` command, given bad input, answers with one error line and at most one
 hint, the documented exit code (2 bad input, 1 runtime failure), no traceback and no
-terminal control codes. Each runs as a real subprocess of this checkout's code."""
+terminal control codes.
+
+A case runs in the test process, through the console script's own ``ledger.cli.main``,
+with the environment, working directory and (captured, not a terminal) output a real
+process of it would have: almost every case is refused while parsing, while reading the
+settings or by a connection to port 1, in well under the ~1-3 s a CLI start costs here.
+The process-wide state ``main`` sets (logging, warnings) is put back after it, and any
+other that a case leaves changed fails the case (``process_state``). The cases that say
+why run as a real ``python -m ledger`` process: one of each kind of failure, so the real
+entry point stays covered, and those a process of their own matters to."""
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import logging
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer.main
@@ -20,13 +38,14 @@ from typer.core import TyperGroup
 
 from clients.outcome_signing import new_pair
 from config.settings import Settings, changed
-from ledger.cli import app
-from ledger.errors import run_app
+from events.channels import forget_discovered
+from ledger.cli import app, main
 from ledger.stack import settings_env
 
 # LEDGER_TEST_CLI_TREE runs the commands from another checkout (the code before a fix),
-# so these tests can be shown to fail there.
-ROOT = Path(os.environ.get("LEDGER_TEST_CLI_TREE") or Path(__file__).resolve().parents[2])
+# so these tests can be shown to fail there: then every case is a real process of it.
+CLI_TREE = os.environ.get("LEDGER_TEST_CLI_TREE")
+ROOT = Path(CLI_TREE or Path(__file__).resolve().parents[2])
 # Nothing listens on port 1: a connection is refused at once (bounded, no waiting).
 NO_BROKER = "127.0.0.1:1"
 # Outcome signing is on by default: commands that get as far as the broker have a pair.
@@ -46,6 +65,13 @@ class Case:
     code: int
     says: str
     env: dict[str, str] = field(default_factory=dict)
+    # Why this case runs as a real ``python -m ledger`` process (empty: in this process).
+    process: str = ""
+
+
+# One case of each kind of failure goes through a real process, so the real entry point
+# (python -m ledger, its imports, main's logging and warnings set-up) stays covered.
+REAL_ENTRY = "one of each kind through the real entry point: "
 
 
 ENC = {"LEDGER_ENDPOINTS__ENCRYPTION_KEYS": '["QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="]'}
@@ -67,7 +93,13 @@ CASES: dict[str, list[Case]] = {
     ],
     "topics create": [
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
-        Case((), 2, "LEDGER_KAFKA__PARTITIONS: ", {"LEDGER_KAFKA__PARTITIONS": "abc"}),
+        Case(
+            (),
+            2,
+            "LEDGER_KAFKA__PARTITIONS: ",
+            {"LEDGER_KAFKA__PARTITIONS": "abc"},
+            process=REAL_ENTRY + "a setting refused",
+        ),
     ],
     "publish": [
         Case(
@@ -187,6 +219,7 @@ CASES: dict[str, list[Case]] = {
             ("--dsn", "postgresql://postgres@127.0.0.1:1/x"),
             1,
             "the idempotency database did not answer (cannot connect to",
+            process=REAL_ENTRY + "a runtime failure, in a server with its signal handlers",
         ),
         Case((), 1, NO_BROKER_SAYS, {"LEDGER_API__PORT": "0"}),
         Case(("--with-dashboard",), 1, "no projection at"),
@@ -270,6 +303,8 @@ CASES: dict[str, list[Case]] = {
             1,
             f"no Kafka broker answers at {NO_BROKER}",
             KEYS,
+            # A thread of asyncio's child watcher can outlive the case in this process.
+            process="starts its rebuild workers as child processes",
         ),
         Case(
             ("--into", "sqlite:///DATA/r.sqlite3", "--workers", "1"),
@@ -354,7 +389,12 @@ CASES: dict[str, list[Case]] = {
         Case(("a", "--count", "1", "--reason", "r", "--as", "me"), 1, "no Kafka broker answers"),
     ],
     "redrive": [
-        Case(("--reason", "r", "--as", "me"), 2, "redrive needs a selection"),
+        Case(
+            ("--reason", "r", "--as", "me"),
+            2,
+            "redrive needs a selection",
+            process=REAL_ENTRY + "a command's own usage error",
+        ),
         Case(
             ("--run", "r1", "--since", "yesterday", "--reason", "r", "--as", "me"),
             2,
@@ -392,7 +432,13 @@ CASES: dict[str, list[Case]] = {
         Case((), 1, f"no Kafka broker answers at {NO_BROKER}"),
     ],
     "worker": [
-        Case((), 1, f"no Kafka broker answers at {NO_BROKER}", SECRET | KEYS),
+        Case(
+            (),
+            1,
+            f"no Kafka broker answers at {NO_BROKER}",
+            SECRET | KEYS,
+            process=REAL_ENTRY + "a broker that does not answer (after faust's app is built)",
+        ),
         Case((), 2, "outcome signing is on but this worker has no signing key", SECRET),
         Case((), 2, "webhook secret is empty", {"LEDGER_CHANNELS__WEBHOOK_SECRET": ""} | KEYS),
         Case(("-l", "LOUD"), 2, "'LOUD' is not a log level"),
@@ -444,13 +490,136 @@ def ledger(
 
 
 def base_env(tmp: Path, **extra: str) -> dict[str, str]:
-    """An environment with no broker reachable and a data dir of the test's own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    """An environment with no broker reachable and a data dir of the test's own (no
+    trace exporter: tracing, once configured, stays for the rest of a process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_", "OTEL_"))}
     env.update(
         LEDGER_KAFKA__BOOTSTRAP_SERVERS=NO_BROKER, LEDGER_DATA_DIR=str(tmp / "data"), **extra
     )
     env.pop("FORCE_COLOR", None)
     return env
+
+
+def process_state() -> dict[str, Any]:
+    """What a command could change for the rest of a process and ``main`` does not: an
+    in-process case must leave each as it found it (else it needs a process of its own)."""
+    loggers = {"": logging.getLogger()} | {
+        name: found
+        for name, found in logging.Logger.manager.loggerDict.items()
+        if isinstance(found, logging.Logger)
+    }
+    return {
+        "signal handlers": {sig: signal.getsignal(sig) for sig in signal.valid_signals()},
+        "event loop policy": asyncio.get_event_loop_policy(),
+        "threads": set(threading.enumerate()),
+        "environment": dict(os.environ),
+        "working directory": os.getcwd(),
+        "standard streams": (sys.stdin, sys.stdout, sys.stderr),
+        "hooks": (sys.excepthook, sys.unraisablehook, threading.excepthook),
+        "recursion limit": sys.getrecursionlimit(),
+        "socket timeout": socket.getdefaulttimeout(),
+        "atexit callbacks": atexit._ncallbacks(),
+        "logging disabled": logging.root.manager.disable,
+        "loggers": {
+            name: (each.level, list(each.handlers), each.propagate, each.disabled)
+            for name, each in loggers.items()
+        },
+    }
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop | None:
+    # The loop set for this thread, read without making one (get_event_loop would).
+    loop = getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
+    assert loop is None or isinstance(loop, asyncio.AbstractEventLoop)
+    return loop
+
+
+@contextmanager
+def as_a_process() -> Iterator[list[warnings.WarningMessage]]:
+    """Around an in-process ``main``: Python's default warning filters (not pytest's;
+    the warnings a process would print are yielded), the root logger without pytest's
+    handlers (so ``main``'s ``basicConfig`` writes to the captured stderr, as in a
+    process), channel discovery not done yet; afterwards, what ``main`` set up (typer's
+    app its ``sys.excepthook``) and the thread's event loop (``asyncio.run`` unsets it)
+    put back, and every other ``process_state`` checked unchanged."""
+    root, aiokafka = logging.getLogger(), logging.getLogger("aiokafka")
+    handlers, level, aiokafka_level = list(root.handlers), root.level, aiokafka.level
+    excepthook = sys.excepthook
+    loop = _thread_loop()
+    forget_discovered()
+    before = process_state()
+    try:
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.resetwarnings()
+            for category in (
+                DeprecationWarning,
+                PendingDeprecationWarning,
+                ImportWarning,
+                ResourceWarning,
+            ):
+                warnings.simplefilter("ignore", category, append=True)
+            root.handlers = []
+            yield shown
+    finally:
+        for added in root.handlers:
+            added.close()
+        root.handlers = handlers
+        root.setLevel(level)
+        aiokafka.setLevel(aiokafka_level)
+        sys.excepthook = excepthook
+        asyncio.set_event_loop(loop)
+    changed = state_changes(before, process_state())
+    assert not changed, f"the command changed (before, after) {changed}: run it in a process"
+
+
+def state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Each ``process_state`` that differs, as (before, after); of the signal handlers and
+    loggers, only the entries that differ."""
+    changed: dict[str, Any] = {}
+    for name, was in before.items():
+        now = after[name]
+        if name in ("signal handlers", "loggers"):
+            differ = {key: (was.get(key), now[key]) for key in now if now[key] != was.get(key)}
+            # A logger first made now (by a first import) the way a library makes one (no
+            # level, no handler but a NullHandler) is not a change.
+            for key in [key for key in differ if key not in was and name == "loggers"]:
+                level, handlers, propagate, disabled = now[key]
+                plain = all(type(handler) is logging.NullHandler for handler in handlers)
+                if (level, plain, propagate, disabled) == (logging.NOTSET, True, True, False):
+                    del differ[key]
+            if differ:
+                changed[name] = differ
+        elif now != was:
+            changed[name] = (was, now)
+    return changed
+
+
+def ledger_here(
+    args: list[str],
+    env: dict[str, str],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> subprocess.CompletedProcess[str]:
+    """``ledger ARGS`` in this process through ``ledger.cli.main``, with exactly ``env``
+    as its environment and this checkout as its working directory, as ``ledger`` runs."""
+    for name in os.environ.keys() - env.keys():
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["ledger", *args])
+    capfd.readouterr()
+    with as_a_process() as shown, pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capfd.readouterr()
+    # What a process would have printed on stderr as it happened (``main``'s own format
+    # for renamed settings is printed, not recorded).
+    for each in shown:
+        err += warnings.formatwarning(
+            each.message, each.category, each.filename, each.lineno, each.line
+        )
+    code = exited.value.code
+    return subprocess.CompletedProcess(sys.argv, code if isinstance(code, int) else 1, out, err)
 
 
 def assert_one_line(done: subprocess.CompletedProcess[str], code: int, says: str) -> None:
@@ -478,26 +647,37 @@ ALL_CASES = [
 ]
 
 
+# In this process, a case that waits on something is stopped here (a real process is
+# stopped by ``ledger``'s own 90 s).
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize(("path", "case"), ALL_CASES)
-def test_bad_input_is_one_line_and_a_hint(path: str, case: Case, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_a_hint(
+    path: str,
+    case: Case,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 5000 + "]" * 5000)
     args = [a.replace("@DEEP", f"@{deep}").replace("DATA/", f"{tmp_path}/") for a in case.args]
-    done = ledger([*path.split(), *args], base_env(tmp_path, **case.env))
+    env = base_env(tmp_path, **case.env)
+    if case.process or CLI_TREE:
+        done = ledger([*path.split(), *args], env)
+    else:
+        done = ledger_here([*path.split(), *args], env, capfd, monkeypatch)
     assert_one_line(done, case.code, case.says)
 
 
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", command_paths())
 def test_an_unknown_option_is_a_usage_error_everywhere(
-    path: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    path: str, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In this process, through the console script's own ``run_app`` (the option is refused
-    while parsing, before any command runs): 48 commands, a CLI start each no more. One
-    command goes through a real process below."""
-    monkeypatch.setattr(sys, "argv", ["ledger", *path.split(), "--no-such-option"])
-    code = run_app(app)
-    captured = capsys.readouterr()
-    done = subprocess.CompletedProcess(sys.argv, code, captured.out, captured.err)
+    """In this process (the option is refused while parsing, before any command runs):
+    48 commands, a CLI start each no more. One command goes through a real process below."""
+    args, env = [*path.split(), "--no-such-option"], base_env(tmp_path)
+    done = ledger(args, env) if CLI_TREE else ledger_here(args, env, capfd, monkeypatch)
     assert_one_line(done, 2, "No such option: --no-such-option")
     assert done.stderr.splitlines()[1] == f"hint: see 'ledger {path} --help'"
 
