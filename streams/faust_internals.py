@@ -103,6 +103,16 @@ class HandOverBuffer(ProducerBuffer):
             self.handing_over -= 1
 
 
+class IdempotentProducer(faust_aiokafka.Producer):
+    """faust's producer, idempotent with ``acks=all`` whatever the processing guarantee
+    (faust turns idempotence on only inside its transactions): a retried send after a
+    leader fails over is not written twice, and a write is taken once the in-sync
+    replicas have it."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
 class HookedTransport(faust_aiokafka.Transport):
     """faust's aiokafka transport with the hooked consumer."""
 
