@@ -137,3 +137,8 @@ class HookedApp(faust.App):
 
     def _new_transport(self) -> Any:
         return self.transport_class(self.conf.broker_consumer, self, loop=self.loop)
+
+
+def aiokafka_producer_of(app: Any) -> Any:
+    """The aiokafka producer the app's transport builds for its sends (not started)."""
+    return app.producer._new_producer()

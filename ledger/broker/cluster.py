@@ -19,7 +19,7 @@ from events.errors import LedgerError
 from events.private_files import private_dir, private_file
 from ledger.broker.config import ClusterNode, cluster_nodes, cluster_root
 from ledger.broker.jars import ensure_jars
-from ledger.broker.process import LocalBroker, StartReport
+from ledger.broker.process import STOP_TIMEOUT_S, LocalBroker, StartReport
 from ledger.errors import UsageError
 
 CLUSTER_ID_FILE = "cluster.id"
@@ -95,12 +95,13 @@ class LocalCluster:
             [reports[id(b)] for b in self.brokers], time.monotonic() - began, self.bootstrap_servers
         )
 
-    def stop(self) -> list[tuple[int, int | None, float, bool]]:
-        """Stop every node (SIGTERM, wait): (node id, pid, seconds, had to kill) each."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> list[tuple[int, int | None, float, bool]]:
+        """Stop every node (SIGTERM, wait up to ``timeout``, then SIGKILL): (node id, pid,
+        seconds, had to kill) each."""
         # All at once: a node stopped after the others have gone has no quorum to
         # finish its controlled shutdown with, and waits out its whole timeout.
         with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
-            stopped = list(pool.map(LocalBroker.stop, self.brokers))
+            stopped = list(pool.map(lambda b: b.stop(timeout), self.brokers))
         return [(n.node_id, *s) for n, s in zip(self.nodes, stopped, strict=True)]
 
     def _share_cluster_id(self) -> None:

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 FAILOVERS = 2
 MAX_RUNS = 400  # bounded however slow the machine is
-DOWN_S = 3.0  # how long the killed broker stays down
+DOWN_S = 2.0  # how long the killed broker stays down
 
 
 @pytest.fixture(scope="module")
