@@ -40,6 +40,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.common import BENCH_WEBHOOK_SECRET
 from clients import DeliverySpec, Publisher
+from clients.outcome_signing import new_pair
 from config import Settings
 from config.settings import changed
 from events.codec import EventDecodeError, decode
@@ -262,21 +263,29 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     ).start()
     workers: list[subprocess.Popen[bytes]] = []
     try:
+        # The workers sign their outcome events (on by default) with a pair of this run's.
+        signing, verify = new_pair()
         settings = changed(
-            receiver.settings(base), {"kafka.bootstrap_servers": cluster.bootstrap_servers}
+            receiver.settings(base),
+            {
+                "kafka.bootstrap_servers": cluster.bootstrap_servers,
+                "signing.signing_key": signing,
+                "signing.verify_keys": [verify],
+            },
         )
         await create_topics(settings)
         topic = settings.kafka.topic_deliveries
         workers += [start_worker(settings, tmp, n) for n in range(args.workers)]
-        flow, stop = Flow(), asyncio.Event()
-        # Warm up: the workers own their partitions and the first deliveries arrive.
-        warm = asyncio.create_task(publish(settings, receiver, args, Flow(), stop, "warm"))
-        for _ in range(600):
-            if len(receiver.requests(method="POST")) >= 5:
-                break
-            await asyncio.sleep(0.1)
+        flow, stop, warmed = Flow(), asyncio.Event(), Flow()
+        # Warm up: the workers own their partitions, and what was published arrived.
+        warm = asyncio.create_task(publish(settings, receiver, args, warmed, stop, "warm"))
+        await asyncio.sleep(5.0)
         stop.set()
         await warm
+        for _ in range(1200):
+            if len(receiver.requests(method="POST")) >= len(warmed.published_at):
+                break
+            await asyncio.sleep(0.1)
         stop = asyncio.Event()
         flowing = asyncio.create_task(publish(settings, receiver, args, flow, stop, "run"))
         phases = [Phase("before", time.time())]
@@ -343,6 +352,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "publishes_retried": flow.retried,
             "publishes_refused": flow.refused,
             "workers_alive": sum(1 for w in workers if w.poll() is None),
+            "dead_workers_said": [
+                (tmp / f"worker-{n}.log").read_text(errors="replace")[-1500:]
+                for n, w in enumerate(workers)
+                if w.poll() is not None
+            ],
         }
     finally:
         for worker in workers:
