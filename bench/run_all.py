@@ -71,9 +71,9 @@ class Sizes:
     open_deliveries: tuple[int, ...]
     timer_sizes: tuple[int, ...]
     chaos: tuple[str, ...]  # bench.chaos options
-    failover: tuple[str, ...] = ("--rate", "10", "--phase-s", "30", "--failovers", "2")
     peer: peer.Shape = peer.FULL
     rate_limit: tuple[int, int, int] = (400, 2, 60)  # deliveries per round, rounds, warm-up
+    failover: tuple[str, ...] = ("--rate", "10", "--phase-s", "30", "--failovers", "2")
 
 
 FULL = Sizes(
