@@ -187,17 +187,17 @@ async def test_stopped_endpoints_and_heartbeats_are_metrics_the_alert_rules_read
     assert m[("ledger_worker_clock_skew", (("worker", "w1"),))] == 0
 
     written: dict[str, dict[str, set[str]]] = {}
-    for (name, labels), _ in m.items():
-        for label, label_value in labels:
+    for name, pairs in m:
+        for label, label_value in pairs:
             written.setdefault(name, {}).setdefault(label, set()).add(label_value)
         written.setdefault(name, {})
     for rule in rules():
         assert metric_names(rule["expr"]) <= set(written), rule["alert"]
-    for name, labels in input_series():
-        if name == "up" or labels.get("job") == "ledger-worker":
+    for name, series_labels in input_series():
+        if name == "up" or series_labels.get("job") == "ledger-worker":
             continue  # written by Prometheus, or by a worker's own /metrics
         assert name in written, name
-        assert set(labels) - {"job", "instance"} == set(written[name]), name
-        for label, label_value in labels.items():
+        assert set(series_labels) - {"job", "instance"} == set(written[name]), name
+        for label, label_value in series_labels.items():
             if label not in FREE_LABELS:
                 assert label_value in written[name][label], (name, label, label_value)
