@@ -1,8 +1,8 @@
-"""``ledger demo --once`` end to end, twice (the second time on what the first left, smaller:
-the demo must run again from its own leftovers, and CI time is dear): its receiver-kit webhook apps and its provider
-process nothing twice, no second send reaches the kit, its browser deliveries (Chromium
-against the fake form, under the browser's own deadline) all end and none is accepted
-twice, and the demo stops every process it started."""
+"""``ledger demo --once`` end to end, twice (the second time smaller, on what the first left:
+the demo must run again from its own leftovers, and CI time is dear): its receiver-kit
+webhook apps and its provider process nothing twice, no second send reaches the kit, its
+browser deliveries (Chromium against the fake form, under the browser's own deadline) all
+end and none is accepted twice, and the demo stops every process it started."""
 
 from __future__ import annotations
 
