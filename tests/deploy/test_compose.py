@@ -17,6 +17,7 @@ from ruamel.yaml.constructor import DuplicateKeyError
 
 from config.settings import Settings
 from ledger.acls import SUPER_USER_COMMANDS, Acl, command_roles, role_acls
+from ledger.cli import app
 from tests.deploy.compose_file import (
     COMPOSE,
     ROOT,
@@ -226,3 +227,16 @@ def test_each_service_has_valid_settings_and_the_acls_its_commands_need(
     for principal, acls in sorted(needed.items()):
         lacking = sorted(acl.describe() for acl in acls - granted.get(principal, set()))
         assert lacking == [], f"{principal} lacks ACLs its commands need"
+
+
+def test_the_certs_step_makes_what_the_broker_reads(tmp_path: Path) -> None:
+    """``ledger broker certs`` (the certs service): the CA and the broker's keystore, kept
+    when run again (a restarted stack keeps its certificates)."""
+    certs = tmp_path / "certs"
+    args = ["broker", "certs", str(certs), "--host", "kafka"]
+    assert app(args, prog_name="ledger", standalone_mode=False) is None
+    ca, keystore = (certs / "ca.pem").read_bytes(), certs / "broker-keystore.pem"
+    assert ca.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert keystore.stat().st_mode & 0o777 == 0o600
+    app(args, prog_name="ledger", standalone_mode=False)
+    assert (certs / "ca.pem").read_bytes() == ca

@@ -61,7 +61,7 @@ CASES: dict[str, list[Case]] = {
     "broker status": [
         Case((), 2, "LEDGER_KAFKA__CONTROLLER_PORT: ", {"LEDGER_KAFKA__CONTROLLER_PORT": "x"})
     ],
-    "broker certs": [Case((), 2, "Missing argument 'DIRECTORY'")],
+    "broker certs": [Case((), 2, "Missing argument 'directory'")],
     "broker logs": [
         Case((), 1, "no broker log at "),
         Case(("-n", "0"), 2, "Invalid value for '--lines'"),
