@@ -2,7 +2,8 @@
 
 ``load`` parses strictly (a duplicate key is an error, beside a ``<<`` merge too), and
 ``interpolate`` substitutes ``${VAR}`` forms as compose does before it validates the file
-against the Compose Specification's schema (``SCHEMA``, vendored: ``compose-spec.SOURCE``).
+against the Compose Specification's schema (``schema()``: compose-go's, the loader docker
+compose itself uses, which ``scripts/compose-schema`` fetches through the Go module proxy).
 ``ledger_commands`` splits a service's command into the ``ledger`` invocations it runs,
 and ``parse_ledger`` parses one with the CLI's own typer app, without running it.
 """
@@ -10,6 +11,7 @@ and ``parse_ledger`` parses one with the CLI's own typer app, without running it
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -25,7 +27,6 @@ from ledger.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-SCHEMA = Path(__file__).with_name("compose-spec.json")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # sh -c scripts: only `a && b && c` chains of plain words (the file's one-shot steps).
 _SHELL_WORDS = frozenset({"&&"})
@@ -209,6 +210,13 @@ def parse_ledger(args: list[str]) -> tuple[str, Context]:
 
 
 def schema() -> dict[str, Any]:
-    """The Compose Specification's JSON Schema (draft 7)."""
-    loaded: dict[str, Any] = json.loads(SCHEMA.read_text())
+    """The Compose Specification's JSON Schema (draft 7), at ``LEDGER_TEST_COMPOSE_SCHEMA``
+    (``scripts/test`` sets it from ``scripts/compose-schema``; tests reach no network)."""
+    path = os.environ.get("LEDGER_TEST_COMPOSE_SCHEMA")
+    if not path:
+        raise RuntimeError(
+            "LEDGER_TEST_COMPOSE_SCHEMA is not set: "
+            "export LEDGER_TEST_COMPOSE_SCHEMA=$(./scripts/compose-schema) (scripts/test does)"
+        )
+    loaded: dict[str, Any] = json.loads(Path(path).read_text())
     return loaded
