@@ -5,6 +5,7 @@ command a real ``ledger`` command. No broker: pure parsing, well under a second.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 from collections.abc import Iterator
@@ -104,15 +105,29 @@ def test_the_file_refuses_to_start_without_each_secret(raw: dict[str, Any]) -> N
     assert [name for name in EXPORTED if name not in deploying] == []
 
 
-def test_the_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
-    validator = jsonschema.Draft7Validator(
-        schema(), format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
-    )
-    errors = [
+def spec_errors(document: dict[str, Any]) -> list[str]:
+    """What the Compose schema finds wrong, under the draft the schema names (compose-go's
+    is 2020-12: an unknown service key is an unevaluated property)."""
+    loaded = schema()
+    validator_class = jsonschema.validators.validator_for(loaded)
+    validator = validator_class(loaded, format_checker=validator_class.FORMAT_CHECKER)
+    return [
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in validator.iter_errors(compose)
+        for e in validator.iter_errors(document)
     ]
-    assert errors == []
+
+
+def test_the_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    assert spec_errors(compose) == []
+
+
+def test_the_schema_check_refuses_what_compose_refuses(compose: dict[str, Any]) -> None:
+    broken = copy.deepcopy(compose)
+    broken["services"]["worker"]["restart_policy"] = "always"
+    broken["services"]["worker"]["restart"] = 5
+    errors = spec_errors(broken)
+    assert any("'restart_policy' was unexpected" in e for e in errors), errors
+    assert "services/worker/restart: 5 is not of type 'string'" in errors, errors
 
 
 def test_the_services_run_the_image_not_a_checkout(compose: dict[str, Any]) -> None:
