@@ -1,8 +1,10 @@
 """``ledger broker start|stop|status|logs``: the local Kafka broker, or a local cluster of
-three (``--nodes 3``; ledger/broker/)."""
+three (``--nodes 3``; ledger/broker/); ``ledger broker certs``: TLS files for a broker run
+elsewhere (docker-compose.yml)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,6 +14,7 @@ from config.settings import Settings, changed
 from events.errors import LedgerError
 from ledger.broker import LocalBroker
 from ledger.broker.cluster import LocalCluster, running_cluster
+from ledger.broker.security import BrokerSecurity
 
 out = Console()
 err = Console(stderr=True)
@@ -174,3 +177,20 @@ def broker_logs(
         err.print(f"the broker log {log} is empty", highlight=False, soft_wrap=True)
     for line in tail:
         print(line)
+
+
+@app.command("certs")
+def broker_certs(
+    directory: Annotated[
+        Path,
+        typer.Argument(file_okay=False, help="Where ca.pem and broker-keystore.pem go."),
+    ],
+    host: Annotated[
+        str, typer.Option(help="The broker's name in its certificate (also 127.0.0.1, localhost).")
+    ] = "localhost",
+) -> None:
+    """Make a CA and a broker certificate for a broker run elsewhere (docker-compose.yml's
+    certs step); files already there are kept. The directory is 0700, the keystore 0600."""
+    security = BrokerSecurity(directory)
+    security.ensure_tls(host)
+    out.print(f"CA {security.ca_file}; broker keystore {security.keystore}", highlight=False)

@@ -61,6 +61,7 @@ CASES: dict[str, list[Case]] = {
     "broker status": [
         Case((), 2, "LEDGER_KAFKA__CONTROLLER_PORT: ", {"LEDGER_KAFKA__CONTROLLER_PORT": "x"})
     ],
+    "broker certs": [Case((), 2, "Missing argument 'directory'")],
     "broker logs": [
         Case((), 1, "no broker log at "),
         Case(("-n", "0"), 2, "Invalid value for '--lines'"),
@@ -492,7 +493,7 @@ def test_an_unknown_option_is_a_usage_error_everywhere(
     path: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In this process, through the console script's own ``run_app`` (the option is refused
-    while parsing, before any command runs): 48 commands, a CLI start each no more. One
+    while parsing, before any command runs): 49 commands, a CLI start each no more. One
     command goes through a real process below."""
     monkeypatch.setattr(sys, "argv", ["ledger", *path.split(), "--no-such-option"])
     code = run_app(app)
