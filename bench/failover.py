@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.common import BENCH_WEBHOOK_SECRET
 from clients import DeliverySpec, Publisher
@@ -47,6 +46,7 @@ from events.codec import EventDecodeError, decode
 from events.delivery import DeliveryEvent
 from events.delivery_state import DeliveryState, Status, apply
 from ledger.broker.cluster import LocalCluster
+from ledger.broker.replicas import busiest_leader, partitions, wait_in_sync
 from ledger.simulator import SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
@@ -71,53 +71,6 @@ class Flow:
     published_at: dict[str, float] = field(default_factory=dict)
     retried: int = 0
     refused: list[str] = field(default_factory=list)
-
-
-async def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int], int]]:
-    """partition -> (leader, isr, replicas, end offset)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await admin.start()
-    await consumer.start()
-    try:
-        described = (await admin.describe_topics([topic]))[0]["partitions"]
-        parts = [TopicPartition(topic, p["partition"]) for p in described]
-        ends = await consumer.end_offsets(parts)
-        return {
-            p["partition"]: (
-                p["leader"],
-                sorted(p["isr"]),
-                sorted(p["replicas"]),
-                ends[TopicPartition(topic, p["partition"])],
-            )
-            for p in described
-        }
-    finally:
-        await consumer.stop()
-        await admin.close()
-
-
-async def busiest(bootstrap: str, topic: str) -> int:
-    """The broker leading the most records of ``topic``."""
-    load: dict[int, int] = {}
-    for leader, _, _, end in (await leaders(bootstrap, topic)).values():
-        if leader >= 0:
-            load[leader] = load.get(leader, 0) + end
-    return max(load, key=lambda node: (load[node], -node))
-
-
-async def in_sync(bootstrap: str, topic: str, timeout_s: float = 180.0) -> None:
-    """Wait (bounded) until every partition of ``topic`` has all its replicas in sync."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            views = await leaders(bootstrap, topic)
-            if all(isr == replicas and leader >= 0 for leader, isr, replicas, _ in views.values()):
-                return
-        except Exception:  # a metadata request during the failover
-            pass
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"replicas of {topic} not in sync after {timeout_s:.0f} s")
 
 
 async def publish(settings: Settings, receiver: BackgroundSimulator, args: Any, flow: Flow,
@@ -292,7 +245,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         await asyncio.sleep(args.phase_s)
         kills = []
         for _ in range(args.failovers):
-            node = await busiest(cluster.bootstrap_servers, topic)
+            node = busiest_leader(await partitions(cluster.bootstrap_servers, topic))
             victim = cluster.broker(node)
             pid = victim.pid()
             assert pid is not None
@@ -303,7 +256,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             restart = time.monotonic()
             await asyncio.to_thread(victim.start)
             restarted_s = time.monotonic() - restart
-            await in_sync(cluster.bootstrap_servers, topic)
+            await wait_in_sync(cluster.bootstrap_servers, [topic], timeout_s=180.0)
             phases[-1].end = time.time()
             kills.append(
                 {
@@ -421,23 +374,6 @@ def markdown(summary: dict[str, Any]) -> list[str]:
         f"{summary['workers_alive']} of {summary['workers']}.",
     ]
     return lines
-
-
-def run_detached(options: list[str], tmp: Path) -> dict[str, Any]:
-    """``python -m bench.failover OPTIONS`` in a process of its own (its own cluster);
-    its summary."""
-    summary, log = tmp / "failover.json", tmp / "failover.log"
-    with open(log, "wb") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.failover", *options, "--json", str(summary)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if not summary.exists():
-        raise RuntimeError(f"the failover run wrote no summary (exit {done.returncode}): {log}")
-    result: dict[str, Any] = json.loads(summary.read_text())
-    return result
 
 
 def main() -> None:

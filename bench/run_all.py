@@ -47,6 +47,7 @@ from bench.common import (
     fresh_settings,
     machine,
     median,
+    run_detached,
     start_receiver,
 )
 from config import Settings
@@ -233,11 +234,13 @@ async def run_section(
         )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
-        results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
+        results["chaos"] = await asyncio.to_thread(
+            run_detached, "bench.chaos", list(sizes.chaos), tmp
+        )
     if "failover" in wanted:
         say(f"[bold]failover[/] a three-node cluster of its own: {' '.join(sizes.failover)}")
         results["failover"] = await asyncio.to_thread(
-            failover.run_detached, list(sizes.failover), tmp
+            run_detached, "bench.failover", list(sizes.failover), tmp
         )
 
 

@@ -23,7 +23,8 @@ from clients import DeliverySpec
 from config.settings import Settings
 from events.delivery_state import Status
 from ledger.broker.cluster import LocalCluster
-from tests.fixtures.cluster import busiest_leader, clients_of, partitions, wait_in_sync
+from ledger.broker.replicas import busiest_leader, partitions, wait_in_sync
+from tests.fixtures.cluster import clients_of
 from tests.fixtures.projection import LiveProjection
 from tests.fixtures.receiver import ReceiverFactory
 from tests.fixtures.worker import LedgerView, WorkerFactory
@@ -104,7 +105,7 @@ async def test_a_leader_killed_twice_loses_and_doubles_nothing(
 
 async def _replicated_three_ways(settings: Settings, topic: str) -> None:
     """The ledger created its topic with 3 copies and min.insync.replicas 2."""
-    views = await partitions(settings, topic)
+    views = await partitions(settings.kafka.bootstrap_servers, topic)
     assert views
     assert all(len(v.replicas) == 3 for v in views), views
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
@@ -131,7 +132,7 @@ async def _fail_over(
 ) -> tuple[int, float]:
     """SIGKILL the broker leading the busiest partitions, restart it after DOWN_S, wait
     until every replica is in sync again; (node, seconds until in sync)."""
-    node = busiest_leader(await partitions(settings, topics[0]))
+    node = busiest_leader(await partitions(settings.kafka.bootstrap_servers, topics[0]))
     victim = cluster.broker(node)
     pid = victim.pid()
     assert pid is not None, f"node {node} is not running"
@@ -139,5 +140,5 @@ async def _fail_over(
     await asyncio.sleep(DOWN_S)
     began = time.monotonic()
     await asyncio.to_thread(victim.start)
-    await wait_in_sync(settings, topics)
+    await wait_in_sync(settings.kafka.bootstrap_servers, topics)
     return node, round(time.monotonic() - began, 1)
