@@ -32,7 +32,6 @@ import random
 import shutil
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -470,23 +469,6 @@ async def run(
         "nemesis_log": nemesis.records(),
         "supervisor_restarts": dict(supervisor.restarts),
     }
-
-
-def run_detached(options: list[str], tmp: Path) -> dict[str, Any]:
-    """``python -m bench.chaos OPTIONS`` in a process of its own (it restarts its own
-    broker, so it shares nothing with the caller's); its summary, pass or fail."""
-    summary, log = tmp / "chaos.json", tmp / "chaos.log"
-    with open(log, "wb") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.chaos", *options, "--json", str(summary)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if not summary.exists():
-        raise RuntimeError(f"the chaos run wrote no summary (exit {done.returncode}): {log}")
-    result: dict[str, Any] = json.loads(summary.read_text())
-    return result
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

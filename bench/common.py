@@ -330,3 +330,22 @@ def machine(settings: Settings) -> Machine:
 def dump(path: Path, data: object) -> None:
     """Raw results next to the report, for whoever wants every round."""
     path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def run_detached(module: str, options: list[str], tmp: Path) -> dict[str, Any]:
+    """``python -m MODULE OPTIONS --json FILE`` in a process of its own (a run that starts,
+    kills and restarts its own brokers shares nothing with the caller's); its summary,
+    pass or fail. Its output goes to a log beside the summary."""
+    name = module.rsplit(".", 1)[-1]
+    summary, log = tmp / f"{name}.json", tmp / f"{name}.log"
+    with open(log, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *options, "--json", str(summary)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if not summary.exists():
+        raise RuntimeError(f"the {name} run wrote no summary (exit {done.returncode}): {log}")
+    result: dict[str, Any] = json.loads(summary.read_text())
+    return result

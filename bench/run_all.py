@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from bench import (
     chaos,
     e2e,
+    failover,
     health_query,
     http_ingest,
     memory,
@@ -46,6 +47,7 @@ from bench.common import (
     fresh_settings,
     machine,
     median,
+    run_detached,
     start_receiver,
 )
 from config import Settings
@@ -54,7 +56,7 @@ from ledger.stack import Stack
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
     "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "chaos",
+    "health", "tracing", "chaos", "failover",
 )  # fmt: skip
 
 
@@ -72,6 +74,7 @@ class Sizes:
     chaos: tuple[str, ...]  # bench.chaos options
     peer: peer.Shape = peer.FULL
     rate_limit: tuple[int, int, int] = (400, 2, 60)  # deliveries per round, rounds, warm-up
+    failover: tuple[str, ...] = ("--rate", "10", "--phase-s", "30", "--failovers", "2")
 
 
 FULL = Sizes(
@@ -231,7 +234,14 @@ async def run_section(
         )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
-        results["chaos"] = await asyncio.to_thread(chaos.run_detached, list(sizes.chaos), tmp)
+        results["chaos"] = await asyncio.to_thread(
+            run_detached, "bench.chaos", list(sizes.chaos), tmp
+        )
+    if "failover" in wanted:
+        say(f"[bold]failover[/] a three-node cluster of its own: {' '.join(sizes.failover)}")
+        results["failover"] = await asyncio.to_thread(
+            run_detached, "bench.failover", list(sizes.failover), tmp
+        )
 
 
 def render(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -373,6 +383,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     out += ["", "Details:", ""] + [f"- {n}" for n in notes]
     if "chaos" in results:
         out += ["", *chaos.markdown(results["chaos"])]
+    if "failover" in results:
+        out += ["", *failover.markdown(results["failover"])]
     return "\n".join(out) + "\n"
 
 

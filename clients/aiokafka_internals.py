@@ -58,3 +58,9 @@ def set_fetch_options(
 def fetch_options(consumer: AIOKafkaConsumer) -> tuple[str, int, int]:
     """The isolation level, fetch_min_bytes and fetch_max_wait_ms a consumer will fetch with."""
     return (consumer._isolation_level, consumer._fetch_min_bytes, consumer._fetch_max_wait_ms)
+
+
+def delivery_guarantees(producer: AIOKafkaProducer) -> tuple[bool, int]:
+    """(idempotent, acks) of a built producer, as it will send: acks -1 is all in-sync
+    replicas (aiokafka keeps neither as a public attribute)."""
+    return producer._txn_manager is not None, int(producer._sender._acks)

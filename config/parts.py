@@ -102,6 +102,14 @@ class KafkaSettings(Part):
     (events/api_keys.py; ``ledger api-keys``)."""
     partitions: int = Field(default=8, ge=1, le=1024)
     """Partitions of the topics the ledger creates."""
+    replication_factor: int = Field(default=0, ge=0, le=32)
+    """Copies of each partition of the topics the ledger (and the worker's changelog)
+    creates (0: decided from the live cluster, 3 where it has three or more brokers, else
+    1; ledger/topics.py)."""
+    min_insync_replicas: int = Field(default=0, ge=0, le=32)
+    """``min.insync.replicas`` of those topics: with ``acks=all`` a write is taken once
+    this many copies have it (0: 2 where the replication factor is 3 or more, else the
+    broker's default)."""
     broker_host: str = "127.0.0.1"
     """The local broker (``ledger broker start``): its host."""
     broker_port: int = Field(default=9092, ge=1, le=65535)

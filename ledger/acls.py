@@ -36,6 +36,36 @@ AGENT_TRANSACTIONAL_PREFIX = "ledger-publisher-"
 # The API server's (api/publishing.py), unless LEDGER_API__TRANSACTIONAL_ID names one.
 API_TRANSACTIONAL_PREFIX = "ledger-api-"
 
+# The roles whose ACLs the principal running each ``ledger`` command needs (the README's
+# table, Security). Commands that talk to no broker are not listed; those in
+# SUPER_USER_COMMANDS need a super user. A dashboard whose buttons act (an operator key
+# is set) is an operator as well as a reader.
+COMMAND_ROLES: dict[str, tuple[Role, ...]] = {
+    "publish": ("agent",),
+    "api": ("api",),
+    "worker": ("worker",),
+    "project": ("projector",),
+    "dashboard": ("reader",),
+    "status": ("reader",),
+    "replay": ("reader",),
+    "rebuild": ("reader",),
+    "verify": ("reader",),
+    "resolve": ("operator",),
+    "redrive": ("operator",),
+    "endpoints": ("operator",),
+    "budgets": ("operator",),
+    "api-keys": ("operator",),
+}
+SUPER_USER_COMMANDS = frozenset({"topics create", "acls grant"})
+
+
+def command_roles(command: str, settings: Settings) -> tuple[Role, ...]:
+    """The roles ``ledger COMMAND`` (a path: ``"endpoints list"``) needs under ``settings``."""
+    roles = COMMAND_ROLES.get(command, COMMAND_ROLES.get(command.split(" ")[0], ()))
+    if command == "dashboard" and settings.signing.operator_key is not None:
+        return (*roles, "operator")
+    return roles
+
 
 class Resource(IntEnum):
     """Kafka's resource types (the wire values)."""

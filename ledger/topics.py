@@ -9,6 +9,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from clients.kafka_security import client_options, connect_error
+from config.parts import KafkaSettings
 from config.settings import Settings
 from events.errors import LedgerError
 
@@ -28,6 +29,70 @@ ENDPOINTS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
 @dataclass(frozen=True)
+class Replication:
+    """How many copies of each partition, and how many must have a write before
+    ``acks=all`` returns (None: the broker's default)."""
+
+    factor: int
+    min_insync: int | None
+
+    def configs(self) -> dict[str, str]:
+        """The topic configs this adds (none for the broker's default)."""
+        return {} if self.min_insync is None else {"min.insync.replicas": str(self.min_insync)}
+
+
+def replication_for(settings: KafkaSettings, brokers: int) -> Replication:
+    """The settings' replication, or where they leave it to the cluster (0): 3 copies
+    and 2 in sync on three brokers or more (a write survives one broker lost, and one
+    broker down does not stop writes), 1 copy on fewer."""
+    factor = settings.replication_factor or (3 if brokers >= 3 else 1)
+    if factor > brokers:
+        raise LedgerError(
+            f"replication factor {factor} needs {factor} brokers; the cluster has {brokers}",
+            "set LEDGER_KAFKA__REPLICATION_FACTOR to at most the broker count (0: decide "
+            "from the cluster)",
+        )
+    min_insync = settings.min_insync_replicas or (2 if factor >= 3 else None)
+    if min_insync is not None and min_insync > factor:
+        raise LedgerError(
+            f"min.insync.replicas {min_insync} is more than the {factor} copies: "
+            "no acks=all write could ever succeed",
+            "set LEDGER_KAFKA__MIN_INSYNC_REPLICAS to at most LEDGER_KAFKA__REPLICATION_FACTOR",
+        )
+    return Replication(factor, min_insync)
+
+
+async def cluster_replication(admin: AIOKafkaAdminClient, settings: KafkaSettings) -> Replication:
+    """``replication_for`` the live cluster's broker count."""
+    described = await admin.describe_cluster()
+    return replication_for(settings, len(described["brokers"]))
+
+
+async def resolved_replication(settings: KafkaSettings) -> Replication:
+    """The replication topics get on the cluster ``settings`` point at (one admin
+    connection; a ``LedgerError`` when no broker answers)."""
+    admin = await _admin(settings)
+    try:
+        return await cluster_replication(admin, settings)
+    finally:
+        await admin.close()
+
+
+async def _admin(settings: KafkaSettings) -> AIOKafkaAdminClient:
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=15000,
+        **client_options(settings),
+    )
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        await admin.close()
+        raise await connect_error(settings) from None
+    return admin
+
+
+@dataclass(frozen=True)
 class TopicResult:
     """One topic and whether this call created it."""
 
@@ -39,7 +104,8 @@ class TopicResult:
 async def create_topics(
     settings: Settings, names: tuple[str, ...] | None = None
 ) -> list[TopicResult]:
-    """Create the ledger topics with ``settings.kafka.partitions`` and infinite retention."""
+    """Create the ledger topics with ``settings.kafka.partitions``, infinite retention and
+    the cluster's replication (``replication_for``)."""
     names = names or (
         *settings.kafka.topic_names(),
         settings.kafka.topic_heartbeats,
@@ -47,29 +113,25 @@ async def create_topics(
         settings.kafka.topic_budgets,
         settings.kafka.topic_api_keys,
     )
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka.bootstrap_servers,
-        request_timeout_ms=15000,
-        **client_options(settings.kafka),
-    )
-    try:
-        await admin.start()
-    except KafkaConnectionError:
-        await admin.close()
-        raise await connect_error(settings.kafka) from None
+    admin = await _admin(settings.kafka)
     try:
         existing = set(await admin.list_topics())
+        replication = await cluster_replication(admin, settings.kafka)
+        copies = replication.factor
         results: list[TopicResult] = []
         for name in names:
             if name in existing:
                 results.append(TopicResult(name, await _partitions(admin, name), False))
                 continue
             if name == settings.kafka.topic_heartbeats:
-                topic = NewTopic(name, 1, 1, topic_configs=dict(HEARTBEATS))
+                configs, partitions = HEARTBEATS, 1
             elif name in (settings.kafka.topic_endpoints, settings.kafka.topic_api_keys):
-                topic = NewTopic(name, 1, 1, topic_configs=dict(ENDPOINTS))
+                configs, partitions = ENDPOINTS, 1
             else:
-                topic = NewTopic(name, settings.kafka.partitions, 1, topic_configs=dict(FOREVER))
+                configs, partitions = FOREVER, settings.kafka.partitions
+            topic = NewTopic(
+                name, partitions, copies, topic_configs={**configs, **replication.configs()}
+            )
             response = await admin.create_topics([topic])
             code, message = _topic_error(response, name)
             if code == TopicAlreadyExistsError.errno:

@@ -104,6 +104,7 @@ class ProjectorDeadLetters:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._settings.bootstrap_servers,
                 enable_idempotence=True,
+                acks="all",
                 # A dead letter carries the whole original record (up to the codec's 1 MiB).
                 max_request_size=4 * 1024 * 1024,
                 **client_options(self._settings),

@@ -23,6 +23,7 @@ from clients.committed_log import CommittedLog
 from config.parts import KafkaSettings
 
 MAX_RECORDS = 100_000  # a compacted topic of heartbeats: one per worker, bounded anyway
+MAX_AGE_S = 60.0  # a heartbeat older than this (by the broker's clock): its worker stopped
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class WorkerClock:
 
 
 async def worker_clocks(
-    settings: KafkaSettings, now: datetime, max_age_s: float = 60.0, timeout_s: float = 10.0
+    settings: KafkaSettings, now: datetime, max_age_s: float = MAX_AGE_S, timeout_s: float = 10.0
 ) -> list[WorkerClock]:
     """Every worker that sent a heartbeat within ``max_age_s`` of ``now``, by id."""
     latest: dict[bytes, tuple[int, bytes]] = {}
@@ -91,8 +92,10 @@ def _parse(value: bytes, seen: datetime) -> WorkerClock | None:
         return None
 
 
-def clock_exposition(clocks: list[WorkerClock]) -> bytes:
-    """The workers' clocks in Prometheus' text format (beside the projection's numbers)."""
+def clock_exposition(clocks: list[WorkerClock], *, read: bool = True) -> bytes:
+    """The workers' clocks in Prometheus' text format (beside the projection's numbers);
+    ``read`` False: the heartbeats could not be read, so no count of workers is given (an
+    absent count is not a zero one: no alert that every worker stopped)."""
     skew = GaugeMetricFamily(
         "ledger_worker_clock_skew",
         "1 while a worker does not act: its clock is off the broker's by more than "
@@ -107,8 +110,19 @@ def clock_exposition(clocks: list[WorkerClock]) -> bytes:
     for clock in clocks:
         skew.add_metric([clock.worker_id], float(not clock.acting))
         offset.add_metric([clock.worker_id], clock.clock_offset_s)
+    families: list[Metric] = [skew, offset]
+    if read:
+        # Worker ids are new per process, so a worker that stopped leaves no series to go
+        # stale: the count of heartbeats within the age limit is what says one is missing.
+        alive = GaugeMetricFamily(
+            "ledger_workers_heartbeating",
+            f"Workers whose last heartbeat is at most {MAX_AGE_S:g} s old by the broker's clock "
+            "(absent while the heartbeats topic cannot be read).",
+        )
+        alive.add_metric([], len(clocks))
+        families.append(alive)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([skew, offset]))
+    registry.register(_Families(families))
     return generate_latest(registry)
 
 

@@ -24,10 +24,12 @@ from prometheus_client.registry import Collector
 
 from clients.committed_log import CommittedLog
 from config.settings import Settings
+from events.endpoints import BREAKER_ACTOR
 from projections import queries
 from projections.budget_metrics import budget_families
 from projections.budgets import BudgetUse, budget_use
 from projections.dashboard.overview import COUNTERS, Overview, overview
+from projections.fold import Row
 from projections.health import METRIC_ENDPOINTS, HealthReport, endpoint_health
 from projections.queries import AggregateCache
 from projections.store import Store
@@ -49,6 +51,34 @@ class ProjectionNumbers:
     consumed: dict[str, int]  # topic -> records consumed (sum of next offsets)
     health: HealthReport | None = None
     budgets: list[BudgetUse] = field(default_factory=list)
+    stopped: list[StoppedEndpoint] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StoppedEndpoint:
+    """A registered endpoint that is paused or disabled, and for how long (every one of
+    them, not only the busiest: a stopped endpoint may have no traffic left to rank by)."""
+
+    channel: str
+    endpoint: str
+    state: str  # paused | disabled
+    by: str  # circuit-breaker (auto-disabled) | operator
+    seconds: float
+
+
+def stopped_endpoints(registry: Iterable[Row], now: datetime) -> list[StoppedEndpoint]:
+    """The paused and disabled endpoints of ``queries.endpoints``' rows, as of ``now``."""
+    return [
+        StoppedEndpoint(
+            channel=r["channel"],
+            endpoint=r["endpoint_id"],
+            state=r["state"],
+            by="circuit-breaker" if r["stopped_by"] == BREAKER_ACTOR else "operator",
+            seconds=queries.age_seconds(r["stopped_at"], now) if r["stopped_at"] else 0.0,
+        )
+        for r in registry
+        if r["state"] != "active"
+    ]
 
 
 @dataclass
@@ -73,12 +103,14 @@ def projection_numbers(
     try:
         memo = cache or AggregateCache()
         rest = memo.get(store, ("metrics",), lambda: _log_side(store))
+        registry = memo.get(store, ("endpoints",), lambda: queries.endpoints(store))
         budgets = budget_use(store, now)
     finally:
         store.rollback()
     prefixes = list(settings.channels.webhook_endpoints) if settings else []
     health = endpoint_health(store, now, prefixes, METRIC_ENDPOINTS, cache)
-    return ProjectionNumbers(page, *rest, health=health, budgets=budgets)
+    stopped = stopped_endpoints(registry, now)
+    return ProjectionNumbers(page, *rest, health=health, budgets=budgets, stopped=stopped)
 
 
 def _log_side(
@@ -198,6 +230,7 @@ def families(p: ProjectionNumbers, k: LogNumbers, settings: Settings) -> Iterato
     yield from _operator_families(page)
     if p.health is not None:
         yield from health_families(p.health)
+    yield _stopped_family(p.stopped)
     yield from budget_families(p.budgets)
     lat = page.latency
     cumulative, buckets = 0, []
@@ -265,6 +298,19 @@ def _operator_families(page: Overview) -> Iterator[Metric]:
     )
     oldest.add_metric([], ops.oldest_unknown_age_seconds)
     yield oldest
+
+
+def _stopped_family(stopped: list[StoppedEndpoint]) -> Metric:
+    family = GaugeMetricFamily(
+        "ledger_endpoint_stopped_seconds",
+        "Seconds since a registered endpoint was paused or disabled, per endpoint, state "
+        "(paused, disabled) and by whom (circuit-breaker: auto-disabled; operator); "
+        "absent while it is active",
+        labels=["channel", "endpoint", "state", "by"],
+    )
+    for e in stopped:
+        family.add_metric([e.channel, e.endpoint, e.state, e.by], e.seconds)
+    return family
 
 
 def health_families(report: HealthReport) -> Iterator[Metric]:

@@ -356,6 +356,15 @@ class Worker:
         self.app.on_before_shutdown.connect(self.on_shutdown)
         self.app.task(self.follow_endpoints)
 
+    def replicate(self, factor: int, min_insync: int | None) -> None:
+        """Topics this worker declares (its table's changelog) get ``factor`` copies and,
+        when given, ``min.insync.replicas``: the cluster's replication (ledger/topics.py),
+        known once a broker answered, so before the app starts rather than at creation."""
+        self.app.conf.topic_replication_factor = factor
+        if min_insync is not None:
+            topic = self.table.changelog_topic
+            topic.config = {**(topic.config or {}), "min.insync.replicas": str(min_insync)}
+
     async def append_endpoint_event(self, event: EndpointEvent) -> None:
         """A circuit-breaker transition, to ``ledger.endpoints`` (rare: a producer each)."""
         await append_endpoint_event(self.settings.kafka, event)

@@ -103,6 +103,16 @@ class HandOverBuffer(ProducerBuffer):
             self.handing_over -= 1
 
 
+class IdempotentProducer(faust_aiokafka.Producer):
+    """faust's producer, idempotent with ``acks=all`` whatever the processing guarantee
+    (faust turns idempotence on only inside its transactions): a retried send after a
+    leader fails over is not written twice, and a write is taken once the in-sync
+    replicas have it."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
 class HookedTransport(faust_aiokafka.Transport):
     """faust's aiokafka transport with the hooked consumer."""
 
@@ -127,3 +137,8 @@ class HookedApp(faust.App):
 
     def _new_transport(self) -> Any:
         return self.transport_class(self.conf.broker_consumer, self, loop=self.loop)
+
+
+def aiokafka_producer_of(app: Any) -> Any:
+    """The aiokafka producer the app's transport builds for its sends (not started)."""
+    return app.producer._new_producer()

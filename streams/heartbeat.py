@@ -106,6 +106,8 @@ class Heartbeat:
         if self._producer is None:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._kafka.bootstrap_servers,
+                enable_idempotence=True,
+                acks="all",
                 linger_ms=0,
                 request_timeout_ms=10_000,
                 **client_options(self._kafka),

@@ -25,11 +25,15 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from clients.aiokafka_internals import set_fetch_options
-from streams.faust_internals import HandOverBuffer, HookedApp, HookedTransport
+from streams.faust_internals import (
+    HandOverBuffer,
+    HookedApp,
+    HookedTransport,
+    IdempotentProducer,
+)
 
 # Longer than any broker hiccup the worker should ride out; a flush that cannot hand its
 # messages over in this long fails the offset commit (and the worker) instead of
@@ -66,7 +70,7 @@ class DrainingBuffer(HandOverBuffer):
                 continue
 
 
-class _DrainingProducer(faust_aiokafka.Producer):
+class _DrainingProducer(IdempotentProducer):
     def __init__(self, transport: Any, loop: Any = None, **kwargs: Any) -> None:
         super().__init__(transport, loop=loop, **kwargs)
         if self.app.conf.producer_threaded:  # the threaded producer has its own queue

@@ -21,6 +21,7 @@ if "LEDGER_SIGNING__OPERATOR_KEY" not in os.environ:
 pytest_plugins = [
     "tests.fixtures.broker",
     "tests.fixtures.secure_broker",
+    "tests.fixtures.cluster",
     "tests.fixtures.postgres",
     "tests.fixtures.own_postgres",
     "tests.fixtures.receiver",

@@ -30,6 +30,10 @@ NOT_THEIRS = {
     ("tests/streams/channels/test_browser.py", "_metrics"),  # our browser channel's
     ("tests/streams/channels/test_browser.py", "_value"),  # prometheus_client's counter
     ("tests/events/test_publisher.py", "_producer"),  # our Publisher's
+    # our Publisher's, SignedLog's, ProjectorDeadLetters' (and their _started, _send)
+    ("tests/clients/test_durable_producers.py", "_producer"),
+    ("tests/clients/test_durable_producers.py", "_started"),
+    ("tests/clients/test_durable_producers.py", "_send"),
 }
 
 

@@ -10,6 +10,7 @@ from config.settings import Settings
 from events.private_files import private_dir, private_file
 from ledger.broker.listeners import check_exposure, listeners_for
 from ledger.broker.security import BrokerSecurity, listener_properties
+from ledger.errors import UsageError
 
 LOG4J2 = """status = error
 appender.file.type = RollingFile
@@ -92,17 +93,91 @@ def layout_for(settings: Settings) -> BrokerLayout:
     return BrokerLayout(settings.data_dir / "kafka")
 
 
-def server_properties(settings: Settings, layout: BrokerLayout) -> str:
-    """A single-node combined broker+controller on the configured ports; the listeners'
-    hosts follow ledger/broker/listeners.py (unauthenticated ones on loopback only)."""
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node of a local multi-node cluster: its id, its two ports, its own directory,
+    and the controller quorum it votes in (every node is broker and controller)."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    layout: BrokerLayout
+    voters: str  # controller.quorum.voters: "1@host:port,2@host:port,..."
+    nodes: int
+
+
+def cluster_root(settings: Settings) -> Path:
+    """Where a local multi-node cluster keeps its nodes (node-1, node-2, ...)."""
+    return settings.data_dir / "kafka-cluster"
+
+
+def cluster_nodes(settings: Settings, count: int) -> list[ClusterNode]:
+    """``count`` nodes on consecutive port pairs from the configured ones: node N listens
+    on broker_port + 2(N-1) and controller_port + 2(N-1) (9092/9093, 9094/9095, ...)."""
+    host = listeners_for(settings).controller_host
+    ports = [
+        (settings.kafka.broker_port + 2 * n, settings.kafka.controller_port + 2 * n)
+        for n in range(count)
+    ]
+    flat = [port for pair in ports for port in pair]
+    if len(set(flat)) != len(flat) or max(flat) > 65535:
+        raise UsageError(
+            f"the {count} nodes' ports collide or run past 65535 "
+            f"(broker {settings.kafka.broker_port}, controller {settings.kafka.controller_port})",
+            "use a controller port one above the broker port "
+            "(LEDGER_KAFKA__BROKER_PORT=9092 LEDGER_KAFKA__CONTROLLER_PORT=9093)",
+        )
+    voters = ",".join(f"{n + 1}@{host}:{c}" for n, (_, c) in enumerate(ports))
+    root = cluster_root(settings)
+    return [
+        ClusterNode(n + 1, b, c, BrokerLayout(root / f"node-{n + 1}"), voters, count)
+        for n, (b, c) in enumerate(ports)
+    ]
+
+
+def cluster_bootstrap(settings: Settings, count: int) -> str:
+    """The bootstrap servers of a ``count``-node local cluster: every node."""
+    host = listeners_for(settings).plaintext_host
+    return ",".join(f"{host}:{n.broker_port}" for n in cluster_nodes(settings, count))
+
+
+def replicated(nodes: int) -> dict[str, str]:
+    """The internal topics' replication: 3 copies and 2 in sync wherever there are 3
+    nodes, so a committed offset or transaction outlives one broker; 1 on one node."""
+    factor = str(min(nodes, 3))
+    min_isr = "2" if nodes >= 3 else "1"
+    return {
+        "offsets.topic.replication.factor": factor,
+        "transaction.state.log.replication.factor": factor,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": factor,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "default.replication.factor": factor,
+    }
+
+
+def server_properties(
+    settings: Settings, layout: BrokerLayout, node: ClusterNode | None = None
+) -> str:
+    """A combined broker+controller on the configured ports: the single node (its own
+    quorum), or one ``node`` of a local cluster (a static quorum of every node); the
+    listeners' hosts follow ledger/broker/listeners.py (unauthenticated ones on loopback
+    only)."""
     check_exposure(settings)
     bound = listeners_for(settings)
-    broker = f"{bound.plaintext_host}:{settings.kafka.broker_port}"
-    controller = f"{bound.controller_host}:{settings.kafka.controller_port}"
+    broker_port = node.broker_port if node else settings.kafka.broker_port
+    controller_port = node.controller_port if node else settings.kafka.controller_port
+    broker = f"{bound.plaintext_host}:{broker_port}"
+    controller = f"{bound.controller_host}:{controller_port}"
+    quorum = (
+        {"controller.quorum.voters": node.voters}
+        if node
+        else {"controller.quorum.bootstrap.servers": controller}
+    )
     lines = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": controller,
+        "node.id": str(node.node_id if node else 1),
+        **quorum,
         "listeners": f"PLAINTEXT://{broker},CONTROLLER://{controller}",
         "advertised.listeners": f"PLAINTEXT://{broker},CONTROLLER://{controller}",
         "controller.listener.names": "CONTROLLER",
@@ -110,13 +185,9 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(layout.data),
         "num.partitions": str(settings.kafka.partitions),
-        "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
         "transaction.state.log.num.partitions": "8",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        **replicated(node.nodes if node else 1),
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
         "log.flush.interval.messages": "9223372036854775807",
@@ -130,7 +201,7 @@ def server_properties(settings: Settings, layout: BrokerLayout) -> str:
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
-def write_config(settings: Settings, layout: BrokerLayout) -> None:
+def write_config(settings: Settings, layout: BrokerLayout, node: ClusterNode | None = None) -> None:
     """(Re)write the configuration files; the data dir is never touched here."""
     private_dir(layout.root.parent)  # the data directory
     for folder in (layout.root, layout.config, layout.logs, layout.data):
@@ -140,7 +211,7 @@ def write_config(settings: Settings, layout: BrokerLayout) -> None:
         layout.server_properties.touch(mode=0o600)
         os.chmod(layout.server_properties, 0o600)
     for path, text in (
-        (layout.server_properties, server_properties(settings, layout)),
+        (layout.server_properties, server_properties(settings, layout, node)),
         (layout.log4j2_properties, LOG4J2),
     ):
         private_file(path).write_text(text)

@@ -22,11 +22,19 @@ from clients.kafka_security import client_options
 from config.settings import Settings, changed
 from events.errors import LedgerError
 from events.private_files import UMASK, private_dir, private_file
-from ledger.broker.config import BrokerLayout, layout_for, write_config
+from ledger.broker.config import BrokerLayout, ClusterNode, layout_for, write_config
 from ledger.broker.jars import ensure_jars
 from ledger.broker.listeners import LOOPBACK, check_exposure, listeners_for
 
 JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+# A node of a local cluster: three JVMs share a laptop's (or a CI runner's) memory and cores.
+CLUSTER_JVM_OPTS = (
+    "-Xms128m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 
@@ -55,15 +63,18 @@ class StartReport:
 
 
 class LocalBroker:
-    """One local single-node KRaft broker under ``settings.data_dir``."""
+    """One local KRaft broker under ``settings.data_dir``: the single node, or one
+    ``node`` of a local cluster (ledger/broker/cluster.py)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, node: ClusterNode | None = None) -> None:
         self.settings = settings
-        self.layout = layout_for(settings)
+        self.node = node
+        self.layout = node.layout if node else layout_for(settings)
         # The listener every local broker has, whatever the clients are configured with:
         # start-up and readiness are checked there (on loopback when SASL_SSL is on).
         self.listeners = listeners_for(settings)
-        self.plaintext = f"{self.listeners.plaintext_host}:{settings.kafka.broker_port}"
+        port = node.broker_port if node else settings.kafka.broker_port
+        self.plaintext = f"{self.listeners.plaintext_host}:{port}"
 
     # -- status -------------------------------------------------------------
     def pid(self) -> int | None:
@@ -76,15 +87,17 @@ class LocalBroker:
 
     def status(self) -> BrokerStatus:
         """Is our broker running, and does it answer a metadata request?"""
+        # A cluster's node answers on its own address; the single node where clients look.
+        address = self.plaintext if self.node else self.settings.kafka.bootstrap_servers
         return BrokerStatus(
             running=self.pid() is not None,
             pid=self.pid(),
             reachable=metadata_ok(
-                self.settings.kafka.bootstrap_servers,
+                address,
                 timeout=3.0,
-                options=client_options(self.settings.kafka),
+                options={} if self.node else client_options(self.settings.kafka),
             ),
-            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            bootstrap_servers=address,
             data_dir=self.layout.data,
             log_file=self.layout.server_log,
         )
@@ -93,15 +106,33 @@ class LocalBroker:
     def start(self) -> StartReport:
         """Provision jars, format once, start the JVM, return when metadata answers."""
         began = time.monotonic()
+        running = self.running()
+        if running is not None:
+            return StartReport(running, 0.0, False, True, self.layout)
+        pid, downloaded = self.launch()
+        self.wait_ready(pid)
+        if self.settings.kafka.broker_sasl_ssl_port:
+            asyncio.run(self._grant_local_roles())
+        return StartReport(pid, time.monotonic() - began, downloaded, False, self.layout)
+
+    def running(self) -> int | None:
+        """The pid of our broker when it runs and answers; None when it does not run (a
+        ``LedgerError`` when it runs but does not answer)."""
         check_exposure(self.settings)  # before anything: nothing is started or written
         running = self.pid()
-        if running is not None:
-            if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
-                return StartReport(running, 0.0, False, True, self.layout)
-            raise LedgerError(
-                f"broker process {running} is running but not answering at {self.plaintext}",
-                f"see {self.layout.server_log}, or run 'ledger broker stop' then start again",
-            )
+        if running is None:
+            return None
+        if metadata_ok(self.plaintext, timeout=READY_TIMEOUT_S):
+            return running
+        raise LedgerError(
+            f"broker process {running} is running but not answering at {self.plaintext}",
+            f"see {self.layout.server_log}, or run 'ledger broker stop' then start again",
+        )
+
+    def launch(self) -> tuple[int, bool]:
+        """Check the ports, provision jars, write the config, format once, start the JVM;
+        (pid, whether jars were downloaded). It returns before the broker answers: a
+        cluster's nodes answer only once a quorum of them runs."""
         java = shutil.which("java")
         if java is None:
             raise LedgerError(
@@ -109,7 +140,7 @@ class LocalBroker:
                 "install it (apt-get install openjdk-17-jre-headless), or use 'docker compose up'",
             )
         secure_port = self.settings.kafka.broker_sasl_ssl_port
-        for host, port in self.listeners.ports(self.settings):
+        for host, port in self._ports():
             if _port_taken(host, port):
                 raise LedgerError(
                     f"port {host}:{port} is already in use by another process",
@@ -119,14 +150,18 @@ class LocalBroker:
         libs, downloaded = ensure_jars(self.settings.cache_dir, self.settings.kafka.version)
         if secure_port:
             self.layout.security.ensure(self.listeners.sasl_ssl_advertised or LOOPBACK)
-        write_config(self.settings, self.layout)
+        write_config(self.settings, self.layout, self.node)
         classpath = f"{libs}/*"
         self._format_once(java, classpath)
-        pid = self._spawn(java, classpath)
-        self._wait_ready(pid)
-        if secure_port:
-            asyncio.run(self._grant_local_roles())
-        return StartReport(pid, time.monotonic() - began, downloaded, False, self.layout)
+        return self._spawn(java, classpath), downloaded
+
+    def _ports(self) -> list[tuple[str, int]]:
+        if self.node is None:
+            return self.listeners.ports(self.settings)
+        return [
+            (self.listeners.plaintext_host, self.node.broker_port),
+            (self.listeners.controller_host, self.node.controller_port),
+        ]
 
     async def _grant_local_roles(self) -> None:
         """Each local SASL user but admin gets its role's ACLs on the configured topics,
@@ -180,7 +215,8 @@ class LocalBroker:
                 classpath,
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
+                # A cluster's quorum is static (controller.quorum.voters); one node is its own.
+                *([] if self.node else ["--standalone"]),
                 "-t",
                 cluster_id,
                 "-c",
@@ -221,7 +257,7 @@ class LocalBroker:
         private_dir(self.layout.logs)
         command = [
             java,
-            *JVM_OPTS,
+            *(CLUSTER_JVM_OPTS if self.node else JVM_OPTS),
             f"-Dlog4j2.configurationFile={self.layout.log4j2_properties}",
             f"-Dkafka.logs.dir={self.layout.logs}",
             "-cp",
@@ -241,7 +277,9 @@ class LocalBroker:
         private_file(self.layout.pid_file).write_text(f"{process.pid}\n")
         return process.pid
 
-    def _wait_ready(self, pid: int) -> None:
+    def wait_ready(self, pid: int) -> None:
+        """Return when the broker ``pid`` answers a metadata request (a ``LedgerError`` when
+        it exits or does not answer in time)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if not _alive(pid):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ def worker(
     """Claim, send and reconcile deliveries (faust, at-least-once). Ctrl-C stops it."""
     from config.settings import Settings, changed
     from ledger import event_loop
+    from ledger.topics import resolved_replication
     from streams.app import create_app
     from streams.topic_layout import changelog_topic, check_topic_layout
 
@@ -49,6 +51,9 @@ def worker(
     built = create_app(settings, name=name)
     # A changelog left by another partition layout is one line here, not faust's crash.
     check_topic_layout(settings.kafka, changelog_topic(settings.worker.group))
+    # The changelog is replicated as the ledger's topics are on this cluster.
+    replication = asyncio.run(resolved_replication(settings.kafka))
+    built.replicate(replication.factor, replication.min_insync)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     if settings.worker.metrics_port and built.metrics is not None:
         built.metrics.serve(settings.worker.metrics_host, settings.worker.metrics_port)

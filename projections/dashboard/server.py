@@ -76,6 +76,7 @@ from the dashboard's own page (Origin). Every refusal is one line of JSON and a 
 class _Clocks:
     clocks: list[WorkerClock] = field(default_factory=list)
     read_at: datetime | None = None
+    read: bool = False  # whether the last attempt read the heartbeats
 
 
 @dataclass
@@ -104,8 +105,9 @@ class Held:
         if cache.read_at is None or (now - cache.read_at).total_seconds() > CLOCKS_TTL_S:
             try:
                 cache.clocks = await worker_clocks(self.settings.kafka, now, timeout_s=5.0)
+                cache.read = True
             except TRANSIENT:
-                cache.clocks = []
+                cache.clocks, cache.read = [], False
             cache.read_at = now
         return cache.clocks
 
@@ -300,7 +302,10 @@ def _routes(app: FastAPI) -> None:
             )
         )
         logged = await held.watcher.numbers()
-        body = exposition(numbers, logged, settings) + clock_exposition(await held.worker_clocks())
+        clocks = await held.worker_clocks()
+        body = exposition(numbers, logged, settings) + clock_exposition(
+            clocks, read=held.clocks.read
+        )
         return Response(body, headers={"Content-Type": CONTENT_TYPE})
 
     @app.get("/healthz", response_class=PlainTextResponse)

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+
 import httpx
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from clients.endpoint_registry import append_endpoint_event
+from events.endpoints import (
+    EndpointSpec,
+    auto_disable,
+    half_open_circuit,
+    open_circuit,
+    pause,
+    register,
+)
 from projections import status_report
-from tests.dashboard.conftest import NOW, Stack
-from tests.projections.scenarios import at, found_later, requested
+from tests.dashboard.conftest import NOW, Stack, project_all
+from tests.deploy.alert_rules import FREE_LABELS, input_series, metric_names, rules
+from tests.projections.scenarios import T0, at, found_later, requested
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -119,3 +132,72 @@ async def test_sent_past_its_slo_is_a_metric(stack: Stack) -> None:
     assert m[("ledger_dashboard_threshold", (("counter", "overdue_sent"),))] == 1
     assert m[("ledger_deliveries", (("status", "SENT"),))] == 1
     assert m[("ledger_unknown_deliveries", ())] == 0
+
+
+async def test_stopped_endpoints_and_heartbeats_are_metrics_the_alert_rules_read(
+    stack: Stack,
+) -> None:
+    """An endpoint paused by an operator and one disabled by its breaker, each with how
+    long; the workers heartbeating; and every metric, label and label value the shipped
+    alert rules and their promtool tests use is one this scrape writes."""
+    kafka = stack.settings.kafka
+    spec = EndpointSpec(channel="webhook", address="https://hooks.test/acme/")
+    acme = register("acme", spec, (), actor="ana", producer="test", at=T0, existing=None)
+    paused = pause(acme.endpoint, "maintenance", actor="ana", producer="test", at=T0)
+    spec = EndpointSpec(channel="webhook", address="https://hooks.test/down/")
+    down = register("down", spec, (), actor="ana", producer="test", at=T0, existing=None)
+    later = T0 + timedelta(minutes=30)
+    tripped = open_circuit(
+        down.endpoint, failures=10, sends=10, reason="503s", producer="test", at=later
+    )
+    stopped = auto_disable(tripped.endpoint, reason="open too long", producer="test", at=later)
+    # And the breaker's other states: open (acme, paused too), half-open (a probe).
+    acme_open = open_circuit(
+        paused.endpoint, failures=10, sends=10, reason="503s", producer="test", at=later
+    )
+    spec = EndpointSpec(channel="webhook", address="https://hooks.test/probed/")
+    probed = register("probed", spec, (), actor="ana", producer="test", at=T0, existing=None)
+    probed_open = open_circuit(
+        probed.endpoint, failures=10, sends=10, reason="503s", producer="test", at=later
+    )
+    probing = half_open_circuit(
+        probed_open.endpoint, probe="k" * 64, worker="w1", producer="test", at=later
+    )
+    events = (acme, paused, down, tripped, stopped, acme_open, probed, probed_open, probing)
+    for event in events:
+        await append_endpoint_event(kafka, event)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        beat = {"worker_id": "w1", "clock_offset_s": 0.1, "clock_skew": False, "acting": True}
+        value = json.dumps({**beat, "why_not": None}).encode()
+        await producer.send_and_wait(kafka.topic_heartbeats, value, key=b"w1")
+    finally:
+        await producer.stop()
+    await project_all(stack.settings, stack.dsn)
+
+    m = await scrape(stack)
+    stopped_at = "ledger_endpoint_stopped_seconds"
+    acme_labels = (("by", "operator"), ("channel", "webhook"), ("endpoint", "acme"))
+    assert m[(stopped_at, (*acme_labels, ("state", "paused")))] == 3600.0  # NOW - T0
+    down_labels = (("by", "circuit-breaker"), ("channel", "webhook"), ("endpoint", "down"))
+    assert m[(stopped_at, (*down_labels, ("state", "disabled")))] == 1800.0
+    assert len([k for k in m if k[0] == stopped_at]) == 2
+    assert m[("ledger_workers_heartbeating", ())] == 1
+    assert m[("ledger_worker_clock_skew", (("worker", "w1"),))] == 0
+
+    written: dict[str, dict[str, set[str]]] = {}
+    for name, pairs in m:
+        for label, label_value in pairs:
+            written.setdefault(name, {}).setdefault(label, set()).add(label_value)
+        written.setdefault(name, {})
+    for rule in rules():
+        assert metric_names(rule["expr"]) <= set(written), rule["alert"]
+    for name, series_labels in input_series():
+        if name == "up" or series_labels.get("job") == "ledger-worker":
+            continue  # written by Prometheus, or by a worker's own /metrics
+        assert name in written, name
+        assert set(series_labels) - {"job", "instance"} == set(written[name]), name
+        for label, label_value in series_labels.items():
+            if label not in FREE_LABELS:
+                assert label_value in written[name][label], (name, label, label_value)

@@ -37,6 +37,10 @@ from tests.fixtures.projection import LiveProjection
 from tests.fixtures.secure_broker import SecureBroker
 from tests.fixtures.worker import LedgerView, WorkerFactory, wait_for
 
+# One process runs them all: the secure broker is a session fixture, and each pytest
+# process that ran one of these tests started (and paid for) a SASL_SSL broker of its own.
+pytestmark = pytest.mark.xdist_group("secure_broker")
+
 
 @pytest.fixture(scope="module")
 def broker(secure_broker: SecureBroker) -> Settings:

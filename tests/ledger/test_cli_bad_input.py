@@ -87,6 +87,7 @@ CASES: dict[str, list[Case]] = {
     "broker status": [
         Case((), 2, "LEDGER_KAFKA__CONTROLLER_PORT: ", {"LEDGER_KAFKA__CONTROLLER_PORT": "x"})
     ],
+    "broker certs": [Case((), 2, "Missing argument 'directory'")],
     "broker logs": [
         Case((), 1, "no broker log at "),
         Case(("-n", "0"), 2, "Invalid value for '--lines'"),
@@ -675,7 +676,7 @@ def test_an_unknown_option_is_a_usage_error_everywhere(
     path: str, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In this process (the option is refused while parsing, before any command runs):
-    48 commands, a CLI start each no more. One command goes through a real process below."""
+    49 commands, a CLI start each no more. One command goes through a real process below."""
     args, env = [*path.split(), "--no-such-option"], base_env(tmp_path)
     done = ledger(args, env) if CLI_TREE else ledger_here(args, env, capfd, monkeypatch)
     assert_one_line(done, 2, "No such option: --no-such-option")
