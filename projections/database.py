@@ -8,8 +8,9 @@ the parallel rebuild is ``projections/staging.py``; applying records is
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from events.errors import LedgerError
@@ -214,6 +215,22 @@ class Database(ABC):
     @abstractmethod
     def _bulk_load_done(self) -> None:
         """Tidy up after the durable commit that ends a bulk load."""
+
+    @contextlib.contextmanager
+    def rebuilding(self, *, replace: bool = False) -> Iterator[None]:
+        """``prepare("rebuild")``, and if the block then fails (a broker that does not
+        answer, a missing verify key, an interrupt), the tables it made are dropped again:
+        a rebuild that did not finish leaves no half-filled projection behind, and the
+        next one needs no ``--replace``."""
+        self.prepare("rebuild", replace=replace)
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.rollback()  # a batch's transaction the failure left open
+            with contextlib.suppress(Exception):
+                self._drop({t.name for t in TABLES} & self.table_names())
+            raise
 
     def _drop(self, names: Iterable[str]) -> None:
         self.begin()

@@ -117,27 +117,28 @@ async def parallel_rebuild(
     store = open_store(dsn)
     names: list[str] = []
     try:
-        # Prepared before the log is read, as a sequential rebuild does (the same errors).
-        store.prepare("rebuild", replace=replace)
-        store.start_bulk_load()
-        limit, shares = await plan(settings, until, workers)
-        # Those without a share (and, below, all of them) are told so: no job, stdin closed.
-        await _reap(processes[len(shares) :] if len(shares) >= 2 else processes)
-        if len(shares) < 2:
-            # One partition with records (or none): nothing to share. The tables there
-            # are the empty ones just prepared; the caller rebuilds them in one process.
-            return None
-        total = sum(limit.values())
-        tag = uuid.uuid4().hex[:8]
-        names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
-        jobs = [
-            Job(settings, store.open_stage(name), {p: limit[p] for p in share}, batch_size)
-            for name, share in zip(names, shares, strict=True)
-        ]
-        stats = await _run_workers(processes[: len(jobs)], jobs, total, progress)
-        store.merge_stages(names)
-        store.finish_bulk_load()
-        return stats
+        # Prepared before the log is read, as a sequential rebuild does (the same errors);
+        # dropped again if it fails.
+        with store.rebuilding(replace=replace):
+            store.start_bulk_load()
+            limit, shares = await plan(settings, until, workers)
+            # Those without a share (and, below, all of them) are told so: no job, stdin closed.
+            await _reap(processes[len(shares) :] if len(shares) >= 2 else processes)
+            if len(shares) < 2:
+                # One partition with records (or none): nothing to share. The tables there
+                # are the empty ones just prepared; the caller rebuilds them in one process.
+                return None
+            total = sum(limit.values())
+            tag = uuid.uuid4().hex[:8]
+            names = [f"rebuild_{tag}_w{i}" for i in range(len(shares))]
+            jobs = [
+                Job(settings, store.open_stage(name), {p: limit[p] for p in share}, batch_size)
+                for name, share in zip(names, shares, strict=True)
+            ]
+            stats = await _run_workers(processes[: len(jobs)], jobs, total, progress)
+            store.merge_stages(names)
+            store.finish_bulk_load()
+            return stats
     finally:
         await _reap(processes)
         for name in names:

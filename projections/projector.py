@@ -239,18 +239,18 @@ async def rebuild(
         replace = True  # nothing to share: its empty tables are rebuilt here, in one process
     store = open_store(dsn)
     try:
-        store.prepare("rebuild", replace=replace)
-        store.start_bulk_load()
-        stats = await project(
-            settings,
-            store,
-            until="end" if until is None else until,
-            batch_size=batch_size,
-            progress=progress,
-            observe=observe,
-            write_in_thread=store.rebuild_writes_in_thread,
-        )
-        store.finish_bulk_load()
+        with store.rebuilding(replace=replace):
+            store.start_bulk_load()
+            stats = await project(
+                settings,
+                store,
+                until="end" if until is None else until,
+                batch_size=batch_size,
+                progress=progress,
+                observe=observe,
+                write_in_thread=store.rebuild_writes_in_thread,
+            )
+            store.finish_bulk_load()
         return stats
     finally:
         store.close()

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import pty
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -668,6 +670,33 @@ def test_bad_input_is_one_line_and_a_hint(
     else:
         done = ledger_here([*path.split(), *args], env, capfd, monkeypatch)
     assert_one_line(done, case.code, case.says)
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "says"),
+    [(KEYS, 1, NO_BROKER_SAYS), ({}, 2, "outcome signing is on but this reader has no verify key")],
+    ids=["no-broker", "no-verify-key"],
+)
+def test_a_refused_rebuild_leaves_no_tables_behind(
+    env: dict[str, str],
+    code: int,
+    says: str,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Exit 2 says nothing was done: the second try is refused for the same reason, not
+    because the first left ledger tables (which only ``--replace`` would clear)."""
+    into = tmp_path / "r.sqlite3"
+    args = ["rebuild", "--into", f"sqlite:///{into}", "--workers", "1"]
+    for _ in range(2):
+        if CLI_TREE:
+            done = ledger(args, base_env(tmp_path, **env))
+        else:
+            done = ledger_here(args, base_env(tmp_path, **env), capfd, monkeypatch)
+        assert_one_line(done, code, says)
+    with contextlib.closing(sqlite3.connect(into)) as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == []
 
 
 @pytest.mark.timeout(120)
