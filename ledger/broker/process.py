@@ -26,15 +26,35 @@ from ledger.broker.config import BrokerLayout, ClusterNode, layout_for, write_co
 from ledger.broker.jars import ensure_jars
 from ledger.broker.listeners import LOOPBACK, check_exposure, listeners_for
 
-JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+# The JVM's heap, and its collector and compiler, as Kafka's own scripts split them
+# (kafka-run-class.sh): KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS, when set in the
+# environment, replace each part.
+HEAP_OPTS = ("-Xms256m", "-Xmx512m")
+PERFORMANCE_OPTS = ("-XX:+UseG1GC",)
 # A node of a local cluster: three JVMs share a laptop's (or a CI runner's) memory and cores.
-CLUSTER_JVM_OPTS = (
-    "-Xms128m",
-    "-Xmx256m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Djava.awt.headless=true",
-)
+CLUSTER_HEAP_OPTS = ("-Xms128m", "-Xmx256m")
+CLUSTER_PERFORMANCE_OPTS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def jvm_opts(*, cluster_node: bool) -> list[str]:
+    """The broker JVM's options: ours, or what KAFKA_HEAP_OPTS / KAFKA_JVM_PERFORMANCE_OPTS
+    say (scripts/test gives its short-lived brokers the quick compiler alone: its comment
+    says what that saves)."""
+    heap = os.environ.get("KAFKA_HEAP_OPTS")
+    performance = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS")
+    return [
+        *(heap.split() if heap else CLUSTER_HEAP_OPTS if cluster_node else HEAP_OPTS),
+        *(
+            performance.split()
+            if performance
+            else CLUSTER_PERFORMANCE_OPTS
+            if cluster_node
+            else PERFORMANCE_OPTS
+        ),
+        "-Djava.awt.headless=true",
+    ]
+
+
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 
@@ -257,7 +277,7 @@ class LocalBroker:
         private_dir(self.layout.logs)
         command = [
             java,
-            *(CLUSTER_JVM_OPTS if self.node else JVM_OPTS),
+            *jvm_opts(cluster_node=self.node is not None),
             f"-Dlog4j2.configurationFile={self.layout.log4j2_properties}",
             f"-Dkafka.logs.dir={self.layout.logs}",
             "-cp",

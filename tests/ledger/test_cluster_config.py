@@ -11,6 +11,7 @@ from config.settings import Settings, changed
 from events.errors import LedgerError
 from ledger.broker.cluster import LocalCluster, random_cluster_id
 from ledger.broker.config import cluster_nodes, server_properties
+from ledger.broker.process import jvm_opts
 from ledger.errors import UsageError
 from ledger.topics import Replication, replication_for
 
@@ -66,3 +67,23 @@ def test_a_cluster_id_is_kafkas_shape() -> None:
     ids = {random_cluster_id() for _ in range(50)}
     assert len(ids) == 50
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_the_broker_jvm_takes_kafkas_own_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_HEAP_OPTS", raising=False)
+    monkeypatch.delenv("KAFKA_JVM_PERFORMANCE_OPTS", raising=False)
+    assert jvm_opts(cluster_node=False) == [
+        "-Xms256m",
+        "-Xmx512m",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+    ]
+    monkeypatch.setenv("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+    monkeypatch.setenv("KAFKA_HEAP_OPTS", "-Xmx1g")
+    for node in (False, True):
+        assert jvm_opts(cluster_node=node) == [
+            "-Xmx1g",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+        ]
