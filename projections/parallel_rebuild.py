@@ -234,12 +234,13 @@ async def _follow(
     code = await process.wait()
     if error is not None:
         raise LedgerError(
-            f"{who} failed: {error}", "fix the cause, then rebuild again with --replace"
+            f"{who} failed: {error}",
+            "fix the cause, then rebuild again (a failed rebuild leaves no tables behind)",
         )
     if code != 0 or stats is None:
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
         raise LedgerError(
             f"{who} {how} before it finished: the rebuild is incomplete, nothing was merged",
-            "rebuild again with --replace (ledger rebuild --into DSN --replace)",
+            "rebuild again: ledger rebuild --into DSN (a failed rebuild leaves no tables behind)",
         )
     return stats
