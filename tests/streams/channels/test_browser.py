@@ -148,8 +148,10 @@ async def test_failures_before_the_submit_submit_nothing(
     # A target whose page lacks a declared selector: not submitted, with the reason.
     target = form_target(fake_form.app.url)
     target["steps"].append({"click": "#no-such-button"})
-    broken = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
-    result = await send_once(broken, tmp_path, deadline_s=8.0)
+    # 3 s a step: the page's own load must not be what times out on a loaded machine (1 s
+    # did once in CI: "Page.goto: Timeout 1000ms exceeded"), only the missing button.
+    broken = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 3})
+    result = await send_once(broken, tmp_path, deadline_s=10.0)
     assert (result.outcome, result.error_class) == (
         SendOutcome.NOT_SENT,
         ErrorClass.PAGE_STEP_FAILED,
