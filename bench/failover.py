@@ -35,18 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from bench.common import BENCH_WEBHOOK_SECRET
 from clients import DeliverySpec, Publisher
 from clients.outcome_signing import new_pair
 from config import Settings
 from config.settings import changed
-from events.codec import EventDecodeError, decode
-from events.delivery import DeliveryEvent
-from events.delivery_state import DeliveryState, Status, apply
+from events.delivery_state import DeliveryState, Status
 from ledger.broker.cluster import LocalCluster
 from ledger.broker.replicas import busiest_leader, partitions, wait_in_sync
+from ledger.observe import LedgerObserver
 from ledger.simulator import SimulatorConfig
 from ledger.simulator.background import BackgroundSimulator
 from ledger.stack import settings_env
@@ -109,55 +106,17 @@ async def publish(settings: Settings, receiver: BackgroundSimulator, args: Any, 
         await asyncio.gather(*pending)
 
 
-async def fold(settings: Settings) -> dict[str, DeliveryState]:
-    """The ledger's state per key (read_committed, every delivery event)."""
-    topic = settings.kafka.topic_deliveries
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap_servers,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    states: dict[str, DeliveryState] = {}
-    try:
-        parts = [
-            TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
-        ]
-        if not parts:
-            parts = [TopicPartition(topic, p) for p in range(settings.kafka.partitions)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        ends = await consumer.end_offsets(parts)
-        for _ in range(10_000):
-            positions = [await consumer.position(tp) for tp in parts]
-            if all(at >= ends[tp] for at, tp in zip(positions, parts, strict=True)):
-                break
-            for messages in (await consumer.getmany(timeout_ms=500)).values():
-                for message in messages:
-                    try:
-                        event = decode(message.value)
-                    except EventDecodeError:
-                        continue
-                    if isinstance(event, DeliveryEvent):
-                        folded = apply(states.get(event.idempotency_key), event)
-                        if folded is not None:
-                            states[event.idempotency_key] = folded
-    finally:
-        await consumer.stop()
-    return states
-
-
 async def settle(settings: Settings, keys: set[str], timeout_s: float) -> dict[str, DeliveryState]:
-    """Wait (bounded) until every key is CONFIRMED; the last fold."""
+    """Wait (bounded) until every key is CONFIRMED; the states folded so far (the ledger's
+    own observer, read_committed, folding as the records arrive)."""
     deadline = time.monotonic() + timeout_s
-    states: dict[str, DeliveryState] = {}
-    while time.monotonic() < deadline:
-        states = await fold(settings)
-        if all(k in states and states[k].status is Status.CONFIRMED for k in keys):
-            break
-        await asyncio.sleep(2.0)
-    return states
+    async with LedgerObserver(settings, only=set(keys)) as observer:
+        while time.monotonic() < deadline:
+            await observer.poll(timeout_ms=500)
+            states = observer.states
+            if all(k in states and states[k].status is Status.CONFIRMED for k in keys):
+                break
+        return dict(observer.states)
 
 
 def percentile(values: list[float], q: float) -> float:
