@@ -235,8 +235,9 @@ def search_channel(
     target = form_target(fake_form.app.url, lookup="search-box" if box else "search")
     target["lookup"]["search"].update(search)
     target["lookup"]["search"] = {k: v for k, v in target["lookup"]["search"].items() if v}
-    config = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 1})
-    return BrowserChannel(http, config, deadline_s=6.0, screenshots=tmp_path, policy=LOOPBACK)
+    # 3 s a step: under a loaded CI machine a page step of the submit took over 1 s once.
+    config = BrowserSettings.model_validate({"targets": {TARGET: target}, "step_timeout_s": 3})
+    return BrowserChannel(http, config, deadline_s=10.0, screenshots=tmp_path, policy=LOOPBACK)
 
 
 @pytest.mark.parametrize("box", [False, True], ids=["url", "search-box"])
