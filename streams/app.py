@@ -1,11 +1,13 @@
 """The faust-streaming app of ``ledger worker``, built by ``create_app(settings)``.
 
 One agent consumes ``ledger.deliveries`` (read_committed, at-least-once) and folds each
-record into a rocksdict-backed table with a changelog. Claims and dead letters are
-appended from the agent; the sender and the timers run beside it and append outcomes
-with a separate idempotent producer. Every append may be seen more than once, so the
-fold dedupes by event_id and fences by token. ``Worker`` wires the pieces and owns the
-handlers faust calls: assignment, revocation, recovery, the tick and shutdown.
+record into a rocksdict-backed table with a changelog; another fans out the deliveries
+carried by run records of ``ledger.runs`` (the publisher's record mode, streams/fan_out.py).
+Claims and dead letters are appended from the agents; the sender and the timers run beside
+them and append outcomes with a separate idempotent producer. Every append may be seen
+more than once, so the fold dedupes by event_id and fences by token. ``Worker`` wires the
+pieces and owns the handlers faust calls: assignment, revocation, recovery, the tick and
+shutdown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from clients.outcome_keys import (
     verify_key_texts,
 )
 from clients.outcome_signing import private_key, public_text
+from clients.record_size import MAX_RECORD_BYTES
 from config.settings import Settings
 from events.base import Event
 from events.codec import encode
@@ -55,6 +58,7 @@ from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
 from streams.endpoint_gate import EndpointGate
+from streams.fan_out import RunFanOut
 from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
@@ -122,6 +126,7 @@ class Worker:
             self.app, settings.kafka.topic_deliveries, settings.kafka.partitions
         )
         self.deadletters: Any = _raw_topic(self.app, settings.kafka.topic_deadletter, None)
+        self.runs: Any = _raw_topic(self.app, settings.kafka.topic_runs, settings.kafka.partitions)
         self.table: Any = self.app.Table(
             "delivery-state",
             default=None,
@@ -243,6 +248,13 @@ class Worker:
             acting=lambda: not self.clock.skewed,
             gate=Gates(self._gates()),
         )
+        self.fan_out = RunFanOut(
+            send=self.append_request,
+            flush=lambda: self.app.producer.flush(),
+            dead_letter=self.dead_letter,
+            worker_id=self.worker_id,
+            faults=settings.faults,
+        )
         self.lag = ConsumerLag(self.app, settings.kafka.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
         self._next_verify = 0.0
@@ -346,6 +358,7 @@ class Worker:
     def _connect(self) -> None:
         """Register the handlers with faust (its decorators, applied here)."""
         quiet(self.app.agent(self.deliveries, name="delivery-state-machine")(self.state_machine))
+        quiet(self.app.agent(self.runs, name="run-fan-out")(self.run_fan_out))
         self.app.on_partitions_assigned.connect(self.on_assigned)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
@@ -379,6 +392,13 @@ class Worker:
             value = encode(event)
             headers = None if self.signer is None else self.signer.headers(value)
             await self.deliveries.send(key=record_key(event), value=value, headers=headers)  # type: ignore[arg-type]
+
+    async def append_request(
+        self, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None
+    ) -> None:
+        """A fanned-out request, through the agent's producer (at-least-once: the fold
+        dedupes by event_id, which the fan-out derives from the run)."""
+        await self.deliveries.send(key=key, value=value, headers=headers)
 
     async def dead_letter(self, record: Record, reason: str) -> None:
         """A record the processor cannot use, with the reason, to ``ledger.deadletter``."""
@@ -424,6 +444,35 @@ class Worker:
                 logging.shutdown()
                 os._exit(70)
             self.watchdog.progressed()
+            yield None
+
+    async def run_fan_out(self, stream: Any) -> AsyncIterator[None]:
+        """The agent of ``ledger.runs``: each run record's deliveries, fanned out."""
+        async for event in stream.events():
+            message = event.message
+            record = Record(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+                headers=_headers(message.headers),
+            )
+            try:
+                await self.fan_out.handle(record)
+            except BaseException as exc:
+                # As the delivery agent: not about the record (the fan-out dead-letters what
+                # is), so exit without committing it; the next owner fans it out again.
+                log.critical(
+                    "fan-out agent failed on %s[%d]@%d, not because of the record (%s); exiting",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    one_line(exc),
+                    exc_info=True,
+                )
+                logging.shutdown()
+                os._exit(70)
             yield None
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
@@ -570,6 +619,8 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         stream_wait_empty=False,
         # Claims, dead letters and changelog writes are small: let them share requests.
         producer_linger=settings.worker.linger_s,
+        # Fanned-out requests may be as large as any record the publisher writes.
+        producer_max_request_size=MAX_RECORD_BYTES,
         table_standby_replicas=settings.worker.standby_replicas,
     )
     app.fetch_wait_ms = settings.worker.fetch_wait_s * 1000
