@@ -18,7 +18,13 @@ process) from /proc/PID/stat over the round, and the workers' resident memory. T
 same at half of the system's own peak (publishing paced), and the receiver alone under a
 load generator (bench/receiver_load.py): the machine's ceiling.
 
-    python -m bench.peer [--quick] [--runs 3000] [--publishers 8] [--rounds 2]
+With ``--independent`` (issue 31, item 1): no bare loop and no receiver alone, but our
+workers twice on the same broker and receiver, the P agents publishing in each of the
+publisher's modes: ``transaction`` (a Kafka transaction per run: each agent publishes one
+run at a time, so group commit has nothing to batch) and ``record`` (one record per run,
+no transaction, fanned out by the workers). The machine's load average is noted beside.
+
+    python -m bench.peer [--quick] [--runs 3000] [--publishers 8] [--rounds 2] [--independent]
 """
 
 from __future__ import annotations
@@ -288,9 +294,14 @@ async def measure_system(
     pids: dict[str, list[int]],
     shape: Shape,
     progress: Progress | None,
+    *,
+    publishing: str = "transaction",
+    fractions_too: bool = True,
 ) -> dict[str, Any]:
-    """Peak rounds, then paced rounds at half the median delivered/s, of one system."""
-    settings = fresh_settings(base_settings, f"peer-{kind}")
+    """Peak rounds, then paced rounds at half the median delivered/s, of one system, its
+    agents publishing in the publisher's mode ``publishing``."""
+    settings = fresh_settings(base_settings, f"peer-{kind}-{publishing}")
+    settings = changed(settings, {"publisher.mode": publishing})
     await create_topics(settings)
     ports: dict[str, int] = {}
     if kind == "worker":
@@ -341,7 +352,7 @@ async def measure_system(
             ]  # fmt: skip
             # Part 5 of issue 12: latency at a quarter and at 90% of the own peak too.
             fractions = {}
-            for fraction in (0.25, 0.9):
+            for fraction in (0.25, 0.9) if fractions_too else ():
                 rate = 2 * half * fraction
                 runs = max(50, min(shape.runs, int(rate * shape.paced_s)))
                 fractions[f"{fraction:g}"] = await shape_round(
@@ -403,21 +414,7 @@ async def measure(
                 progress.advance(task)
         if progress is not None and task is not None:
             progress.remove_task(task)
-        # The workers sign with the endpoint's secret, the receiver verifies with the same.
-        endpoint = WebhookEndpoint(secret=secret, lookup_url=f"{base}/lookup")
-        configured = changed(
-            settings,
-            {
-                "channels.webhook_secret": settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET,
-                "channels.webhook_endpoints": {
-                    **settings.channels.webhook_endpoints,
-                    f"{base}/hooks/": endpoint,
-                },
-                "channels.allowed_networks": sorted(
-                    {*settings.channels.allowed_networks, "127.0.0.0/8"}
-                ),
-            },
-        )
+        configured = _pointed(settings, base, secret)
         pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
         pids["publisher"] = [os.getpid()]
         systems = {
@@ -435,6 +432,121 @@ async def measure(
         "receiver_lookups": stats["lookups"],
         **systems,
     }
+
+
+def _pointed(settings: Settings, base: str, secret: str) -> Settings:
+    """``settings`` with the workers pointed at the receiver at ``base``: they sign with the
+    endpoint's secret, the receiver verifies with the same."""
+    endpoint = WebhookEndpoint(secret=secret, lookup_url=f"{base}/lookup")
+    return changed(
+        settings,
+        {
+            "channels.webhook_secret": settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET,
+            "channels.webhook_endpoints": {
+                **settings.channels.webhook_endpoints,
+                f"{base}/hooks/": endpoint,
+            },
+            "channels.allowed_networks": sorted(
+                {*settings.channels.allowed_networks, "127.0.0.0/8"}
+            ),
+        },
+    )
+
+
+MODES = ("transaction", "record")
+
+
+async def measure_independent(
+    settings: Settings, stack: Stack, shape: Shape, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Our workers with independent agents publishing in each of the publisher's modes, on
+    one broker and one receiver, one mode after the other; the load average beside."""
+    broker_pid = LocalBroker(settings).pid()
+    if broker_pid is None:
+        raise RuntimeError(f"no local broker of ours runs at {settings.kafka.bootstrap_servers}")
+    secret = (settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET).get_secret_value()
+    port = free_port(RECEIVER_PORT)
+    base = f"http://127.0.0.1:{port}"
+    receiver = start_receiver(stack, port, secret)
+    loadavg = [os.getloadavg()]
+    try:
+        await wait_listening(receiver, base)
+        configured = _pointed(settings, base, secret)
+        pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
+        pids["publisher"] = [os.getpid()]
+        systems = {}
+        for mode in MODES:
+            systems[mode] = await measure_system(
+                "worker", configured, base, stack, pids, shape, progress,
+                publishing=mode, fractions_too=False,
+            )  # fmt: skip
+            loadavg.append(os.getloadavg())
+    finally:
+        stop_child(stack, receiver)
+    return {"shape": shape.__dict__, "independent": True, "loadavg": loadavg, **systems}
+
+
+def independent_rows(results: dict[str, Any], row: Row) -> None:
+    """The record mode (value) against the transaction mode (baseline), issue 31's targets
+    in the target column."""
+    rec, tx = results["record"], results["transaction"]
+    shape = results["shape"]
+
+    def pair(name: str, rv: float, tv: float, fmt: str, target: str = "", met: Any = None) -> None:
+        r = f"{rv / tv:.2f}x" if tv else "n/a"
+        row(f"independent agents: {name}", fmt.format(rv), fmt.format(tv), r, target, met)
+
+    shown = f"{shape['runs']:,} runs x 1 webhook, {shape['publishers']} agents one run at a time"
+    pair(f"accepted runs/s ({shown}; 2 workers)", _figure(rec, "peak", "accepted_per_s"),
+         _figure(tx, "peak", "accepted_per_s"), "{:,.0f}", "(Svix 451-528)")  # fmt: skip
+    dv = _figure(rec, "peak", "delivered_per_s")
+    pair("delivered/s at the receiver, p10-p90", dv, _figure(tx, "peak", "delivered_per_s"),
+         "{:,.0f}", ">= 558", dv >= 558)  # fmt: skip
+    for q in ("p50", "p99"):
+        pair(f"publish -> arrival {q} at peak (ms)", _figure(rec, "peak", f"{q}_ms"),
+             _figure(tx, "peak", f"{q}_ms"), "{:,.0f}")  # fmt: skip
+    for q, limit in (("p50", None), ("p99", 650)):
+        rl = _figure(rec, "paced", f"{q}_ms")
+        pair(f"publish -> arrival {q} at half of own peak (ms)", rl,
+             _figure(tx, "paced", f"{q}_ms"), "{:,.0f}",
+             f"<= {limit}" if limit else "", None if limit is None else rl <= limit)  # fmt: skip
+    for groups, name in (
+        (("workers", "broker"), "2 workers + broker"),
+        (("workers",), "2 workers alone"),
+        (("broker",), "broker alone"),
+        (("publisher",), "publishing process (8 agents)"),
+        (GROUPS, "every process"),
+    ):
+        pair(f"CPU ms/delivery, {name} (at peak)", _cpu(rec, groups), _cpu(tx, groups), "{:.2f}")
+    pair("worker RSS, peak of the two (MB)", max(rec["hwm_mb"]), max(tx["hwm_mb"]), "{:,.0f}")
+    pair("keys arriving twice", rec["twice"], tx["twice"], "{:,.0f}", "0", rec["twice"] == 0)
+
+
+def independent_note(results: dict[str, Any]) -> str:
+    """Every round of both modes, and the load average, for the record."""
+
+    def rounds(system: dict[str, Any], phase: str, name: str) -> str:
+        return ", ".join(f"{r[name]:,.0f}" for r in system[phase])
+
+    s = results["shape"]
+    loads = "; ".join(", ".join(f"{x:.1f}" for x in load) for load in results["loadavg"])
+    parts = [
+        f"Independent agents: {s['runs']:,} runs of one webhook per round, {s['publishers']} "
+        f"Publisher instances in one process (each its own producer), each publishing one run "
+        f"at a time, {s['rounds']} rounds per mode, 2 workers, receiver "
+        "bench/verifying_receiver.py (no dedupe). Load average (1, 5, 15 min) before, "
+        f"after the transaction mode, after the record mode: {loads}."
+    ]
+    for mode in MODES:
+        system = results[mode]
+        parts.append(
+            f"{mode}: accepted {rounds(system, 'peak', 'accepted_per_s')}/s, delivered "
+            f"{rounds(system, 'peak', 'delivered_per_s')}/s, p50 {rounds(system, 'peak', 'p50_ms')}"
+            f" ms, p99 {rounds(system, 'peak', 'p99_ms')} ms; paced at "
+            f"{system['half_peak_per_s']:.0f}/s: p50 {rounds(system, 'paced', 'p50_ms')} ms, p99 "
+            f"{rounds(system, 'paced', 'p99_ms')} ms; keys arriving twice {system['twice']}."
+        )
+    return " ".join(parts)
 
 
 def _figure(system: dict[str, Any], phase: str, name: str) -> float:
@@ -558,6 +670,9 @@ def main() -> None:
     parser.add_argument("--load-requests", type=int, help="requests per receiver-alone round")
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
                         help="own broker on this port and the next")  # fmt: skip
+    parser.add_argument("--independent", action="store_true",
+                        help="our workers only, agents publishing in each of the publisher's "
+                        "modes (transaction, record)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = parser.parse_args()
@@ -583,7 +698,8 @@ def main() -> None:
                 TimeElapsedColumn(),
                 console=console,
             ) as progress:
-                results = asyncio.run(measure(settings, stack, shape, progress))
+                how = measure_independent if args.independent else measure
+                results = asyncio.run(how(settings, stack, shape, progress))
         except BaseException:
             console.print(f"[red]failed[/]: logs kept in {tmp}/logs")
             raise
@@ -595,15 +711,16 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    lines = ["| figure | ours | bare loop | ratio | target | met |", "|---|---|---|---|---|---|"]
+    columns = "record mode | transaction mode" if args.independent else "ours | bare loop"
+    lines = [f"| figure | {columns} | ratio | target | met |", "|---|---|---|---|---|---|"]
 
     def row(label: str, value: str, base: str, r: str, target: str = "", met: Any = None) -> None:
         mark = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {label} | {value} | {base} | {r} | {target} | {mark} |")
 
-    rows(results, row)
+    (independent_rows if args.independent else rows)(results, row)
     print("\n".join(lines))
-    print(note(results))
+    print((independent_note if args.independent else note)(results))
 
 
 if __name__ == "__main__":
