@@ -502,6 +502,7 @@ class Publisher:
         if producer is None:
             raise RuntimeError("Publisher is not started: use 'async with Publisher(...)'")
         topic, value, key, headers = record
+        # The record mode's "before the commit" (failure matrix, row 1): nothing sent yet.
         crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
         try:
             await producer.send_and_wait(topic, value, key=key, headers=headers)
