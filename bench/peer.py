@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import e2e, receiver_load
+from bench import e2e, http_agents, receiver_load
 from bench.common import (
     BENCH_WEBHOOK_SECRET,
     bench_broker,
@@ -61,6 +61,7 @@ from bench.common import (
     start_python,
     stop_child,
 )
+from bench.http_agents import HttpAgents
 from clients import DeliverySpec, Publisher
 from config import Settings
 from config.settings import WebhookEndpoint, changed
@@ -253,8 +254,25 @@ def trimmed_rate(times: list[float]) -> float:
     return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else 0.0
 
 
+# Publishes ``runs`` runs (paced at ``rate`` if given): {key: time of the call}, accepted/s.
+Publish = Callable[
+    [str, int, float | None, Progress | None, str], Awaitable[tuple[dict[str, float], float]]
+]
+
+
+def sdk_agents(publishers: list[Publisher]) -> Publish:
+    """``publish`` over these SDK publishers."""
+
+    async def over(
+        base: str, runs: int, rate: float | None, progress: Progress | None, label: str
+    ) -> tuple[dict[str, float], float]:
+        return await publish(publishers, base, runs, rate, progress, label)
+
+    return over
+
+
 async def shape_round(
-    publishers: list[Publisher],
+    publishing: Publish,
     base: str,
     reader: ArrivalReader,
     pids: dict[str, list[int]],
@@ -265,7 +283,7 @@ async def shape_round(
 ) -> dict[str, Any]:
     """One round: publish, wait for every arrival, and the figures of the round."""
     before, began_at = cpu_by_group(pids), time.time()
-    called, accepted = await publish(publishers, base, runs, rate, progress, label + " publish")
+    called, accepted = await publishing(base, runs, rate, progress, label + " publish")
     keys = list(called)
     await reader.wait(keys, max(60.0, runs / 20), progress, label + " arrivals")
     await asyncio.sleep(SETTLE_S)
@@ -299,9 +317,12 @@ async def measure_system(
     fractions_too: bool = True,
 ) -> dict[str, Any]:
     """Peak rounds, then paced rounds at half the median delivered/s, of one system, its
-    agents publishing in the publisher's mode ``publishing``."""
+    agents publishing in the publisher's mode ``publishing``, or over HTTP (``http``: 32
+    connections to one ``ledger api``, bench/http_agents.py; the API's CPU counts as the
+    publishing processes')."""
     settings = fresh_settings(base_settings, f"peer-{kind}-{publishing}")
-    settings = changed(settings, {"publisher.mode": publishing})
+    if publishing != "http":
+        settings = changed(settings, {"publisher.mode": publishing})
     await create_topics(settings)
     ports: dict[str, int] = {}
     if kind == "worker":
@@ -322,21 +343,31 @@ async def measure_system(
             httpx.AsyncClient(trust_env=False, timeout=30) as client,
             contextlib.AsyncExitStack() as publishers_open,
         ):
-            publishers = [
-                await publishers_open.enter_async_context(
-                    Publisher(settings, producer_name=f"peer-agent-{j}")
+            if publishing == "http":
+                agents = await HttpAgents.start(settings, Path(stack.logs), http_agents.CLIENTS)
+                publishers_open.callback(agents.stop)
+                pids = {**pids, "publisher": [*pids["publisher"], agents.pid]}
+                publishing_by: Publish = agents.publish
+            else:
+                publishing_by = sdk_agents(
+                    [
+                        await publishers_open.enter_async_context(
+                            Publisher(settings, producer_name=f"peer-agent-{j}")
+                        )
+                        for j in range(shape.publishers)
+                    ]
                 )
-                for j in range(shape.publishers)
-            ]
             reader = ArrivalReader(base, client)
             # Warm-up: group joined, connections open, code paths hot (bare loops have no
             # readiness signal: their first arrivals are it).
             warm = min(200, shape.runs)
-            await shape_round(publishers, base, reader, pids, warm, None, progress, f"{kind} warm")
+            await shape_round(
+                publishing_by, base, reader, pids, warm, None, progress, f"{kind} warm"
+            )
             await asyncio.sleep(2)
             peaks = [
                 await shape_round(
-                    publishers, base, reader, pids, shape.runs, None, progress,
+                    publishing_by, base, reader, pids, shape.runs, None, progress,
                     f"{kind} peak {r + 1}/{shape.rounds}",
                 )
                 for r in range(shape.rounds)
@@ -345,7 +376,7 @@ async def measure_system(
             paced_runs = max(50, min(shape.runs, int(half * shape.paced_s)))
             paced = [
                 await shape_round(
-                    publishers, base, reader, pids, paced_runs, half, progress,
+                    publishing_by, base, reader, pids, paced_runs, half, progress,
                     f"{kind} paced {r + 1}/{shape.rounds} @ {half:.0f}/s",
                 )
                 for r in range(shape.rounds)
@@ -356,7 +387,7 @@ async def measure_system(
                 rate = 2 * half * fraction
                 runs = max(50, min(shape.runs, int(rate * shape.paced_s)))
                 fractions[f"{fraction:g}"] = await shape_round(
-                    publishers, base, reader, pids, runs, rate, progress,
+                    publishing_by, base, reader, pids, runs, rate, progress,
                     f"{kind} paced @ {fraction:.0%} of peak ({rate:.0f}/s)",
                 )  # fmt: skip
             rss = {
@@ -453,7 +484,7 @@ def _pointed(settings: Settings, base: str, secret: str) -> Settings:
     )
 
 
-MODES = ("transaction", "record")
+MODES = ("transaction", "record", "http")  # the SDK's two modes, then 32 HTTP clients
 
 
 async def measure_independent(
@@ -520,6 +551,30 @@ def independent_rows(results: dict[str, Any], row: Row) -> None:
         pair(f"CPU ms/delivery, {name} (at peak)", _cpu(rec, groups), _cpu(tx, groups), "{:.2f}")
     pair("worker RSS, peak of the two (MB)", max(rec["hwm_mb"]), max(tx["hwm_mb"]), "{:,.0f}")
     pair("keys arriving twice", rec["twice"], tx["twice"], "{:,.0f}", "0", rec["twice"] == 0)
+    if "http" not in results:
+        return
+    # Svix's own shape: 32 concurrent HTTP posts, to one ledger api (its group commit).
+    web = results["http"]
+
+    def over_http(
+        name: str, hv: float, tv: float, fmt: str, target: str = "", met: Any = None
+    ) -> None:
+        r = f"{hv / tv:.2f}x" if tv else "n/a"
+        row(f"32 HTTP clients (value) vs SDK transaction mode: {name}", fmt.format(hv),
+            fmt.format(tv), r, target, met)  # fmt: skip
+
+    over_http("accepted runs/s", _figure(web, "peak", "accepted_per_s"),
+              _figure(tx, "peak", "accepted_per_s"), "{:,.0f}", "(Svix 451-528)")  # fmt: skip
+    hv = _figure(web, "peak", "delivered_per_s")
+    over_http("delivered/s at the receiver, p10-p90", hv, _figure(tx, "peak", "delivered_per_s"),
+              "{:,.0f}", ">= 558", hv >= 558)  # fmt: skip
+    hl = _figure(web, "paced", "p99_ms")
+    over_http("publish -> arrival p99 at half of own peak (ms)", hl,
+              _figure(tx, "paced", "p99_ms"), "{:,.0f}", "<= 650", hl <= 650)  # fmt: skip
+    every = _cpu(web, GROUPS)
+    over_http("CPU ms/delivery, every process (the API's included)", every, _cpu(tx, GROUPS),
+              "{:.2f}", "<= 3.5", every <= 3.5)  # fmt: skip
+    over_http("keys arriving twice", web["twice"], tx["twice"], "{:,.0f}", "0", web["twice"] == 0)
 
 
 def independent_note(results: dict[str, Any]) -> str:
