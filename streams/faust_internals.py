@@ -3,7 +3,9 @@
 faust-streaming has no public way to write a table outside an event, to read one
 partition of a table, to run code right before an offset commit hands the producer's
 messages to Kafka, to count the message its producer buffer is handing over, to change
-the aiokafka consumer it builds, or to choose the app's transport class. Each of those is
+the aiokafka consumer it builds, to choose the app's transport class, or to keep the
+records it fetched at the end of a rebalance (KeptFlowControl, HookedConsumer's
+``seek_to_committed``). Each of those is
 done here and nowhere else; tests/streams/test_faust_internals.py holds one test per
 faust behaviour this module relies on, so a faust upgrade that changes one fails there
 first, by name. tests/test_private_access.py keeps every other module off faust's private
@@ -21,6 +23,8 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from faust.types import TP, FutureMessage
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
 
 def write_table_value(table: Any, partition: int, key: Any, value: bytes) -> None:
@@ -77,6 +81,26 @@ class HookedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> Any:
         return HookedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        """Every stream partition to its committed offset, as faust's ``perform_seek`` asks
+        at the end of each rebalance, and a partition with none to its first offset.
+
+        aiokafka's ``seek_to_committed`` leaves a partition without a committed offset
+        where it is (aiokafka/consumer/consumer.py: ``if offset and offset > 0``), and faust
+        relies on this seek to read again what it took from aiokafka and dropped during the
+        rebalance (``Consumer.getmany`` breaks off a batch while the flow is stopped or the
+        generation changed; records of paused partitions are skipped): such a partition's
+        first records were never read, and the offsets of later ones were committed past
+        them (``Consumer._new_offset`` checks no gap below the first acked offset while
+        nothing is committed). The run fan-out lost whole runs so."""
+        committed = await super().seek_to_committed()
+        fresh = [
+            tp for tp, offset in committed.items() if not offset and not self._is_changelog_tp(tp)
+        ]
+        if fresh:
+            await self._thread.seek_to_beginning(*fresh)
+        return committed
+
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
@@ -113,6 +137,23 @@ class IdempotentProducer(faust_aiokafka.Producer):
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
+class KeptFlowControl(FlowControlEvent):
+    """faust's flow control of the agents' queues, which empties them only when the flow
+    resumes after a suspension (a revocation), not on every ``resume()``.
+
+    At the end of a rebalance faust resumes the stream partitions, awaits the seek to the
+    committed offsets, and then calls ``resume()`` once more (``Recovery.
+    on_recovery_completed``), with the flow already running since the changelog recovery:
+    mode's ``resume()`` empties every queue again, dropping the records fetched in between
+    at the positions of the new assignment. They were never acked, nothing reads them
+    again, and the offsets of the records after them were committed past them."""
+
+    def resume(self) -> None:
+        if self.is_active():
+            return  # flowing: the queues hold this assignment's records
+        super().resume()
+
+
 class HookedTransport(faust_aiokafka.Transport):
     """faust's aiokafka transport with the hooked consumer."""
 
@@ -124,6 +165,11 @@ class HookedApp(faust.App):
     consumer calls. Subclasses override the hooks; they do nothing here."""
 
     transport_class: type[HookedTransport] = HookedTransport
+
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        """The agents' queues' flow control: KeptFlowControl."""
+        return KeptFlowControl(loop=self.loop)
 
     def configure_consumer(self, consumer: Any) -> None:
         """Change the aiokafka consumer faust built for the agents, before it starts."""

@@ -1,12 +1,13 @@
 """Record-mode runs published while a second worker joins: each delivery arrives once.
 
-faust resumes a worker's stream partitions at the end of a rebalance, waits for a seek to
-the committed offsets, and only then resumes its flow control, which empties every
-agent's queue: the records fetched in between were dropped, and the offsets of the
-records after them were committed past them (streams/faust_internals.py, KeptQueues). A
-run record dropped there was never fanned out. The publisher writes a steady stream of
-runs from before the second worker starts until after both own partitions; every
-delivery must reach a receiver that does NOT dedupe exactly once.
+At the end of a rebalance faust dropped records it had fetched (the agents' queues emptied
+once more after the seek to the committed offsets; batches broken off while the flow was
+stopped), and a partition without a committed offset was not sought back to read them
+again: the offsets of later records were committed past them (streams/faust_internals.py,
+KeptFlowControl and HookedConsumer.seek_to_committed). A run record dropped so was never
+fanned out. Here every partition's first records are written while both workers take (or
+take back) their partitions; each delivery must reach a receiver that does NOT dedupe
+exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -57,6 +57,11 @@ async def pair(broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> As
         receiver.stop()
 
 
+def alive(*workers: WorkerProcess) -> None:
+    for worker in workers:
+        assert worker.alive(), worker.output()[-3000:]
+
+
 def owns(worker: WorkerProcess) -> bool:
     return re.search(r"owns partitions \[\d", worker.output()) is not None
 
@@ -65,14 +70,14 @@ async def test_runs_published_while_a_worker_joins_are_each_delivered_once(pair:
     w1 = pair.workers.start("w1")
 
     async def w1_owns() -> bool:
-        assert w1.alive(), w1.output()[-3000:]
+        alive(w1)
         return owns(w1)
 
     await wait_for(w1_owns, 60, "w1 owning partitions", interval=0.1)
     w2 = pair.workers.start("w2")
 
     async def rebalancing() -> bool:
-        assert w1.alive() and w2.alive(), (w1.output() + w2.output())[-3000:]
+        alive(w1, w2)
         return "because it is rebalancing" in w1.output()
 
     # From the moment w1 hears of the rebalance: the first records of every partition
@@ -93,7 +98,7 @@ async def test_runs_published_while_a_worker_joins_are_each_delivered_once(pair:
             await asyncio.sleep(PACE_S)
 
     async def arrived() -> bool:
-        assert w1.alive() and w2.alive(), (w1.output() + w2.output())[-3000:]
+        alive(w1, w2)
         return all(pair.receiver.accepted(key) >= 1 for key in keys)
 
     try:

@@ -17,6 +17,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import TP
+from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from clients.aiokafka_internals import fetch_options
 from config.settings import Settings
@@ -73,6 +74,27 @@ async def test_the_agents_consumer_is_configured_before_it_starts(worker: Worker
     consumer = new_worker_consumer(worker.app)
     assert fetch_options(consumer)[0] == "read_committed"
     await consumer.stop()  # never started; closed, so no warning at collection
+
+
+async def test_a_resume_while_flowing_keeps_what_the_agents_queues_hold(worker: Worker) -> None:
+    """``flow_control``: mode's ``resume()`` empties every agent queue each time it is
+    called, and faust calls it once more at the end of a rebalance with the flow running
+    (``Recovery.on_recovery_completed``); the app's empties them only after a suspension."""
+    plain = FlowControlEvent()
+    dropped: FlowControlQueue[int] = FlowControlQueue(flow_control=plain, clear_on_resume=True)
+    plain.resume()
+    dropped.put_nowait(1)
+    plain.resume()
+    assert dropped.qsize() == 0  # mode's: the record fetched in between is gone
+    flow = worker.app.flow_control
+    kept = worker.app.FlowControlQueue(maxsize=10, clear_on_resume=True)
+    flow.resume()
+    kept.put_nowait(1)
+    flow.resume()
+    assert kept.qsize() == 1
+    flow.suspend()  # a revocation: what the queues hold is the old assignment's
+    flow.resume()
+    assert kept.qsize() == 0
 
 
 async def test_an_agents_log_line_starts_with_its_label(worker: Worker) -> None:
