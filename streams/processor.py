@@ -145,6 +145,12 @@ class DeliveryProcessor:
         # known or suspected to be missing): the continuity guard's word.
         self._continuous = continuous
         self._claims_out: set[str] = set()
+        # The claims this worker appended and has not read back yet (key -> partition and
+        # claim): nothing can have been sent under them, so a worker that will never read
+        # them back (it stops, or their partition moved away) records them not sent.
+        self._unread: dict[str, tuple[int, DeliveryClaimed]] = {}
+        # Stopping (SIGTERM): no new claim, no timer; what is held is released.
+        self._stopping = False
         self._metrics = metrics
         self.faults = faults
         self._store = store
@@ -257,6 +263,11 @@ class DeliveryProcessor:
             self._store.put(key, after)
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
+            unread = self._unread.get(key)
+            if unread is not None and (
+                after.fencing_token >= unread[1].fencing_token or after.status.terminal
+            ):
+                del self._unread[key]  # read back (or moot): the sender decides from here
             if after.status is not Status.PENDING:
                 self._held.pop(key, None)
         if self._metrics is not None:
@@ -277,6 +288,8 @@ class DeliveryProcessor:
                 # its claim-grace timer is the backstop.
                 self._waiting[key] = record.partition
             elif plan.decided:
+                if plan.claiming:
+                    self._note_unread(record.partition, plan.decided)
                 await self._traced(self._append_claims, [(after, e) for e in plan.decided])
                 if plan.claiming:
                     self._claims_out.add(key)
@@ -325,6 +338,7 @@ class DeliveryProcessor:
             if self._proposed.get(key) == _proposal(state, [event]):
                 continue
             claims.append((state, event))
+            self._note_unread(partition, [event])
             proposed[key] = _proposal(state, [event])
             self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
         if claims:
@@ -358,7 +372,7 @@ class DeliveryProcessor:
         Each decision is proposed once (until the state moves), and all of one tick's
         proposals go out in one append. Partitions that are not ``continuous`` wait.
         """
-        if not self._acting():
+        if not self._acting() or self._stopping:
             return 0  # timers wait for the clock; nothing is lost, nothing decided
         now = self._clock()
         due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
@@ -403,6 +417,7 @@ class DeliveryProcessor:
                     self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
                     continue
                 claims.add(key)
+                self._note_unread(partition, events)
             if events and self._proposed.get(key) != _proposal(state, events):
                 proposed[key] = _proposal(state, events)
                 proposals.extend(events)
@@ -462,12 +477,37 @@ class DeliveryProcessor:
 
     def _room(self) -> int:
         """How many more claims this worker may propose now (none while it must not act)."""
-        if not self._acting():
+        if not self._acting() or self._stopping:
             return 0
         limit = self._max_open_claims
         if callable(limit):
             limit = limit()
         return limit - len(self._claims_out) - self._sender.in_flight
+
+    def _note_unread(self, partition: int, events: Sequence[Event]) -> None:
+        """Remember claims before they are appended: a release that runs while their
+        append is under way still finds them (and flushes the append before it)."""
+        for event in events:
+            if isinstance(event, DeliveryClaimed):
+                self._unread[event.idempotency_key] = (partition, event)
+
+    def stop_claiming(self) -> None:
+        """From now on propose no claim and act on no timer (the worker is stopping)."""
+        self._stopping = True
+
+    def unread_claims(self, partitions: Iterable[int] | None = None) -> list[DeliveryClaimed]:
+        """Take the claims this worker appended and has not read back, of ``partitions``
+        (None: all): it will not read them back, so it never sends under them."""
+        wanted = None if partitions is None else set(partitions)
+        taken = [
+            (key, claim)
+            for key, (partition, claim) in self._unread.items()
+            if wanted is None or partition in wanted
+        ]
+        for key, _claim in taken:
+            del self._unread[key]
+            self._claims_out.discard(key)
+        return [claim for _key, claim in taken]
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
         """Rebuild the timers of a newly assigned partition from its table states."""
