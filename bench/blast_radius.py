@@ -7,8 +7,8 @@ of their own:
 * ``healthy``: nothing happens to the workers;
 * ``kill``: every ``--kill-every`` seconds one of the three (in turn) is SIGKILLed and
   started again at once, as a supervisor would;
-* ``rolling``: every ``--roll-every`` seconds one of the three (in turn) gets SIGTERM, and
-  its replacement starts when it has exited (a rolling restart).
+* ``rolling``: a rolling restart: every ``--roll-every`` seconds the next of the three gets
+  SIGTERM, and its replacement starts when it has exited; one pass, three restarts.
 
 The faulted backlogs are as big as the healthy run drains in ``--fault-seconds``, so the
 faults keep coming for as long as there is work. Per scenario: delivered per second at the
@@ -17,7 +17,7 @@ UNKNOWN, "not sent" and lookup events in the log, keys the receiver accepted twi
 0), the longest gap between two first arrivals (a stall), and the load average.
 
     .venv/bin/python -m bench.blast_radius --quick
-    .venv/bin/python -m bench.blast_radius --worker-tree /work/wt-old   # the old worker
+    .venv/bin/python -m bench.blast_radius --baseline-tree /work/wt-old  # and the old worker
 
 Exits 1 if any key was accepted twice or never settled.
 """
@@ -141,15 +141,17 @@ async def scenario(
     args: argparse.Namespace,
     n: int,
     console: Console,
+    tree: Path | None,
 ) -> dict[str, Any]:
-    """One drain of ``n`` deliveries under ``kind``'s faults; its figures."""
+    """One drain of ``n`` deliveries under ``kind``'s faults, by workers run from ``tree``
+    (None: this checkout); its figures."""
     signing, verify = new_pair()
     keys_ = {"signing.signing_key": signing, "signing.verify_keys": [verify], **args.set}
     settings = with_webhook_lookup(fresh_settings(base, f"blast-{kind}", keys_), urls)
     await create_topics(settings)
     port = args.broker_port + 2
     metrics = {str(i): port + i for i in range(1, 4)}
-    workers = Workers(stack, settings, args.worker_tree, metrics)
+    workers = Workers(stack, settings, tree, metrics)
     for name in WORKERS:
         workers.start(name, metrics=True)
     await wait_owned(
@@ -173,7 +175,8 @@ async def scenario(
             if observer.settled >= n:
                 break
             now = time.monotonic()
-            if now >= next_fault and (pending is None or pending.done()):
+            passes = kind == "kill" or workers.turn < len(WORKERS)
+            if passes and now >= next_fault and (pending is None or pending.done()):
                 pending = asyncio.create_task(workers.fault(kind, began))
                 next_fault = now + (every or 0.0)
             if now - last_line > 15:
@@ -257,26 +260,36 @@ def figures(
 
 def markdown(summary: dict[str, Any]) -> list[str]:
     """The "Blast radius" section of BENCHMARKS.md."""
-    rows = {r["scenario"]: r for r in summary["scenarios"]}
-    healthy = rows.get("healthy", {}).get("delivered_per_s", 0.0)
+    healthy = {
+        r["tree"]: r["delivered_per_s"] for r in summary["scenarios"] if r["scenario"] == "healthy"
+    }
     lines = [
         "## Blast radius (issue 31, item 4)",
         "",
         f"`python -m bench.blast_radius{' --quick' if summary['quick'] else ''}`: three "
         "`ledger worker` processes with default settings drain a backlog of webhook "
         "deliveries to the fake provider without dedupe; `kill`: one worker SIGKILLed (and "
-        f"restarted) every {summary['kill_every_s']:g} s; `rolling`: one worker SIGTERMed and "
-        f"replaced every {summary['roll_every_s']:g} s. Worker tree: "
-        f"{summary['worker_tree'] or 'this checkout'}; settings {json.dumps(summary['set'])}.",
+        f"restarted) every {summary['kill_every_s']:g} s; `rolling`: each worker in turn "
+        f"SIGTERMed and replaced, {summary['roll_every_s']:g} s apart. Workers from "
+        f"{summary['worker_tree'] or 'this checkout'}"
+        + (
+            f" and, alternately, the baseline {summary['baseline_tree']}"
+            if summary["baseline_tree"]
+            else ""
+        )
+        + f"; settings {json.dumps(summary['set'])}; {summary['cpus']} CPUs shared with "
+        "whatever else runs (load: the 1-minute average before - after).",
         "",
         "| scenario | deliveries | delivered/s | vs healthy | claims/delivery | UNKNOWN "
         "events | not sent | lookups | accepted twice | longest gap | faults | load 1 min |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["scenarios"]:
-        share = f"{r['delivered_per_s'] / healthy:.0%}" if healthy else ""
+        base = healthy.get(r["tree"], 0.0)
+        share = f"{r['delivered_per_s'] / base:.0%}" if base else ""
         lines.append(
-            f"| {r['scenario']} | {r['deliveries']} | {r['delivered_per_s']:.1f} | {share} | "
+            f"| {r['scenario']} ({r['tree']}) | {r['deliveries']} | "
+            f"{r['delivered_per_s']:.1f} | {share} | "
             f"{r['claims_per_delivery']:.2f} | {r['unknown_events']} | {r['not_sent_events']} "
             f"| {r['lookups']} | {r['accepted_twice']} | {r['longest_gap_s']:.1f} s | "
             f"{len(r['faults'])} | {r['load_before'][0]:.1f}-{r['load_after'][0]:.1f} |"
@@ -289,9 +302,9 @@ def failing(summary: dict[str, Any]) -> list[str]:
     bad = []
     for r in summary["scenarios"]:
         if r["accepted_twice"]:
-            bad.append(f"{r['scenario']}: {r['accepted_twice']} accepted twice")
+            bad.append(f"{r['scenario']} ({r['tree']}): {r['accepted_twice']} accepted twice")
         if r["unsettled"]:
-            bad.append(f"{r['scenario']}: {r['unsettled']} not settled")
+            bad.append(f"{r['scenario']} ({r['tree']}): {r['unsettled']} not settled")
     return bad
 
 
@@ -304,21 +317,28 @@ async def run(
     try:
         urls = start_receiver(stack, base, "--no-dedupe")
         healthy_rate = 0.0
+        trees: list[tuple[str, Path | None]] = [("this", args.worker_tree)]
+        if args.baseline_tree is not None:
+            # Alternately, scenario by scenario: both see the same broker, receiver, load.
+            trees.insert(0, ("baseline", args.baseline_tree))
         for kind in args.scenarios:
             n = args.deliveries
             if kind != "healthy" and healthy_rate:
                 n = max(n, int(healthy_rate * args.fault_seconds))
-            console.print(f"[bold]{kind}[/]: {n} deliveries")
-            result = await scenario(kind, base, urls, stack, args, n, console)
-            if kind == "healthy":
-                healthy_rate = result["delivered_per_s"]
-            console.print(json.dumps({k: v for k, v in result.items() if k != "faults"}))
-            results.append(result)
+            for label, tree in trees:
+                console.print(f"[bold]{kind}[/] ({label}): {n} deliveries")
+                result = await scenario(kind, base, urls, stack, args, n, console, tree)
+                result["tree"] = label
+                if kind == "healthy" and not healthy_rate:
+                    healthy_rate = result["delivered_per_s"]
+                console.print(json.dumps({k: v for k, v in result.items() if k != "faults"}))
+                results.append(result)
     finally:
         stack.stop()
     return {
         "quick": args.quick,
         "worker_tree": str(args.worker_tree) if args.worker_tree else None,
+        "baseline_tree": str(args.baseline_tree) if args.baseline_tree else None,
         "kill_every_s": args.kill_every,
         "roll_every_s": args.roll_every,
         "set": args.set,
@@ -343,6 +363,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenarios", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument(
         "--worker-tree", type=Path, help="run the workers from this checkout (an older commit, say)"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run each scenario with workers from this checkout, just before",
     )
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT)
     parser.add_argument(

@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 TIMER_GUARD_S = 5.0
 # A claim held back for want of capacity is looked at again this soon.
 NO_ROOM_RETRY_S = 1.0
+# Deliveries waiting for room in memory, claimed in order as room frees, with no timer:
+# a backlog's timers re-read every waiting state from the table each second otherwise (a
+# tick of 1000 states took more than its 0.5 s interval and starved the sends). Past this
+# many, the claim-grace timer is the backstop (bounded memory).
+MAX_WAITING = 20_000
 # A gate that raised is asked again this much later.
 GATE_FAILED_RETRY_S = 10.0
 BEFORE_CLAIM = "worker.before_claim"
@@ -284,9 +289,14 @@ class DeliveryProcessor:
                 self._due.schedule(record.partition, key, hold.recheck_at)
                 return
             if plan.claiming and (self._waiting or self._room() <= 0):
-                # No room now (or others wait first): it stays PENDING in the waiting room;
-                # its claim-grace timer is the backstop.
-                self._waiting[key] = record.partition
+                # No room now (or others wait first): it stays PENDING in the waiting room,
+                # claimed in order as room frees; past MAX_WAITING its claim-grace timer
+                # is the backstop.
+                if len(self._waiting) < MAX_WAITING:
+                    self._waiting[key] = record.partition
+                    if self._waiting and self._room() > 0:
+                        await self.claim_waiting()
+                    return
             elif plan.decided:
                 if plan.claiming:
                     self._note_unread(record.partition, plan.decided)
@@ -321,8 +331,8 @@ class DeliveryProcessor:
         for key, partition in taken:
             del self._waiting[key]
             state = self._store.get(key)
-            if state is None or state.status is not Status.PENDING:
-                continue  # claimed meanwhile (a timer, another worker) or settled
+            if state is None or state.status not in (Status.PENDING, Status.RETRY_SCHEDULED):
+                continue  # claimed meanwhile (another worker) or settled
             hold = self._gate_hold(state, now)
             if hold is not None:
                 await self._hold(state, hold)
@@ -414,7 +424,13 @@ class DeliveryProcessor:
                 self._held.pop(key, None)
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
-                    self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
+                    if len(self._waiting) < MAX_WAITING:
+                        # Claimed in order as room frees (claim_waiting), no timer meanwhile.
+                        self._waiting[key] = partition
+                        self._due.schedule(partition, key, None)
+                    else:
+                        retry = now + timedelta(seconds=NO_ROOM_RETRY_S)
+                        self._due.schedule(partition, key, retry)
                     continue
                 claims.add(key)
                 self._note_unread(partition, events)
