@@ -55,7 +55,7 @@ from bench.e2e import requests_for, trimmed_rate, wait_owned
 from clients.outcome_signing import new_pair
 from config import Settings
 from ledger.observe import LedgerObserver
-from ledger.stack import Child, Stack, _die_with_parent, settings_env
+from ledger.stack import NEWER_SETTINGS, Child, Stack, _die_with_parent, settings_env
 from ledger.topics import create_topics
 
 BROKER_PORT = 29892  # and 29893; the workers' metrics on 29894..29896
@@ -63,9 +63,6 @@ SCENARIOS = ("healthy", "kill", "rolling")
 WORKERS = ("w1", "w2", "w3")
 FULL = {"deliveries": 6000, "fault_seconds": 90.0}
 QUICK = {"deliveries": 2000, "fault_seconds": 60.0}
-# Settings newer than the worker tree a run may compare with (--worker-tree): left out of
-# an older worker's environment, which would refuse them.
-NEWER_VARIABLES = ("LEDGER_WORKER__STATIC_MEMBERSHIP",)
 # Past this, a scenario stops waiting for its last deliveries (and says so).
 SCENARIO_LIMIT_S = 900.0
 
@@ -91,7 +88,7 @@ class Workers:
         log = self.stack.logs / f"{self.settings.worker.group}-{name}.log"
         env = settings_env(self.settings)
         if self.tree is not None:
-            for name_ in NEWER_VARIABLES:
+            for name_ in NEWER_SETTINGS:
                 env.pop(name_, None)
         with open(log, "ab") as out:
             process = subprocess.Popen(
