@@ -326,8 +326,8 @@ async def run(
                 console.print(f"[bold]{kind}[/] ({label}): {n} deliveries")
                 result = await scenario(kind, base, urls, stack, args, n, console, tree)
                 result["tree"] = label
-                if kind == "healthy" and not healthy_rate:
-                    healthy_rate = result["delivered_per_s"]
+                if kind == "healthy":  # the faster tree sizes the faulted backlogs
+                    healthy_rate = max(healthy_rate, result["delivered_per_s"])
                 console.print(json.dumps({k: v for k, v in result.items() if k != "faults"}))
                 results.append(result)
     finally:
