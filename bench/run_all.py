@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import (
+    blast_radius,
     chaos,
     e2e,
     failover,
@@ -56,7 +57,7 @@ from ledger.stack import Stack
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
     "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "chaos", "failover",
+    "health", "tracing", "chaos", "failover", "blast_radius",
 )  # fmt: skip
 
 
@@ -75,6 +76,7 @@ class Sizes:
     peer: peer.Shape = peer.FULL
     rate_limit: tuple[int, int, int] = (400, 2, 60)  # deliveries per round, rounds, warm-up
     failover: tuple[str, ...] = ("--rate", "10", "--phase-s", "30", "--failovers", "2")
+    blast_radius: tuple[str, ...] = ()  # bench.blast_radius options
 
 
 FULL = Sizes(
@@ -83,7 +85,7 @@ FULL = Sizes(
 )  # fmt: skip
 QUICK = Sizes(
     2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",), peer.QUICK,
-    (200, 1, 40),
+    (200, 1, 40), blast_radius=("--quick",),
 )  # fmt: skip
 
 
@@ -242,6 +244,11 @@ async def run_section(
         results["failover"] = await asyncio.to_thread(
             run_detached, "bench.failover", list(sizes.failover), tmp
         )
+    if "blast_radius" in wanted:
+        say("[bold]blast radius[/] (issue 31): kills and a rolling restart, its own broker")
+        results["blast_radius"] = await asyncio.to_thread(
+            run_detached, "bench.blast_radius", list(sizes.blast_radius), tmp
+        )
 
 
 def render(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -385,6 +392,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         out += ["", *chaos.markdown(results["chaos"])]
     if "failover" in results:
         out += ["", *failover.markdown(results["failover"])]
+    if "blast_radius" in results:
+        out += ["", *blast_radius.markdown(results["blast_radius"])]
     return "\n".join(out) + "\n"
 
 
