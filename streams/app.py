@@ -438,6 +438,12 @@ class Worker:
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
         """New assignment: forget what moved away, start checking continuity."""
+        if self.app.should_stop:
+            # A rebalance while stopping: nothing is taken on (reading the new partitions'
+            # ends could hold the exit for the consumer's 40 s timeout); held sends and
+            # unread claims are released by on_shutdown.
+            log.info("stopping: assignment ignored")
+            return
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.kafka.topic_deliveries}
         # What moved away since the last assignment (an eager rebalance revokes everything
         # first): its held sends are taken back, its unread claims recorded not sent.
