@@ -46,6 +46,7 @@ from ledger.stack import Child, Stack, settings_env
 from ledger.topics import create_topics
 
 TARGET_MS = 1.5  # issue 31: worker CPU per delivery
+IDLE_S = 5.0
 
 
 def _worker(stack: Stack, settings: Settings, label: str, code: str | None, port: int) -> Child:
@@ -83,6 +84,8 @@ async def measure(
     }
     cpu_ms: dict[str, list[float]] = {label: [] for label in labels}
     rate: dict[str, list[float]] = {label: [] for label in labels}
+    idle: dict[str, float] = {}
+    idle_share: dict[str, list[float]] = {label: [] for label in labels}
     try:
         for label in labels:
             renamed = Child(workers[label].name + "-x", workers[label].process, workers[label].log)
@@ -97,6 +100,13 @@ async def measure(
                 await _produce(settings[label], warm, False)
                 await seen[label].wait([k for k, _ in warm], 120.0, progress, f"{label} warm")
             await asyncio.sleep(2)
+            # What a worker burns with nothing to do (polls, heartbeats, ticks): a slow drain
+            # spreads more of it over each delivery, so each round says its share too.
+            idle_before = {label: cpu_seconds(workers[label].process.pid) for label in labels}
+            await asyncio.sleep(IDLE_S)
+            for label in labels:
+                spent = cpu_seconds(workers[label].process.pid) - idle_before[label]
+                idle[label] = spent * 1000 / IDLE_S
             for r in range(rounds):
                 for label in labels:
                     pid = workers[label].process.pid
@@ -106,8 +116,10 @@ async def measure(
                     keys = [k for k, _ in batch]
                     wait_s = max(300.0, backlog / 5)
                     await seen[label].wait(keys, wait_s, progress, f"hot {label} {r + 1}/{rounds}")
+                    took_s = time.monotonic() - began
                     cpu_ms[label].append((cpu_seconds(pid) - before) * 1000 / backlog)
-                    rate[label].append(backlog / (time.monotonic() - began))
+                    rate[label].append(backlog / took_s)
+                    idle_share[label].append(idle[label] * took_s / backlog)
     finally:
         for child in workers.values():
             stop_child(stack, child)
@@ -115,6 +127,8 @@ async def measure(
         "backlog": backlog,
         "cpu_ms_per_delivery": cpu_ms,
         "per_s": rate,
+        "idle_cpu_ms_per_s": idle,
+        "idle_ms_per_delivery": idle_share,
         "codec_us": await asyncio.to_thread(codec.measure, codec_calls, 3),
     }
 
@@ -152,11 +166,18 @@ def note(results: dict[str, Any]) -> str:
     rates = "; ".join(
         f"{v}: " + ", ".join(f"{x:,.0f}" for x in xs) for v, xs in results["per_s"].items()
     )
+    idle = "; ".join(
+        f"{v}: {results['idle_cpu_ms_per_s'][v]:.0f} ms/s idle, "
+        + ", ".join(f"{x:.2f}" for x in xs)
+        + " ms of it per delivery"
+        for v, xs in results["idle_ms_per_delivery"].items()
+    )
     requested = results["codec_us"]["delivery.requested"]
     confirmed = results["codec_us"]["delivery.confirmed"]
     return (
         f"Hot path (bench/hot_path.py), one worker per variant, backlogs of "
-        f"{results['backlog']:,} in turn: CPU ms per delivery {each}; drained per s {rates}. "
+        f"{results['backlog']:,} in turn: CPU ms per delivery {each}; drained per s {rates}; "
+        f"the idle worker's share (its CPU at rest x the drain's time) {idle}. "
         f"Codec (bench/codec.py, CPU us): DeliveryRequested decode {requested['decode']:.1f}, "
         f"validate_json {requested['validate_json']:.1f}; DeliveryConfirmed decode "
         f"{confirmed['decode']:.1f}, Ed25519 verify {confirmed['verify']:.1f}, sign "
