@@ -9,7 +9,7 @@ CONFIRMED. A variant is a label, or ``label=PATH``: that worker runs the code in
 detached worktree of another commit: ``git worktree add --detach /tmp/old main``), the
 same-run baseline of a change.
 
-    python -m bench.hot_path [--quick] [--variants now old=/tmp/old] [--broker-port 25092]
+    python -m bench.hot_path [--quick] [--variants now old=/tmp/old] [--paced 100]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaProducer
 from rich.progress import Progress
 
 from bench import codec
@@ -39,6 +40,7 @@ from bench.common import (
 )
 from bench.e2e import Confirmations, requests_for, wait_owned
 from bench.tracing import _produce
+from clients.kafka_security import client_options
 from clients.outcome_signing import new_pair
 from config import Settings
 from events.ports import free_port
@@ -68,8 +70,11 @@ async def measure(
     progress: Progress | None = None,
     variants: tuple[str, ...] = ("now",),
     codec_calls: int = 1000,
+    paced: float | None = None,
 ) -> dict[str, Any]:
-    """CPU ms per delivery of each variant's worker, every round in turn; the codec table."""
+    """CPU ms per delivery of each variant's worker, every round in turn; the codec table.
+    ``paced``: requests per second, instead of the whole backlog at once (a worker's CPU
+    per delivery falls as its rate rises, so variants compare at one rate)."""
     signing, verify = new_pair()  # the workers sign their outcomes (on by default)
     pair = {"signing.signing_key": signing, "signing.verify_keys": [verify]}
     labels = [v.partition("=")[0] for v in variants]
@@ -112,7 +117,10 @@ async def measure(
                     pid = workers[label].process.pid
                     batch = requests_for(urls, f"h{r}-{uuid.uuid4().hex[:6]}", backlog)
                     before, began = cpu_seconds(pid), time.monotonic()
-                    await _produce(settings[label], batch, False)
+                    if paced is None:
+                        await _produce(settings[label], batch, False)
+                    else:
+                        await _paced(settings[label], batch, paced)
                     keys = [k for k, _ in batch]
                     wait_s = max(300.0, backlog / 5)
                     await seen[label].wait(keys, wait_s, progress, f"hot {label} {r + 1}/{rounds}")
@@ -125,12 +133,38 @@ async def measure(
             stop_child(stack, child)
     return {
         "backlog": backlog,
+        "paced": paced,
         "cpu_ms_per_delivery": cpu_ms,
         "per_s": rate,
         "idle_cpu_ms_per_s": idle,
         "idle_ms_per_delivery": idle_share,
         "codec_us": await asyncio.to_thread(codec.measure, codec_calls, 3),
     }
+
+
+async def _paced(settings: Settings, batch: list[tuple[str, bytes]], per_s: float) -> None:
+    """``batch`` produced at ``per_s`` records a second, in slices of 50 ms."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap_servers,
+        acks=1,
+        linger_ms=5,
+        **client_options(settings.kafka),
+    )
+    await producer.start()
+    try:
+        began, step = time.monotonic(), max(1, int(per_s / 20))
+        sent = []
+        for start in range(0, len(batch), step):
+            ahead = began + start / per_s - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            for key, value in batch[start : start + step]:
+                sent.append(
+                    await producer.send(settings.kafka.topic_deliveries, value, key=key.encode())
+                )
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
 
 
 def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
@@ -176,7 +210,9 @@ def note(results: dict[str, Any]) -> str:
     confirmed = results["codec_us"]["delivery.confirmed"]
     return (
         f"Hot path (bench/hot_path.py), one worker per variant, backlogs of "
-        f"{results['backlog']:,} in turn: CPU ms per delivery {each}; drained per s {rates}; "
+        f"{results['backlog']:,} in turn"
+        + (f" produced at {results['paced']:,.0f}/s" if results.get("paced") else "")
+        + f": CPU ms per delivery {each}; drained per s {rates}; "
         f"the idle worker's share (its CPU at rest x the drain's time) {idle}. "
         f"Codec (bench/codec.py, CPU us): DeliveryRequested decode {requested['decode']:.1f}, "
         f"validate_json {requested['validate_json']:.1f}; DeliveryConfirmed decode "
@@ -190,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="backlog 600, 2 rounds")
     parser.add_argument("--backlog", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paced", type=float, help="requests per second (default: all at once)")
     parser.add_argument(
         "--variants", nargs="+", default=["now"], help="label or label=PATH (code of a worktree)"
     )
@@ -210,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
                     backlog=backlog,
                     rounds=rounds,
                     variants=tuple(args.variants),
+                    paced=args.paced,
                 )
             )
         finally:
