@@ -11,6 +11,8 @@ the baseline. The HTTP rows post ``/v1/runs/{id}/complete`` to one ``ledger api`
   bytes made before the clock starts, as the SDK round builds its specs before it): the
   load generator costs ~0.1 ms of CPU per run, so on a 2-core machine it does not take
   the CPU the API and the broker need (the agents are elsewhere in production);
+* ``http_32``: 32 such connections, the Svix comparison's 32 concurrent posts (issue 31):
+  how far one API process's group commit batches across its callers;
 * ``httpx_8``: the same through 8 ``httpx.AsyncClient`` (~1 ms of CPU per run in the
   clients, the figure of before, for comparison);
 * ``--api-tree DIR`` (repeatable): ``http_8`` again against a ``ledger api`` started from
@@ -57,6 +59,7 @@ from ledger.stack import settings_env
 from ledger.topics import create_topics
 
 CLIENTS = 8
+WIDE = 32  # the Svix comparison's concurrent HTTP clients (issue 31)
 PORT = 27152
 TARGET = 0.5
 
@@ -75,34 +78,36 @@ def body(n: int) -> dict[str, object]:
     }
 
 
-async def lean_round(url: str | list[str], token: str, runs: int, clients: int) -> float:
-    """Runs/s of ``clients`` keep-alive connections, each posting its share of runs in
-    turn; requests made before the clock starts, answers read by Content-Length. Several
-    URLs: the connections spread over them in turn (as SO_REUSEPORT spreads them over
-    processes sharing a port)."""
-    tag = uuid.uuid4().hex[:8]
-    urls = [url] if isinstance(url, str) else url
+def run_request(host: str, port: int, token: str, run_id: str, payload: bytes) -> bytes:
+    """The bytes of one ``POST /v1/runs/{run_id}/complete`` with ``payload`` as its body."""
+    head = (
+        f"POST /v1/runs/{run_id}/complete HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    )
+    return head.encode() + payload
+
+
+async def post_in_turn(
+    urls: list[str],
+    shares: list[list[tuple[int, bytes]]],
+    before: Callable[[int], Awaitable[None]] | None = None,
+) -> float:
+    """Seconds for ``len(shares)`` keep-alive connections (spread over ``urls`` in turn, as
+    SO_REUSEPORT spreads them over processes sharing a port), each posting its share of
+    ``(n, request bytes)`` in turn and reading each answer by Content-Length; ``before(n)``
+    is awaited right before request ``n`` is written (to pace, or to note the time)."""
     addresses = [(p.hostname or "127.0.0.1", p.port or 80) for p in map(urlsplit, urls)]
-    host, port = addresses[0]
-
-    def request(n: int) -> bytes:
-        payload = json.dumps(body(n)).encode()
-        head = (
-            f"POST /v1/runs/http-{tag}-{n}/complete HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n"
-        )
-        return head.encode() + payload
-
-    shares = [[request(n) for n in range(c, runs, clients)] for c in range(clients)]
     streams = [
-        await asyncio.open_connection(*addresses[c % len(addresses)]) for c in range(clients)
+        await asyncio.open_connection(*addresses[c % len(addresses)]) for c in range(len(shares))
     ]
 
     async def client(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: list[bytes]
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: list[tuple[int, bytes]]
     ) -> None:
-        for wire in mine:
+        for n, wire in mine:
+            if before is not None:
+                await before(n)
             writer.write(wire)
             head = await reader.readuntil(b"\r\n\r\n")
             found = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
@@ -113,10 +118,27 @@ async def lean_round(url: str | list[str], token: str, runs: int, clients: int) 
     try:
         began = time.perf_counter()
         await asyncio.gather(*(client(r, w, s) for (r, w), s in zip(streams, shares, strict=True)))
-        return runs / (time.perf_counter() - began)
+        return time.perf_counter() - began
     finally:
         for _, writer in streams:
             writer.close()
+
+
+async def lean_round(url: str | list[str], token: str, runs: int, clients: int) -> float:
+    """Runs/s of ``clients`` keep-alive connections, each posting its share of runs in
+    turn; requests made before the clock starts, answers read by Content-Length. Several
+    URLs: the connections spread over them in turn."""
+    tag = uuid.uuid4().hex[:8]
+    urls = [url] if isinstance(url, str) else url
+    first = urlsplit(urls[0])
+    host, port = first.hostname or "127.0.0.1", first.port or 80
+
+    def request(n: int) -> tuple[int, bytes]:
+        payload = json.dumps(body(n)).encode()
+        return n, run_request(host, port, token, f"http-{tag}-{n}", payload)
+
+    shares = [[request(n) for n in range(c, runs, clients)] for c in range(clients)]
+    return runs / await post_in_turn(urls, shares)
 
 
 async def httpx_round(url: str, token: str, runs: int, clients: int) -> float:
@@ -221,6 +243,11 @@ async def measure(
             lambda: httpx_round(apis[""].url, token, runs, CLIENTS),
             [apis[""].process.pid],
         ),
+        # Svix's shape (issue 31): 32 concurrent posts, one API process's group commit.
+        f"http_{WIDE}": (
+            lambda: lean_round(apis[""].url, token, runs, WIDE),
+            [apis[""].process.pid],
+        ),
     }
     if many:
         urls = [api.url for api in many]
@@ -295,8 +322,9 @@ def rows(results: dict[str, Any], row: Callable[..., None]) -> None:
     for name in results["rows"]:
         if not name.startswith("http"):
             continue
+        clients = int(re.split(r"[@x]", name.split("_", 1)[1])[0])
         label = (
-            f"runs/s accepted over HTTP, {CLIENTS} "
+            f"runs/s accepted over HTTP, {clients} "
             + ("httpx clients" if name.startswith("httpx") else "lean clients")
             + (f" ({name.split('@', 1)[1]} API)" if "@" in name else "")
             + (f" ({name.split('x', 1)[1]} API processes)" if "_8x" in name else "")

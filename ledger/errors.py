@@ -21,7 +21,6 @@ from pydantic_settings import SettingsError
 from rich.console import Console
 from rich.markup import escape
 
-from clients.publisher import PublishRejected
 from events.errors import LedgerError
 
 USAGE = 2
@@ -102,6 +101,8 @@ def problem_of(exc: BaseException) -> Problem:
         return Problem("aborted", "", RUNTIME)
     if isinstance(exc, LedgerError):
         return Problem(exc.message, exc.hint, getattr(exc, "exit_code", RUNTIME))
+    from clients.publisher import PublishRejected  # here: most commands never load the SDK
+
     if isinstance(exc, PublishRejected):
         return Problem(str(exc), "nothing was written; fix the input and try again", USAGE)
     if isinstance(exc, ValidationError):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.broker import TEST_BROKER_PORT
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNS, LOAD = 40, 300
 
@@ -21,6 +23,9 @@ def test_tiny_peer_run_sees_every_delivery_once_and_measures_it(tmp_path: Path) 
     log = tmp_path / "peer.log"
     args = ["--runs", str(RUNS), "--publishers", "4", "--rounds", "1"]
     args += ["--paced-seconds", "2", "--load-requests", str(LOAD), "--json", str(out)]
+    # Its own broker on this test process's ports (+2, +3 are free in its block of 20), not
+    # bench.peer's fixed 29592, which another run on the machine may hold.
+    args += ["--broker-port", str(TEST_BROKER_PORT + 2)]
     with open(log, "wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "bench.peer", *args],
