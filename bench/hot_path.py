@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import statistics
 import tempfile
 import time
@@ -235,23 +236,26 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     backlog, rounds = (600, 2) if args.quick else (args.backlog, args.rounds)
     tmp = Path(tempfile.mkdtemp(prefix="bench-hot-"))
-    with bench_broker(tmp, args.broker_port) as settings:
-        stack = Stack(tmp / "logs")
-        try:
-            urls = start_receiver(stack, settings)
-            results = asyncio.run(
-                measure(
-                    settings,
-                    urls,
-                    stack,
-                    backlog=backlog,
-                    rounds=rounds,
-                    variants=tuple(args.variants),
-                    paced=args.paced,
+    try:
+        with bench_broker(tmp, args.broker_port) as settings:
+            stack = Stack(tmp / "logs")
+            try:
+                urls = start_receiver(stack, settings)
+                results = asyncio.run(
+                    measure(
+                        settings,
+                        urls,
+                        stack,
+                        backlog=backlog,
+                        rounds=rounds,
+                        variants=tuple(args.variants),
+                        paced=args.paced,
+                    )
                 )
-            )
-        finally:
-            stack.stop()
+            finally:
+                stack.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     lines: list[str] = []
     rows(results, lambda *cells, **_: lines.append(" | ".join(str(c) for c in cells)))
     print("\n".join(lines))
