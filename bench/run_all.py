@@ -31,6 +31,7 @@ from bench import (
     e2e,
     failover,
     health_query,
+    hot_path,
     http_ingest,
     memory,
     peer,
@@ -56,7 +57,7 @@ from ledger.stack import Stack
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
     "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "chaos", "failover",
+    "health", "tracing", "hot_path", "chaos", "failover",
 )  # fmt: skip
 
 
@@ -232,6 +233,16 @@ async def run_section(
             rounds=sizes.rounds,
             progress=progress,
         )
+    if "hot_path" in wanted:
+        say("[bold]hot path[/] (issue 31 item 3): worker CPU per delivery, the hot events' codec")
+        results["hot_path"] = await hot_path.measure(
+            settings,
+            urls,
+            stack,
+            backlog=sizes.backlog // 2,
+            rounds=sizes.rounds,
+            progress=progress,
+        )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
         results["chaos"] = await asyncio.to_thread(
@@ -377,6 +388,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "tracing" in results:
         tracing.rows(results["tracing"], row)
         notes.append(tracing.note(results["tracing"]))
+    if "hot_path" in results:
+        hot_path.rows(results["hot_path"], row)
+        notes.append(hot_path.note(results["hot_path"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]

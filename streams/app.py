@@ -63,6 +63,7 @@ from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
+from streams.own_records import OwnRecords
 from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
@@ -142,8 +143,14 @@ class Worker:
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
         self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
-        self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
+        # The worker's own claims and outcomes, taken back by the processor without a second
+        # decode and signature check (streams/own_records.py). Not when it signs nothing
+        # but checks signatures: then its own outcomes are refused, as before.
+        self.own = (
+            OwnRecords() if self.signer is not None or verifier_for(settings) is None else None
+        )
+        self.outcomes = OutcomeProducer(settings, self.own)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
         # The endpoint registry (ledger.endpoints), followed while the worker runs: its
@@ -245,6 +252,7 @@ class Worker:
             faults=settings.faults,
             metrics=self.metrics,
             verifier=verifier_for(settings),
+            own=self.own,
             acting=lambda: not self.clock.skewed,
             gate=Gates(self._gates()),
         )
@@ -391,6 +399,8 @@ class Worker:
         for event in events:
             value = encode(event)
             headers = None if self.signer is None else self.signer.headers(value)
+            if self.own is not None:
+                self.own.remember(value, event, headers)
             await self.deliveries.send(key=record_key(event), value=value, headers=headers)  # type: ignore[arg-type]
 
     async def append_request(
