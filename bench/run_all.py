@@ -56,8 +56,8 @@ from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
-    "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "hot_path", "chaos", "failover",
+    "publisher", "http_ingest", "rebuild", "e2e", "peer", "independent", "memory", "timers",
+    "rate_limit", "health", "tracing", "hot_path", "chaos", "failover",
 )  # fmt: skip
 
 
@@ -205,6 +205,14 @@ async def run_section(
     if "peer" in wanted:
         say("[bold]peer shape[/] (issue 12): receiver alone, then bare loops, then workers")
         results["peer"] = await peer.measure(settings, stack, sizes.peer, progress)
+    if "independent" in wanted:
+        say(
+            "[bold]independent agents[/] (issue 31): the SDK's transaction and record modes, "
+            "then 32 HTTP clients, each to our workers and the verifying receiver"
+        )
+        results["independent"] = await peer.measure_independent(
+            settings, stack, sizes.peer, progress
+        )
     if "memory" in wanted:
         say("[bold]worker memory[/] with open deliveries (and timer ticks inside it)")
         results["memory"] = await memory.measure(
@@ -373,6 +381,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "peer" in results:
         peer.rows(results["peer"], row)
         notes.append(peer.note(results["peer"]))
+    if "independent" in results:
+        peer.independent_rows(results["independent"], row)
+        notes.append(peer.independent_note(results["independent"]))
     if "memory" in results:
         memory.rows(results["memory"], row)
         notes.append(memory.note(results["memory"]))
