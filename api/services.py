@@ -51,6 +51,9 @@ class Services:
                 producer_name=PRODUCER,
                 transactional_id=transactional_id,
                 journal=answers if isinstance(answers, SqliteAnswers) else None,
+                # Whatever LEDGER_PUBLISHER__MODE says: the journal's one write per Kafka
+                # transaction, and the requests the answers name, are the transaction's.
+                mode="transaction",
             ),
             keys=ApiKeyTable(settings.kafka),
             answers=answers,

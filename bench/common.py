@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from clients import DeliverySpec
 from clients.kafka_security import client_options
+from clients.outcome_keys import StoredKeys
 from config import Settings
 from config.settings import WebhookEndpoint, changed
 from events.delivery_state import DeliveryState, Status
@@ -79,6 +80,8 @@ def local_broker(tmp: Path, port: int = BROKER_PORT) -> Iterator[tuple[Settings,
         channels={"allowed_networks": ["127.0.0.0/8"], "webhook_secret": BENCH_WEBHOOK_SECRET},
         data_dir=tmp / "data",
     )
+    # As `ledger init` would: the workers sign their outcomes with the pair in the data dir.
+    StoredKeys.of(settings.data_dir).create()
     broker = LocalBroker(settings)
     try:
         # Inside the try: a start that times out has spawned a JVM all the same.

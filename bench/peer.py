@@ -18,7 +18,13 @@ process) from /proc/PID/stat over the round, and the workers' resident memory. T
 same at half of the system's own peak (publishing paced), and the receiver alone under a
 load generator (bench/receiver_load.py): the machine's ceiling.
 
-    python -m bench.peer [--quick] [--runs 3000] [--publishers 8] [--rounds 2]
+With ``--independent`` (issue 31, item 1): no bare loop and no receiver alone, but our
+workers twice on the same broker and receiver, the P agents publishing in each of the
+publisher's modes: ``transaction`` (a Kafka transaction per run: each agent publishes one
+run at a time, so group commit has nothing to batch) and ``record`` (one record per run,
+no transaction, fanned out by the workers). The machine's load average is noted beside.
+
+    python -m bench.peer [--quick] [--runs 3000] [--publishers 8] [--rounds 2] [--independent]
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +50,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import e2e, receiver_load
+from bench import e2e, http_agents, receiver_load
 from bench.common import (
     BENCH_WEBHOOK_SECRET,
     bench_broker,
@@ -55,6 +61,7 @@ from bench.common import (
     start_python,
     stop_child,
 )
+from bench.http_agents import HttpAgents
 from clients import DeliverySpec, Publisher
 from config import Settings
 from config.settings import WebhookEndpoint, changed
@@ -247,8 +254,25 @@ def trimmed_rate(times: list[float]) -> float:
     return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else 0.0
 
 
+# Publishes ``runs`` runs (paced at ``rate`` if given): {key: time of the call}, accepted/s.
+Publish = Callable[
+    [str, int, float | None, Progress | None, str], Awaitable[tuple[dict[str, float], float]]
+]
+
+
+def sdk_agents(publishers: list[Publisher]) -> Publish:
+    """``publish`` over these SDK publishers."""
+
+    async def over(
+        base: str, runs: int, rate: float | None, progress: Progress | None, label: str
+    ) -> tuple[dict[str, float], float]:
+        return await publish(publishers, base, runs, rate, progress, label)
+
+    return over
+
+
 async def shape_round(
-    publishers: list[Publisher],
+    publishing: Publish,
     base: str,
     reader: ArrivalReader,
     pids: dict[str, list[int]],
@@ -259,7 +283,7 @@ async def shape_round(
 ) -> dict[str, Any]:
     """One round: publish, wait for every arrival, and the figures of the round."""
     before, began_at = cpu_by_group(pids), time.time()
-    called, accepted = await publish(publishers, base, runs, rate, progress, label + " publish")
+    called, accepted = await publishing(base, runs, rate, progress, label + " publish")
     keys = list(called)
     await reader.wait(keys, max(60.0, runs / 20), progress, label + " arrivals")
     await asyncio.sleep(SETTLE_S)
@@ -288,9 +312,17 @@ async def measure_system(
     pids: dict[str, list[int]],
     shape: Shape,
     progress: Progress | None,
+    *,
+    publishing: str = "transaction",
+    fractions_too: bool = True,
 ) -> dict[str, Any]:
-    """Peak rounds, then paced rounds at half the median delivered/s, of one system."""
-    settings = fresh_settings(base_settings, f"peer-{kind}")
+    """Peak rounds, then paced rounds at half the median delivered/s, of one system, its
+    agents publishing in the publisher's mode ``publishing``, or over HTTP (``http``: 32
+    connections to one ``ledger api``, bench/http_agents.py; the API's CPU counts as the
+    publishing processes')."""
+    settings = fresh_settings(base_settings, f"peer-{kind}-{publishing}")
+    if publishing != "http":
+        settings = changed(settings, {"publisher.mode": publishing})
     await create_topics(settings)
     ports: dict[str, int] = {}
     if kind == "worker":
@@ -311,21 +343,31 @@ async def measure_system(
             httpx.AsyncClient(trust_env=False, timeout=30) as client,
             contextlib.AsyncExitStack() as publishers_open,
         ):
-            publishers = [
-                await publishers_open.enter_async_context(
-                    Publisher(settings, producer_name=f"peer-agent-{j}")
+            if publishing == "http":
+                agents = await HttpAgents.start(settings, Path(stack.logs), http_agents.CLIENTS)
+                publishers_open.callback(agents.stop)
+                pids = {**pids, "publisher": [*pids["publisher"], agents.pid]}
+                publishing_by: Publish = agents.publish
+            else:
+                publishing_by = sdk_agents(
+                    [
+                        await publishers_open.enter_async_context(
+                            Publisher(settings, producer_name=f"peer-agent-{j}")
+                        )
+                        for j in range(shape.publishers)
+                    ]
                 )
-                for j in range(shape.publishers)
-            ]
             reader = ArrivalReader(base, client)
             # Warm-up: group joined, connections open, code paths hot (bare loops have no
             # readiness signal: their first arrivals are it).
             warm = min(200, shape.runs)
-            await shape_round(publishers, base, reader, pids, warm, None, progress, f"{kind} warm")
+            await shape_round(
+                publishing_by, base, reader, pids, warm, None, progress, f"{kind} warm"
+            )
             await asyncio.sleep(2)
             peaks = [
                 await shape_round(
-                    publishers, base, reader, pids, shape.runs, None, progress,
+                    publishing_by, base, reader, pids, shape.runs, None, progress,
                     f"{kind} peak {r + 1}/{shape.rounds}",
                 )
                 for r in range(shape.rounds)
@@ -334,18 +376,18 @@ async def measure_system(
             paced_runs = max(50, min(shape.runs, int(half * shape.paced_s)))
             paced = [
                 await shape_round(
-                    publishers, base, reader, pids, paced_runs, half, progress,
+                    publishing_by, base, reader, pids, paced_runs, half, progress,
                     f"{kind} paced {r + 1}/{shape.rounds} @ {half:.0f}/s",
                 )
                 for r in range(shape.rounds)
             ]  # fmt: skip
             # Part 5 of issue 12: latency at a quarter and at 90% of the own peak too.
             fractions = {}
-            for fraction in (0.25, 0.9):
+            for fraction in (0.25, 0.9) if fractions_too else ():
                 rate = 2 * half * fraction
                 runs = max(50, min(shape.runs, int(rate * shape.paced_s)))
                 fractions[f"{fraction:g}"] = await shape_round(
-                    publishers, base, reader, pids, runs, rate, progress,
+                    publishing_by, base, reader, pids, runs, rate, progress,
                     f"{kind} paced @ {fraction:.0%} of peak ({rate:.0f}/s)",
                 )  # fmt: skip
             rss = {
@@ -403,21 +445,7 @@ async def measure(
                 progress.advance(task)
         if progress is not None and task is not None:
             progress.remove_task(task)
-        # The workers sign with the endpoint's secret, the receiver verifies with the same.
-        endpoint = WebhookEndpoint(secret=secret, lookup_url=f"{base}/lookup")
-        configured = changed(
-            settings,
-            {
-                "channels.webhook_secret": settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET,
-                "channels.webhook_endpoints": {
-                    **settings.channels.webhook_endpoints,
-                    f"{base}/hooks/": endpoint,
-                },
-                "channels.allowed_networks": sorted(
-                    {*settings.channels.allowed_networks, "127.0.0.0/8"}
-                ),
-            },
-        )
+        configured = _pointed(settings, base, secret)
         pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
         pids["publisher"] = [os.getpid()]
         systems = {
@@ -435,6 +463,156 @@ async def measure(
         "receiver_lookups": stats["lookups"],
         **systems,
     }
+
+
+def _pointed(settings: Settings, base: str, secret: str) -> Settings:
+    """``settings`` with the workers pointed at the receiver at ``base``: they sign with the
+    endpoint's secret, the receiver verifies with the same."""
+    endpoint = WebhookEndpoint(secret=secret, lookup_url=f"{base}/lookup")
+    return changed(
+        settings,
+        {
+            "channels.webhook_secret": settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET,
+            "channels.webhook_endpoints": {
+                **settings.channels.webhook_endpoints,
+                f"{base}/hooks/": endpoint,
+            },
+            "channels.allowed_networks": sorted(
+                {*settings.channels.allowed_networks, "127.0.0.0/8"}
+            ),
+        },
+    )
+
+
+MODES = ("transaction", "record", "http")  # the SDK's two modes, then 32 HTTP clients
+
+
+async def measure_independent(
+    settings: Settings,
+    stack: Stack,
+    shape: Shape,
+    progress: Progress | None = None,
+    modes: tuple[str, ...] = MODES,
+) -> dict[str, Any]:
+    """Our workers with independent agents publishing in each of the publisher's modes, on
+    one broker and one receiver, one mode after the other; the load average beside."""
+    broker_pid = LocalBroker(settings).pid()
+    if broker_pid is None:
+        raise RuntimeError(f"no local broker of ours runs at {settings.kafka.bootstrap_servers}")
+    secret = (settings.channels.webhook_secret or BENCH_WEBHOOK_SECRET).get_secret_value()
+    port = free_port(RECEIVER_PORT)
+    base = f"http://127.0.0.1:{port}"
+    receiver = start_receiver(stack, port, secret)
+    loadavg = [os.getloadavg()]
+    try:
+        await wait_listening(receiver, base)
+        configured = _pointed(settings, base, secret)
+        pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
+        pids["publisher"] = [os.getpid()]
+        systems = {}
+        for mode in modes:
+            systems[mode] = await measure_system(
+                "worker", configured, base, stack, pids, shape, progress,
+                publishing=mode, fractions_too=False,
+            )  # fmt: skip
+            loadavg.append(os.getloadavg())
+    finally:
+        stop_child(stack, receiver)
+    return {"shape": shape.__dict__, "independent": True, "loadavg": loadavg, **systems}
+
+
+def _record_rows(rec: dict[str, Any], tx: dict[str, Any], shape: dict[str, Any], row: Row) -> None:
+    """The record mode (value) against the transaction mode (baseline)."""
+
+    def pair(name: str, rv: float, tv: float, fmt: str, target: str = "", met: Any = None) -> None:
+        r = f"{rv / tv:.2f}x" if tv else "n/a"
+        row(f"independent agents: {name}", fmt.format(rv), fmt.format(tv), r, target, met)
+
+    shown = f"{shape['runs']:,} runs x 1 webhook, {shape['publishers']} agents one run at a time"
+    pair(f"accepted runs/s ({shown}; 2 workers)", _figure(rec, "peak", "accepted_per_s"),
+         _figure(tx, "peak", "accepted_per_s"), "{:,.0f}", "(Svix 451-528)")  # fmt: skip
+    dv = _figure(rec, "peak", "delivered_per_s")
+    pair("delivered/s at the receiver, p10-p90", dv, _figure(tx, "peak", "delivered_per_s"),
+         "{:,.0f}", ">= 558", dv >= 558)  # fmt: skip
+    for q in ("p50", "p99"):
+        pair(f"publish -> arrival {q} at peak (ms)", _figure(rec, "peak", f"{q}_ms"),
+             _figure(tx, "peak", f"{q}_ms"), "{:,.0f}")  # fmt: skip
+    for q, limit in (("p50", None), ("p99", 650)):
+        rl = _figure(rec, "paced", f"{q}_ms")
+        pair(f"publish -> arrival {q} at half of own peak (ms)", rl,
+             _figure(tx, "paced", f"{q}_ms"), "{:,.0f}",
+             f"<= {limit}" if limit else "", None if limit is None else rl <= limit)  # fmt: skip
+    for groups, name in (
+        (("workers", "broker"), "2 workers + broker"),
+        (("workers",), "2 workers alone"),
+        (("broker",), "broker alone"),
+        (("publisher",), "publishing process (8 agents)"),
+        (GROUPS, "every process"),
+    ):
+        pair(f"CPU ms/delivery, {name} (at peak)", _cpu(rec, groups), _cpu(tx, groups), "{:.2f}")
+    pair("worker RSS, peak of the two (MB)", max(rec["hwm_mb"]), max(tx["hwm_mb"]), "{:,.0f}")
+    pair("keys arriving twice", rec["twice"], tx["twice"], "{:,.0f}", "0", rec["twice"] == 0)
+
+
+def independent_rows(results: dict[str, Any], row: Row) -> None:
+    """The record mode (value) against the transaction mode (baseline), issue 31's targets
+    in the target column."""
+    if "transaction" not in results:
+        return  # every row compares with the transaction mode
+    tx = results["transaction"]
+    if "record" in results:
+        _record_rows(results["record"], tx, results["shape"], row)
+    if "http" not in results:
+        return
+    # Svix's own shape: 32 concurrent HTTP posts, to one ledger api (its group commit).
+    web = results["http"]
+
+    def over_http(
+        name: str, hv: float, tv: float, fmt: str, target: str = "", met: Any = None
+    ) -> None:
+        r = f"{hv / tv:.2f}x" if tv else "n/a"
+        row(f"32 HTTP clients (value) vs SDK transaction mode: {name}", fmt.format(hv),
+            fmt.format(tv), r, target, met)  # fmt: skip
+
+    over_http("accepted runs/s", _figure(web, "peak", "accepted_per_s"),
+              _figure(tx, "peak", "accepted_per_s"), "{:,.0f}", "(Svix 451-528)")  # fmt: skip
+    hv = _figure(web, "peak", "delivered_per_s")
+    over_http("delivered/s at the receiver, p10-p90", hv, _figure(tx, "peak", "delivered_per_s"),
+              "{:,.0f}", ">= 558", hv >= 558)  # fmt: skip
+    hl = _figure(web, "paced", "p99_ms")
+    over_http("publish -> arrival p99 at half of own peak (ms)", hl,
+              _figure(tx, "paced", "p99_ms"), "{:,.0f}", "<= 650", hl <= 650)  # fmt: skip
+    every = _cpu(web, GROUPS)
+    over_http("CPU ms/delivery, every process (the API's included)", every, _cpu(tx, GROUPS),
+              "{:.2f}", "<= 3.5", every <= 3.5)  # fmt: skip
+    over_http("keys arriving twice", web["twice"], tx["twice"], "{:,.0f}", "0", web["twice"] == 0)
+
+
+def independent_note(results: dict[str, Any]) -> str:
+    """Every round of both modes, and the load average, for the record."""
+
+    def rounds(system: dict[str, Any], phase: str, name: str) -> str:
+        return ", ".join(f"{r[name]:,.0f}" for r in system[phase])
+
+    s = results["shape"]
+    loads = "; ".join(", ".join(f"{x:.1f}" for x in load) for load in results["loadavg"])
+    parts = [
+        f"Independent agents: {s['runs']:,} runs of one webhook per round, {s['publishers']} "
+        f"Publisher instances in one process (each its own producer), each publishing one run "
+        f"at a time, {s['rounds']} rounds per mode, 2 workers, receiver "
+        "bench/verifying_receiver.py (no dedupe). Load average (1, 5, 15 min) before, then "
+        f"after each of {', '.join(m for m in MODES if m in results)}: {loads}."
+    ]
+    for mode in (m for m in MODES if m in results):
+        system = results[mode]
+        parts.append(
+            f"{mode}: accepted {rounds(system, 'peak', 'accepted_per_s')}/s, delivered "
+            f"{rounds(system, 'peak', 'delivered_per_s')}/s, p50 {rounds(system, 'peak', 'p50_ms')}"
+            f" ms, p99 {rounds(system, 'peak', 'p99_ms')} ms; paced at "
+            f"{system['half_peak_per_s']:.0f}/s: p50 {rounds(system, 'paced', 'p50_ms')} ms, p99 "
+            f"{rounds(system, 'paced', 'p99_ms')} ms; keys arriving twice {system['twice']}."
+        )
+    return " ".join(parts)
 
 
 def _figure(system: dict[str, Any], phase: str, name: str) -> float:
@@ -558,6 +736,11 @@ def main() -> None:
     parser.add_argument("--load-requests", type=int, help="requests per receiver-alone round")
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT,
                         help="own broker on this port and the next")  # fmt: skip
+    parser.add_argument("--independent", action="store_true",
+                        help="our workers only, agents publishing in each of the publisher's "
+                        "modes (transaction, record)")  # fmt: skip
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="with --independent: these shapes only")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the raw results here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = parser.parse_args()
@@ -583,7 +766,12 @@ def main() -> None:
                 TimeElapsedColumn(),
                 console=console,
             ) as progress:
-                results = asyncio.run(measure(settings, stack, shape, progress))
+                if args.independent:
+                    modes = tuple(args.modes)
+                    job = measure_independent(settings, stack, shape, progress, modes)
+                else:
+                    job = measure(settings, stack, shape, progress)
+                results = asyncio.run(job)
         except BaseException:
             console.print(f"[red]failed[/]: logs kept in {tmp}/logs")
             raise
@@ -595,15 +783,16 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    lines = ["| figure | ours | bare loop | ratio | target | met |", "|---|---|---|---|---|---|"]
+    columns = "record mode | transaction mode" if args.independent else "ours | bare loop"
+    lines = [f"| figure | {columns} | ratio | target | met |", "|---|---|---|---|---|---|"]
 
     def row(label: str, value: str, base: str, r: str, target: str = "", met: Any = None) -> None:
         mark = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {label} | {value} | {base} | {r} | {target} | {mark} |")
 
-    rows(results, row)
+    (independent_rows if args.independent else rows)(results, row)
     print("\n".join(lines))
-    print(note(results))
+    print((independent_note if args.independent else note)(results))
 
 
 if __name__ == "__main__":

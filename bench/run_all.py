@@ -32,6 +32,7 @@ from bench import (
     e2e,
     failover,
     health_query,
+    hot_path,
     http_ingest,
     memory,
     peer,
@@ -56,8 +57,8 @@ from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
-    "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "chaos", "failover", "blast_radius",
+    "publisher", "http_ingest", "rebuild", "e2e", "peer", "independent", "memory", "timers",
+    "rate_limit", "health", "tracing", "hot_path", "chaos", "failover", "blast_radius",
 )  # fmt: skip
 
 
@@ -206,6 +207,14 @@ async def run_section(
     if "peer" in wanted:
         say("[bold]peer shape[/] (issue 12): receiver alone, then bare loops, then workers")
         results["peer"] = await peer.measure(settings, stack, sizes.peer, progress)
+    if "independent" in wanted:
+        say(
+            "[bold]independent agents[/] (issue 31): the SDK's transaction and record modes, "
+            "then 32 HTTP clients, each to our workers and the verifying receiver"
+        )
+        results["independent"] = await peer.measure_independent(
+            settings, stack, sizes.peer, progress
+        )
     if "memory" in wanted:
         say("[bold]worker memory[/] with open deliveries (and timer ticks inside it)")
         results["memory"] = await memory.measure(
@@ -227,6 +236,16 @@ async def run_section(
     if "tracing" in wanted:
         say("[bold]tracing[/] (issue 29): worker CPU per delivery, off and on, side by side")
         results["tracing"] = await tracing.measure(
+            settings,
+            urls,
+            stack,
+            backlog=sizes.backlog // 2,
+            rounds=sizes.rounds,
+            progress=progress,
+        )
+    if "hot_path" in wanted:
+        say("[bold]hot path[/] (issue 31 item 3): worker CPU per delivery, the hot events' codec")
+        results["hot_path"] = await hot_path.measure(
             settings,
             urls,
             stack,
@@ -369,6 +388,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "peer" in results:
         peer.rows(results["peer"], row)
         notes.append(peer.note(results["peer"]))
+    if "independent" in results:
+        peer.independent_rows(results["independent"], row)
+        notes.append(peer.independent_note(results["independent"]))
     if "memory" in results:
         memory.rows(results["memory"], row)
         notes.append(memory.note(results["memory"]))
@@ -384,6 +406,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "tracing" in results:
         tracing.rows(results["tracing"], row)
         notes.append(tracing.note(results["tracing"]))
+    if "hot_path" in results:
+        hot_path.rows(results["hot_path"], row)
+        notes.append(hot_path.note(results["hot_path"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]

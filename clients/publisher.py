@@ -1,4 +1,4 @@
-"""The publisher SDK agents use: a run's result and its deliveries in ONE Kafka transaction.
+"""The publisher SDK agents use: a run's result and its deliveries, atomically.
 
     async with Publisher(settings) as publisher:
         await publisher.run_succeeded(
@@ -7,8 +7,15 @@
                                      payload={"text": "done"})],
         )
 
-A crash before the commit leaves nothing visible to ``read_committed`` consumers: no
-``RunSucceeded`` and no outbound work (failure matrix, row 1).
+Two modes (``LEDGER_PUBLISHER__MODE``, or ``mode=``), each all or nothing:
+
+- ``transaction``: ``RunSucceeded`` and one ``DeliveryRequested`` per delivery in ONE Kafka
+  transaction; concurrent callers share transactions (group commit). A crash before the
+  commit leaves nothing visible to ``read_committed`` consumers (failure matrix, row 1).
+- ``record``: ONE ``RunSucceeded`` record carrying the deliveries, sent by an idempotent
+  producer (``acks=all``) without a transaction; a worker fans it out to the deliveries
+  topic (events/fan_out.py). One record is written whole or not at all, and no reader ever
+  waits behind an open transaction. The record's 1 MB bounds a run's deliveries.
 """
 
 from __future__ import annotations
@@ -16,22 +23,23 @@ from __future__ import annotations
 import json
 import uuid
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from clients.group_commit import GroupCommit, Journal, Record
 from clients.group_commit import PublishFailed as PublishFailed  # part of the SDK
 from clients.kafka_security import client_options, start_producer
+from clients.record_size import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # part of the SDK
+from clients.record_size import record_size
 from clients.tracing import TRACEPARENT, current_traceparent, span
 from config.settings import Settings, address_policy
 from events.admission import payload_too_large
 from events.base import Event, check_run_id
-from events.bounds import MAX_SLO_SECONDS
+from events.bounds import MAX_RUN_DELIVERIES, MAX_SLO_SECONDS
 from events.channels import (
     channel_names,
     check_channel,
@@ -42,13 +50,12 @@ from events.channels import (
 from events.codec import MAX_DEPTH, encode, json_depth
 from events.delivery import DeliveryRequested, new_delivery_requested
 from events.execution import RunFailed, RunMarkedUnknown, RunStarted, RunSucceeded
+from events.fan_out import ENTRY_DEPTH, EntryRefused, delivery_entry, fan_out
+from events.faults import PUBLISHER_BEFORE_COMMIT, crash_if_enabled
 from events.payload_hashes import jcs_refusal
 from events.topics import record_key
 
-# The producer refuses a larger record (aiokafka's default), and the broker's
-# message.max.bytes is about the same: such a run is refused alone, before it can fail
-# the transaction it would share with others.
-MAX_RECORD_BYTES = 1024 * 1024
+PublishMode = Literal["transaction", "record"]
 
 
 class PublishRejected(ValueError):
@@ -136,11 +143,14 @@ def parse_payload(text: str) -> JsonValue:
 
 
 class Publisher:
-    """Async context manager over an aiokafka transactional producer.
+    """Async context manager over an aiokafka producer: transactional (``transaction``
+    mode) or idempotent (``record`` mode).
 
-    Concurrent calls share Kafka transactions (group commit, clients/group_commit.py): each
-    returns once the transaction carrying its run committed, or raises ``PublishFailed``
-    if that transaction failed; a ``PublishRejected`` run is refused alone, unwritten.
+    In the transaction mode concurrent calls share Kafka transactions (group commit,
+    clients/group_commit.py): each returns once the transaction carrying its run committed,
+    or raises ``PublishFailed`` if that transaction failed. In the record mode each run is
+    one record, acknowledged by every in-sync replica before the call returns. Either way
+    a ``PublishRejected`` run is refused alone, unwritten.
     """
 
     def __init__(
@@ -150,12 +160,18 @@ class Publisher:
         producer_name: str | None = None,
         transactional_id: str | None = None,
         journal: Journal | None = None,
+        mode: PublishMode | None = None,
     ) -> None:
-        """``transactional_id`` should be stable per agent instance: a restart then fences
-        its dead predecessor and aborts that one's open transaction immediately.
-        ``journal``: records kept beside the runs that come with a ``ticket``, one write per
-        transaction (clients/group_commit.py; the HTTP API's first answers)."""
+        """``transactional_id`` (transaction mode; unused in the record mode) should be
+        stable per agent instance: a restart then fences its dead predecessor and aborts
+        that one's open transaction immediately. ``journal``: records kept beside the runs
+        that come with a ``ticket``, one write per transaction (clients/group_commit.py;
+        the HTTP API's first answers; transaction mode only). ``mode``: the settings' by
+        default (``LEDGER_PUBLISHER__MODE``)."""
         self._settings = settings
+        self.mode: PublishMode = mode or settings.publisher.mode
+        if journal is not None and self.mode != "transaction":
+            raise ValueError("a journal needs the transaction mode (one write per transaction)")
         self._journal = journal
         self._addresses = address_policy(settings.channels)
         self._producer_name = producer_name or settings.publisher.producer_name
@@ -164,9 +180,23 @@ class Publisher:
         )
         self._producer: AIOKafkaProducer | None = None
         self._group: GroupCommit | None = None
+        self._records = 0
 
     async def start(self) -> None:
-        """Connect and initialise the transactional producer."""
+        """Connect (and, in the transaction mode, initialise the transactional producer)."""
+        if self.mode == "record":
+            # No transaction: idempotence keeps a retried send from writing the record twice.
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._settings.kafka.bootstrap_servers,
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=0,
+                max_request_size=MAX_RECORD_BYTES,
+                **client_options(self._settings.kafka),
+            )
+            await start_producer(producer, self._settings.kafka)
+            self._producer = producer
+            return
         producer = AIOKafkaProducer(
             bootstrap_servers=self._settings.kafka.bootstrap_servers,
             transactional_id=self._transactional_id,
@@ -207,7 +237,7 @@ class Publisher:
     @property
     def runs_committed(self) -> int:
         """Runs (and lifecycle events) this publisher committed."""
-        return self._group.runs if self._group is not None else 0
+        return self._group.runs if self._group is not None else self._records
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -270,15 +300,16 @@ class Publisher:
         *,
         producer: str | None = None,
     ) -> list[DeliveryRequested]:
-        """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically.
+        """Write ``RunSucceeded`` and one ``DeliveryRequested`` per delivery, atomically;
+        the requests as the deliveries topic holds them (in the record mode, as the
+        workers will fan them out).
 
         A span ``ledger.publish`` (a child of the caller's current span, if any) covers it;
         its context travels with each ``DeliveryRequested`` as a ``traceparent`` record
         header, so the worker's spans for the delivery continue the caller's trace.
         """
         requests = self.check_run_succeeded(run_id, result_hash, deliveries, producer=producer)
-        await self.publish_checked(run_id, result_hash, requests, producer=producer)
-        return requests
+        return await self.publish_checked(run_id, result_hash, requests, producer=producer)
 
     async def publish_checked(
         self,
@@ -288,12 +319,11 @@ class Publisher:
         *,
         producer: str | None = None,
         ticket: object = None,
-    ) -> None:
+    ) -> list[DeliveryRequested]:
         """``run_succeeded`` for the requests ``check_run_succeeded`` returned (with the
-        same ``run_id``, ``result_hash`` and ``producer``): checked and built once."""
-        run_event = RunSucceeded(
-            run_id=run_id, result_hash=result_hash, producer=producer or self._producer_name
-        )
+        same ``run_id``, ``result_hash`` and ``producer``): checked and built once. Returns
+        the requests written: ``requests`` in the transaction mode; in the record mode the
+        same deliveries with the ids and times the fan-out derives from the run."""
         attributes = {
             "ledger.run_id": run_id,
             "ledger.deliveries": len(requests),
@@ -302,9 +332,61 @@ class Publisher:
         with span("ledger.publish", attributes, kind=SpanKind.PRODUCER):
             traceparent = current_traceparent()
             headers = None if traceparent is None else [(TRACEPARENT, traceparent.encode())]
+            if self.mode == "record":
+                return await self._publish_record(
+                    run_id, result_hash, requests, producer=producer, headers=headers
+                )
+            run_event = RunSucceeded(
+                run_id=run_id, result_hash=result_hash, producer=producer or self._producer_name
+            )
             batch: list[tuple[str, Event]] = [(self._settings.kafka.topic_runs, run_event)]
             batch += [(self._settings.kafka.topic_deliveries, request) for request in requests]
             await self._commit(batch, ticket, headers)
+        return requests
+
+    async def _publish_record(
+        self,
+        run_id: str,
+        result_hash: str,
+        requests: list[DeliveryRequested],
+        *,
+        producer: str | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> list[DeliveryRequested]:
+        """The record mode: one ``RunSucceeded`` carrying the deliveries."""
+        if len(requests) > MAX_RUN_DELIVERIES:
+            raise PublishRejected(
+                f"run {run_id} has {len(requests)} deliveries; one run record carries at most "
+                f"{MAX_RUN_DELIVERIES} (split the run, or LEDGER_PUBLISHER__MODE=transaction)"
+            )
+        run_event = RunSucceeded(
+            run_id=run_id,
+            result_hash=result_hash,
+            producer=producer or self._producer_name,
+            deliveries=tuple(delivery_entry(request) for request in requests),
+        )
+        fanned: list[DeliveryRequested] = []
+        for index, request in enumerate(fan_out(run_event), start=1):
+            if isinstance(request, EntryRefused):  # the SDK checked it: a bug if reached
+                raise PublishRejected(f"delivery {index}: {request.reason}")
+            # What the worker will write must fit a record too.
+            size = record_size(record_key(request), encode(request), headers)
+            if size > MAX_RECORD_BYTES:
+                raise PublishRejected(
+                    f"delivery {index} would be a {size}-byte Kafka record, over the limit "
+                    f"of {MAX_RECORD_BYTES} (lower the payload)"
+                )
+            fanned.append(request)
+        value, key = encode(run_event), record_key(run_event)
+        size = record_size(key, value, headers)
+        if size > MAX_RECORD_BYTES:
+            raise PublishRejected(
+                f"run {run_id} with {len(requests)} deliveries would be a {size}-byte Kafka "
+                f"record, over the limit of {MAX_RECORD_BYTES} bytes one record may take "
+                "(fewer or smaller deliveries per run, or LEDGER_PUBLISHER__MODE=transaction)"
+            )
+        await self._send(run_id, (self._settings.kafka.topic_runs, value, key, headers))
+        return fanned
 
     def _blocked(self, recipient: str) -> str | None:
         """Why the worker would refuse to contact ``recipient``, when that is known
@@ -352,12 +434,12 @@ class Publisher:
             # form for its hash (events/payload_hashes.py), which names the field.
             if unhashable := jcs_refusal(spec.payload):
                 raise PublishRejected(f"delivery {index}: {unhashable}")
-            # The event nests the payload one level down; deeper than the reader's limit,
-            # the record would only be dead-lettered.
-            if (depth := json_depth(spec.payload)) > MAX_DEPTH - 1:
+            # The event nests the payload one level down (a run record, ENTRY_DEPTH more);
+            # deeper than the reader's limit, the record would only be dead-lettered.
+            if (depth := json_depth(spec.payload)) > (deepest := self._deepest_payload()):
                 raise PublishRejected(
                     f"delivery {index}: payload nests {depth} levels deep, over the limit of "
-                    f"{MAX_DEPTH - 1}"
+                    f"{deepest}"
                 )
             if too_large := payload_too_large(
                 spec.payload, self._settings.publisher.max_payload_bytes
@@ -383,6 +465,10 @@ class Publisher:
             requests.append(request)
         return requests
 
+    def _deepest_payload(self) -> int:
+        """How deeply a payload may nest in the record this publisher writes."""
+        return MAX_DEPTH - 1 - (ENTRY_DEPTH if self.mode == "record" else 0)
+
     async def _commit(
         self,
         batch: list[tuple[str, Event]],
@@ -390,20 +476,46 @@ class Publisher:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """Encode one run's events, refuse any the producer would, and wait for the
-        transaction that carries them all; ``headers`` go on its delivery requests."""
-        group = self._require_started()
+        transaction that carries them all (in the record mode, for the one record);
+        ``headers`` go on its delivery requests."""
         records: list[Record] = []
         for topic, event in batch:
             value, key = encode(event), record_key(event)  # type: ignore[arg-type]
             on = headers if isinstance(event, DeliveryRequested) else None
-            size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, on or [])
+            size = record_size(key, value, on)
             if size > MAX_RECORD_BYTES:
                 raise PublishRejected(
                     f"{type(event).__name__} would be a {size}-byte Kafka record, over the "
                     f"limit of {MAX_RECORD_BYTES} (lower the payload)"
                 )
             records.append((topic, value, key, on))
-        await group.submit(batch[0][1].run_id, records, ticket)  # type: ignore[attr-defined]
+        run_id: str = batch[0][1].run_id  # type: ignore[attr-defined]
+        if self.mode == "record":
+            [record] = records  # lifecycle events: one record each
+            await self._send(run_id, record)
+            return
+        await self._require_started().submit(run_id, records, ticket)
+
+    async def _send(self, run_id: str, record: Record) -> None:
+        """The record mode: one record, acknowledged by all in-sync replicas."""
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("Publisher is not started: use 'async with Publisher(...)'")
+        topic, value, key, headers = record
+        # The record mode's "before the commit" (failure matrix, row 1): nothing sent yet.
+        crash_if_enabled(PUBLISHER_BEFORE_COMMIT, self._settings.faults)
+        try:
+            await producer.send_and_wait(topic, value, key=key, headers=headers)
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise PublishFailed(
+                f"run {run_id} may not be published: its record was not acknowledged "
+                f"({cause}); whether it was written is not known",
+                "check whether the run is in the ledger before publishing it again "
+                "(publishing it again is safe: the same run's deliveries are deduplicated)",
+                written=None,
+            ) from exc
+        self._records += 1
 
     def _require_started(self) -> GroupCommit:
         if self._group is None or self._producer is None:

@@ -132,6 +132,13 @@ class PublisherSettings(Part):
 
     producer_name: str = "ledger-cli"
     """The ``producer`` every published event carries."""
+    mode: Literal["transaction", "record"] = "transaction"
+    """How a run's result and its deliveries are written atomically (clients/publisher.py):
+    ``transaction``, ``RunSucceeded`` and one ``DeliveryRequested`` per delivery in one
+    Kafka transaction (group commit across a publisher's concurrent callers); ``record``,
+    one ``RunSucceeded`` record carrying its deliveries, written by an idempotent producer
+    without a transaction, that the workers fan out (events/fan_out.py): cheaper for
+    publishers that each publish one run at a time."""
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
     """Largest delivery payload accepted."""
     default_slo_s: int = Field(default=300, ge=1)

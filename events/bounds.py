@@ -27,6 +27,9 @@ MAX_SLO_SECONDS = 366 * 24 * 3600
 MAX_ID_CHARS = 1000
 MAX_TEXT_CHARS = 4000
 MAX_RECIPIENT_CHARS = 4096
+# Deliveries one run record may carry (a record is at most 1 MB: each entry takes more
+# than 100 bytes).
+MAX_RUN_DELIVERIES = 10_000
 
 
 def within_window(value: datetime) -> datetime:

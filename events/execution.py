@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from events.base import Event, check_run_id
-from events.bounds import MAX_TEXT_CHARS
+from events.bounds import MAX_RUN_DELIVERIES, MAX_TEXT_CHARS
 
 
 class ExecutionEvent(Event):
@@ -30,11 +30,24 @@ class RunStarted(ExecutionEvent):
 
 
 class RunSucceeded(ExecutionEvent):
-    """The agent finished; ``result_hash`` identifies the result it committed."""
+    """The agent finished; ``result_hash`` identifies the result it committed.
+
+    ``deliveries`` (version 2; upcast from 1 as none): the run's deliveries carried in this
+    one record, written without a Kafka transaction (the publisher's record mode) and atomic
+    by construction. Each entry is a ``DeliveryRequested`` less what the run supplies
+    (``event_type``, ``channel``, ``recipient``, ``payload``, ``slo_seconds``); a worker
+    fans them out to ``ledger.deliveries`` as ``DeliveryRequested`` events with ids derived
+    from this event's (events/fan_out.py). Entries are checked one by one there, so one bad
+    entry is refused alone, as one bad ``DeliveryRequested`` record is. Empty when the
+    requests were written beside the run in a Kafka transaction (the transaction mode).
+    """
 
     TYPE: ClassVar[str] = "run.succeeded"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["run.succeeded"] = "run.succeeded"
+    schema_version: int = 2
     result_hash: str = Field(min_length=1, max_length=200)
+    deliveries: tuple[JsonValue, ...] = Field(default=(), max_length=MAX_RUN_DELIVERIES)
 
 
 class RunFailed(ExecutionEvent):

@@ -43,11 +43,17 @@ def _retry_scheduled_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+def _run_succeeded_v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    # v1 carried no deliveries: its requests were written beside it, in its transaction.
+    return {**record, "deliveries": [], "schema_version": 2}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("delivery.requested", 1): _delivery_requested_v1_to_v2,
     ("delivery.requested", 2): _hash_scheme_named_by_prefix,
     ("delivery.duplicate_requested", 1): _hash_scheme_named_by_prefix,
     ("delivery.retry_scheduled", 1): _retry_scheduled_v1_to_v2,
+    ("run.succeeded", 1): _run_succeeded_v1_to_v2,
 }
 
 

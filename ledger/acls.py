@@ -1,6 +1,7 @@
 """Kafka ACLs per role: what each principal of the ledger may do, and granting them.
 
-agents write runs and requests; workers read and write ``ledger.deliveries`` (claims and
+agents write runs and requests; workers read ``ledger.runs`` (to fan out the deliveries
+a run record carries) and read and write ``ledger.deliveries`` (requests fanned out, claims and
 outcomes), ``ledger.budgets`` (spends) and ``ledger.endpoints`` (circuit transitions) and
 write dead letters; the live projector reads and writes dead letters (for
 ``ledger.runs``, ``ledger.endpoints`` and ``ledger.budgets``, which it reads too);
@@ -161,6 +162,8 @@ def role_acls(
             # registry: every worker reads it whole and appends its breaker's transitions
             # (streams/breaker_gate.py).
             *_on_topics(principal, (*read, Operation.WRITE), deliveries, budgets, endpoints),
+            # Run records, whose deliveries it fans out (the publisher's record mode).
+            *_on_topics(principal, read, runs),
             *_on_topics(principal, write, deadletter, settings.kafka.topic_heartbeats),
             # The consumer group and the continuity guard's ("<group>.continuity"), and
             # faust's own topics (changelogs: "<group>-...").

@@ -1,11 +1,13 @@
 """The faust-streaming app of ``ledger worker``, built by ``create_app(settings)``.
 
 One agent consumes ``ledger.deliveries`` (read_committed, at-least-once) and folds each
-record into a rocksdict-backed table with a changelog. Claims and dead letters are
-appended from the agent; the sender and the timers run beside it and append outcomes
-with a separate idempotent producer. Every append may be seen more than once, so the
-fold dedupes by event_id and fences by token. ``Worker`` wires the pieces and owns the
-handlers faust calls: assignment, revocation, recovery, the tick and shutdown.
+record into a rocksdict-backed table with a changelog; another fans out the deliveries
+carried by run records of ``ledger.runs`` (the publisher's record mode, streams/fan_out.py).
+Claims and dead letters are appended from the agents; the sender and the timers run beside
+them and append outcomes with a separate idempotent producer. Every append may be seen
+more than once, so the fold dedupes by event_id and fences by token. ``Worker`` wires the
+pieces and owns the handlers faust calls: assignment, revocation, recovery, the tick and
+shutdown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from clients.outcome_keys import (
     verify_key_texts,
 )
 from clients.outcome_signing import private_key, public_text
+from clients.record_size import MAX_RECORD_BYTES
 from config.settings import Settings
 from events.base import Event
 from events.codec import encode
@@ -55,10 +58,12 @@ from streams.claim_budget import ClaimBudget
 from streams.context import worker_context
 from streams.continuity import ContinuityGuard
 from streams.endpoint_gate import EndpointGate
+from streams.fan_out import RunFanOut
 from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
+from streams.own_records import OwnRecords
 from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
@@ -131,6 +136,7 @@ class Worker:
             self.app, settings.kafka.topic_deliveries, settings.kafka.partitions
         )
         self.deadletters: Any = _raw_topic(self.app, settings.kafka.topic_deadletter, None)
+        self.runs: Any = _raw_topic(self.app, settings.kafka.topic_runs, settings.kafka.partitions)
         self.table: Any = self.app.Table(
             "delivery-state",
             default=None,
@@ -146,8 +152,14 @@ class Worker:
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
         self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
-        self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
+        # The worker's own claims and outcomes, taken back by the processor without a second
+        # decode and signature check (streams/own_records.py). Not when it signs nothing
+        # but checks signatures: then its own outcomes are refused, as before.
+        self.own = (
+            OwnRecords() if self.signer is not None or verifier_for(settings) is None else None
+        )
+        self.outcomes = OutcomeProducer(settings, self.own)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
         # The endpoint registry (ledger.endpoints), followed while the worker runs: its
@@ -249,9 +261,17 @@ class Worker:
             faults=settings.faults,
             metrics=self.metrics,
             verifier=verifier_for(settings),
+            own=self.own,
             # Neither while the clock is off the broker's nor once the worker is stopping.
             acting=lambda: not self.clock.skewed and not self.app.should_stop,
             gate=Gates(self._gates()),
+        )
+        self.fan_out = RunFanOut(
+            send=self.append_request,
+            flush=lambda: self.app.producer.flush(),
+            dead_letter=self.dead_letter,
+            worker_id=self.worker_id,
+            faults=settings.faults,
         )
         self.lag = ConsumerLag(self.app, settings.kafka.topic_deliveries, self.continuity)
         self.watchdog = Watchdog(self.lag)
@@ -356,6 +376,7 @@ class Worker:
     def _connect(self) -> None:
         """Register the handlers with faust (its decorators, applied here)."""
         quiet(self.app.agent(self.deliveries, name="delivery-state-machine")(self.state_machine))
+        quiet(self.app.agent(self.runs, name="run-fan-out")(self.run_fan_out))
         self.app.on_partitions_assigned.connect(self.on_assigned)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         self.table.on_recover(self.on_recovered)
@@ -388,7 +409,16 @@ class Worker:
         for event in events:
             value = encode(event)
             headers = None if self.signer is None else self.signer.headers(value)
+            if self.own is not None:
+                self.own.remember(value, event, headers)
             await self.deliveries.send(key=record_key(event), value=value, headers=headers)  # type: ignore[arg-type]
+
+    async def append_request(
+        self, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None
+    ) -> None:
+        """A fanned-out request, through the agent's producer (at-least-once: the fold
+        dedupes by event_id, which the fan-out derives from the run)."""
+        await self.deliveries.send(key=key, value=value, headers=headers)
 
     async def dead_letter(self, record: Record, reason: str) -> None:
         """A record the processor cannot use, with the reason, to ``ledger.deadletter``."""
@@ -434,6 +464,35 @@ class Worker:
                 logging.shutdown()
                 os._exit(70)
             self.watchdog.progressed()
+            yield None
+
+    async def run_fan_out(self, stream: Any) -> AsyncIterator[None]:
+        """The agent of ``ledger.runs``: each run record's deliveries, fanned out."""
+        async for event in stream.events():
+            message = event.message
+            record = Record(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+                headers=_headers(message.headers),
+            )
+            try:
+                await self.fan_out.handle(record)
+            except BaseException as exc:
+                # As the delivery agent: not about the record (the fan-out dead-letters what
+                # is), so exit without committing it; the next owner fans it out again.
+                log.critical(
+                    "fan-out agent failed on %s[%d]@%d, not because of the record (%s); exiting",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    one_line(exc),
+                    exc_info=True,
+                )
+                logging.shutdown()
+                os._exit(70)
             yield None
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
@@ -615,6 +674,8 @@ def _faust_app(settings: Settings, datadir: Any, name: str) -> Any:
         stream_wait_empty=False,
         # Claims, dead letters and changelog writes are small: let them share requests.
         producer_linger=settings.worker.linger_s,
+        # Fanned-out requests may be as large as any record the publisher writes.
+        producer_max_request_size=MAX_RECORD_BYTES,
         table_standby_replicas=settings.worker.standby_replicas,
         # A worker restarted under its name (SIGKILL and a supervisor, a rolling restart)
         # rejoins as the same static member and gets its partitions back without a

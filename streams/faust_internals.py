@@ -14,6 +14,7 @@ The classes here only add hooks; what the worker does in them is in streams/tran
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from faust.types import TP, FutureMessage
+from mode.services import WaitResults
 
 
 def write_table_value(table: Any, partition: int, key: Any, value: bytes) -> None:
@@ -85,6 +87,37 @@ class HookedConsumer(faust_aiokafka.Consumer):
         committed = bool(await super()._commit_offsets(offsets, start_new_transaction))
         app.after_commit(offsets, committed)
         return committed
+
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:  # noqa: ASYNC109 - mode's signature
+        """mode's ``wait_first``, with a shortcut for a first coroutine that finishes in
+        its first step.
+
+        faust's fetcher (``_drain_messages``) hands every record to the streams through
+        ``wait_first(callback(message), suspend_flow.wait())``: four tasks (the delivery,
+        the flow's stop, the service's stop and crash) and an ``asyncio.wait`` a record,
+        33 us in isolation, about 5% of a worker's samples. The delivery nearly always
+        finishes at once (the stream's buffer has room), so its first step runs as a task
+        of its own first; only a delivery that has to wait is raced against the rest, as
+        before (and cancelled if the flow stops first). A delivery that finished wins as it
+        would have; the others' coroutines are closed unawaited.
+        """
+        first, *rest = coros
+        if timeout is not None or not asyncio.iscoroutine(first) or self._halted():
+            return await super().wait_first(*coros, timeout=timeout)
+        task = asyncio.ensure_future(first)
+        await asyncio.sleep(0)
+        if not task.done():
+            return await super().wait_first(task, *rest)
+        for other in rest:
+            if asyncio.iscoroutine(other):
+                other.close()
+        result = task.result()  # a delivery's exception propagates, as mode's does
+        if self._halted():
+            return WaitResults([], [], True)
+        return WaitResults([first], [result], False)
+
+    def _halted(self) -> bool:
+        return self._stopped.is_set() or self._crashed.is_set()
 
 
 class HandOverBuffer(ProducerBuffer):

@@ -27,6 +27,7 @@ from streams.decisions import Context, TimerAction, claim, due_at, held, on_requ
 from streams.delivery_spans import ClaimSpans
 from streams.gates import Gate, Hold, OpenGate
 from streams.metrics import WorkerMetrics
+from streams.own_records import OwnRecords
 from streams.sender import Sender
 from streams.timers import DueIndex
 
@@ -131,6 +132,7 @@ class DeliveryProcessor:
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
         verifier: OutcomeVerifier | None = None,
+        own: OwnRecords | None = None,
         acting: Callable[[], bool] = lambda: True,
         gate: Gate | None = None,
     ) -> None:
@@ -142,6 +144,8 @@ class DeliveryProcessor:
         self._acting = acting
         # Signed outcome events (clients/outcome_signing.py): None when checking is off.
         self._verifier = verifier
+        # What this worker appended itself: read back, taken as the event it encoded.
+        self._own = own
         # Admission control: claims this worker proposed and has not read back, plus the
         # sends and lookups it runs, stay under this. A claim read back after its lease
         # could only be refused; a backlog of them would expire faster than it is sent.
@@ -217,7 +221,14 @@ class DeliveryProcessor:
         )
 
     def _admit(self, record: Record) -> AnyDeliveryEvent:
-        """The record's event, if this worker may fold it (pure)."""
+        """The record's event, if this worker may fold it (pure but for the use of an own
+        record's entry). A record this worker appended, byte for byte and with its own
+        signature, is the event it encoded: not decoded or verified again."""
+        own = None if self._own is None else self._own.known(record.value, record.headers)
+        if isinstance(own, DeliveryEvent) and (
+            record.key is None or record.key == own.idempotency_key.encode()
+        ):
+            return own  # type: ignore[return-value]  # a DeliveryEvent is one of the union
         try:
             event = decode(record.value)
         except EventDecodeError as exc:

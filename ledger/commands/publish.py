@@ -1,4 +1,5 @@
-"""``ledger publish``: a run's RunSucceeded and its deliveries, in one Kafka transaction."""
+"""``ledger publish``: a run's RunSucceeded and its deliveries, atomically: in one Kafka
+transaction, or one record the workers fan out (``LEDGER_PUBLISHER__MODE=record``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def publish(
     ],
     payload: Annotated[str, typer.Option(help="JSON payload, or @file.")] = "{}",
 ) -> None:
-    """Publish RunSucceeded and its deliveries in one Kafka transaction."""
+    """Publish RunSucceeded and its deliveries atomically (LEDGER_PUBLISHER__MODE)."""
     settings = Settings()
     value = parse_payload(payload)
     specs = [DeliverySpec.parse(spec, value) for spec in delivery]
@@ -36,6 +37,12 @@ def publish(
             return await publisher.run_succeeded(run_id, result_hash, specs)
 
     requests = event_loop.run(go(), settings)
-    out.print(f"run {run_id}: RunSucceeded + {len(requests)} DeliveryRequested committed")
+    if settings.publisher.mode == "record":
+        out.print(
+            f"run {run_id}: RunSucceeded carrying {len(requests)} deliveries written "
+            "(the workers fan them out)"
+        )
+    else:
+        out.print(f"run {run_id}: RunSucceeded + {len(requests)} DeliveryRequested committed")
     for request in requests:
         out.print(f"  {request.channel}:{request.recipient} key {request.idempotency_key}")

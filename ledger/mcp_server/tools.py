@@ -199,6 +199,7 @@ class LedgerTools:
                     producer_name=self.agent,
                     # the api role's transactional ids (ledger/acls.py): it publishes as the API
                     transactional_id=f"{TRANSACTIONAL_PREFIX}mcp-{uuid.uuid4().hex[:12]}",
+                    mode="transaction",  # as the HTTP API's (api/services.py)
                 )
                 try:
                     await publisher.start()

@@ -112,6 +112,10 @@ class HostileRecord:
     event_type: str
     field: str  # "" for the valid request that precedes a delivery event
     kind: str
+    # A run record's entries (the record mode): the key of its valid entry, which must
+    # arrive once if the record decodes, then the hostile entry's, which may arrive at most
+    # once.
+    fanned: tuple[str, ...] = ()
 
 
 def valid_event(event_type: str, run_id: str, recipient: str) -> dict[str, Any]:
@@ -215,7 +219,42 @@ def hostile_records(draw: st.DrawFn, tag: str, recipient: str) -> list[HostileRe
         records.append(
             HostileRecord(raw.topic, raw.key, raw.value, event_type, fields[0], kind_of(fields[0]))
         )
+    records.append(draw(hostile_entries(f"hostile-{tag}-entries", recipient)))
     return records
+
+
+ENTRY_KINDS = {"payload": "json", "slo_seconds": "int"}
+
+
+@st.composite
+def hostile_entries(draw: st.DrawFn, run_id: str, recipient: str) -> HostileRecord:
+    """A run record of the record mode carrying a valid entry and one with extreme fields:
+    the fan-out must send the first, refuse or send the second once, and go on."""
+    # The valid entry goes to a path the receiver accepts (one segment below /hooks/).
+    hooks = recipient[: recipient.index("/hooks/") + len("/hooks/")]
+    entries: list[dict[str, Any]] = [
+        {
+            "event_type": "run.succeeded",
+            "channel": "webhook",
+            "recipient": f"{hooks}{run_id}-{n}",
+            "payload": {"n": n},
+            "slo_seconds": 60,
+        }
+        for n in range(2)
+    ]
+    fields = draw(st.lists(st.sampled_from(sorted(entries[1])), min_size=1, max_size=3))
+    for field in dict.fromkeys(fields):
+        entries[1][field] = draw(extremes(ENTRY_KINDS.get(field, "text")))
+    event = valid_event("run.succeeded", run_id, recipient) | {"deliveries": entries}
+    raw = _raw("runs", event)
+    keys = [
+        idempotency_key(run_id, str(e["event_type"]), str(e["channel"]), str(e["recipient"]))
+        for e in entries
+    ]
+    kind = ENTRY_KINDS.get(fields[0], "text")
+    return HostileRecord(
+        "runs", raw.key, raw.value, "run.succeeded", f"deliveries.{fields[0]}", kind, tuple(keys)
+    )
 
 
 def _types_with(kind: str) -> list[str]:

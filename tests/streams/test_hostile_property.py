@@ -7,7 +7,10 @@ them all. Each example requires: both processes still running; every valid deliv
 arrives exactly once at a receiver that does NOT dedupe; no hostile delivery arrives twice;
 every record the decoder refuses is dead-lettered exactly once, by the reader that owns its
 topic (the worker for ``ledger.deliveries``, the projector for ``ledger.runs``); no reader
-dead-letters a record twice; and ``ledger verify`` says identical.
+dead-letters a record twice; and ``ledger verify`` says identical. Each example also
+writes a run record of the record mode whose second entry has extreme fields: if the
+record decodes, its first entry's delivery arrives exactly once and the second's at most
+once, while the worker fans out (and dead-letters what it refuses) and keeps running.
 
 Run with ``--hypothesis-show-statistics`` to see the event types and field kinds reached.
 """
@@ -87,6 +90,11 @@ class Harness:
                 self.written[(topic, meta.partition, meta.offset)] = record
                 if record.topic == "deliveries":
                     self.hostile_keys.add(record.key.decode("utf-8", "replace"))
+                if record.fanned and _decodes(record.value):
+                    # A run record's valid entry is fanned out and arrives once; its
+                    # hostile entry is refused (one dead letter) or arrives at most once.
+                    self.valid.append(record.fanned[0])
+                    self.hostile_keys.update(record.fanned[1:])
         finally:
             await producer.stop()
         async with Publisher(self.settings) as publisher:
@@ -170,6 +178,14 @@ class Harness:
         for key in self.hostile_keys:
             assert self.receiver.accepted(key) <= 1, key
         await self.projection.verify()
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        decode(value)
+    except EventDecodeError:
+        return False
+    return True
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from functools import partial
 
 import pytest
 
-from config.settings import Settings
+from config.settings import Settings, changed
 from tests.fixtures.broker import ReadTopic
 from tests.streams.failure_matrix.drivers import WebhookDriver
 from tests.streams.failure_matrix.stacks import Stack, StackPool
@@ -24,8 +24,12 @@ async def webhook(
     request: pytest.FixtureRequest, stack_pool: StackPool, read_topic: ReadTopic
 ) -> AsyncIterator[Stack[WebhookDriver]]:
     """A stack of its own around the simulator's webhook receiver (no dedupe), plain or a
-    receiver-kit app (the param: WebhookDriver fields); no worker started."""
-    config = request.param
+    receiver-kit app (the param: WebhookDriver fields, and ``mode``, the publisher's:
+    ``record`` for the rows the record mode must pass too); no worker started."""
+    config = dict(request.param)
+    mode = config.pop("mode", "transaction")
     make = partial(WebhookDriver, **config)
-    yield await stack_pool.get(f"webhook-{config['hooks']}", make, read_topic, shared=False)
+    stack = await stack_pool.get(f"webhook-{config['hooks']}", make, read_topic, shared=False)
+    stack.settings = changed(stack.settings, {"publisher.mode": mode})
+    yield stack
     stack_pool.release()

@@ -43,6 +43,19 @@ def plain_receiver(**config: object) -> pytest.MarkDecorator:
 
 PLAIN_ONLY = plain_receiver()
 
+# The rows about publishing run in both of the publisher's modes at no more cost: the
+# receiver kit's variant publishes in the record mode (which receiver hears the one send
+# is beside the point of a row about the publisher or the claim).
+BOTH_MODES = pytest.mark.parametrize(
+    "webhook",
+    [{"hooks": "plain"}, {"hooks": "kit", "mode": "record"}],
+    indirect=True,
+    ids=["plain", "kit-record"],
+)
+RECORD_MODE = pytest.mark.parametrize(
+    "webhook", [{"hooks": "plain", "mode": "record"}], indirect=True, ids=["record"]
+)
+
 
 @dataclass
 class Stack(Generic[D]):

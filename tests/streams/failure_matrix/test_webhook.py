@@ -1,5 +1,7 @@
 """The failure matrix's webhook-only rows (ARCHITECTURE.md rows 1, 2 and 6): the agent or
 the worker killed around the claim, and workers rebalancing while sends are in flight.
+Rows 1 and 2 run in both of the publisher's modes (transaction and record), and row 2 has
+a record-mode variant of its own: the worker killed in the middle of a run's fan-out.
 
 Real broker, real ``ledger worker`` processes (crashes are real SIGKILLs at exact fault
 points), the simulator's receiver, plain and receiver-kit. Every test checks the ledger's
@@ -16,13 +18,20 @@ import subprocess
 import sys
 
 from clients import DeliverySpec, Publisher
+from events.codec import decode
+from events.delivery import DeliveryRequested
 from events.delivery_state import Status
 from ledger.stack import settings_env
-from tests.streams.failure_matrix.drivers import WebhookDriver
-from tests.streams.failure_matrix.stacks import Stack
+from projections import open_store
+from projections.schema import DELIVERIES
+from streams.fan_out import MID_FAN_OUT
+from tests.fixtures.broker import ReadTopic
+from tests.streams.failure_matrix.drivers import Fault, WebhookDriver
+from tests.streams.failure_matrix.stacks import BOTH_MODES, RECORD_MODE, Stack
 from tests.streams.matrix import posts, publish, settled_once
 
 
+@BOTH_MODES
 async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
     webhook: Stack[WebhookDriver],
 ) -> None:
@@ -59,6 +68,7 @@ async def test_row1_crash_before_delivery_insert_leaves_no_outbound_work(
     await webhook.matches()
 
 
+@BOTH_MODES
 async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
     webhook: Stack[WebhookDriver],
 ) -> None:
@@ -74,6 +84,36 @@ async def test_row2_crash_after_insert_before_claim_is_claimed_after_restart(
     assert receiver.accepted(key) == 1
     assert posts(receiver, key) == 1
     await webhook.matches()
+
+
+@RECORD_MODE
+async def test_row2_worker_killed_mid_fan_out_its_successor_fans_out_again(
+    webhook: Stack[WebhookDriver], read_topic: ReadTopic
+) -> None:
+    receiver = webhook.driver.receiver
+    none: tuple[Fault | None, ...] = (None, None, None)
+    keys = await webhook.publish("run-fan", none)
+    await webhook.killed(MID_FAN_OUT)  # after the run's first request was written
+    webhook.workers.start("w1")
+    await webhook.until(keys, {Status.CONFIRMED}, "CONFIRMED after the fan-out's successor")
+    for key in keys:
+        assert receiver.accepted(key) == 1
+        assert posts(receiver, key) == 1
+    # The first request is in the log twice, byte for byte: fanned out again, not anew.
+    raw = await read_topic(webhook.settings.kafka.topic_deliveries, raw=True)
+    requests = [m.value for m in raw if isinstance(decode(m.value), DeliveryRequested)]
+    assert len(requests) == 4
+    assert len(set(requests)) == 3
+    await webhook.matches()
+    store = open_store(webhook.projection.dsn)
+    try:
+        store.prepare("read")
+        tables = store.dump()
+    finally:
+        store.close()
+    assert tables["duplicate_keys"] == []
+    requested = DELIVERIES.column_names.index("requests")
+    assert [row[requested] for row in tables["deliveries"]] == [1, 1, 1]  # each requested once
 
 
 async def test_row6_duplicate_worker_claim_during_rebalance_sends_once(
