@@ -47,6 +47,7 @@ from bench.e2e import (
     trimmed_rate,
     wait_owned,
 )
+from clients.outcome_signing import new_pair
 from config import Settings
 from events.ports import free_port
 from ledger.stack import Child, Stack
@@ -94,7 +95,8 @@ def start_spy(
     """``py-spy record`` of one child, raw collapsed stacks, ``rate`` Hz; with ``gil``, only
     samples of the thread holding the GIL (Python work: a thread blocked in a socket write
     or descheduled on a busy machine is not counted)."""
-    command = [str(Path(sys.executable).parent / "py-spy"), "record", "-f", "raw", "-r", str(rate)]
+    spy = Path(sys.executable).parent / "py-spy"
+    command = [str(spy) if spy.exists() else "py-spy", "record", "-f", "raw", "-r", str(rate)]
     command += ["--gil"] if gil else []
     command += ["-d", str(seconds), "-o", str(out / f"{child.name}.txt")]
     command += ["-p", str(child.process.pid)]
@@ -145,7 +147,18 @@ async def _drain(
     out: Path,
 ) -> tuple[float, float]:
     urls = start_receiver(stack, base)
-    settings = fresh_settings(base, "prof", {"event_loop": loop, "channels.http_pool": pool})
+    # The workers sign their outcome events (on by default) with a pair of this run's.
+    signing, verify = new_pair()
+    settings = fresh_settings(
+        base,
+        "prof",
+        {
+            "event_loop": loop,
+            "channels.http_pool": pool,
+            "signing.signing_key": signing,
+            "signing.verify_keys": [verify],
+        },
+    )
     await create_topics(settings)
     children = [start_worker(stack, settings, f"prof-{i}") for i in (1, 2)]
     await wait_owned(children, settings.kafka.partitions)

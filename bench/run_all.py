@@ -27,10 +27,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import (
+    blast_radius,
     chaos,
     e2e,
     failover,
     health_query,
+    hot_path,
     http_ingest,
     memory,
     peer,
@@ -55,8 +57,8 @@ from ledger.stack import Stack
 
 MARKER = "<!-- end of the generated section: hand-written notes below are kept by run_all -->"
 SECTIONS = (
-    "publisher", "http_ingest", "rebuild", "e2e", "peer", "memory", "timers", "rate_limit",
-    "health", "tracing", "chaos", "failover",
+    "publisher", "http_ingest", "rebuild", "e2e", "peer", "independent", "memory", "timers",
+    "rate_limit", "health", "tracing", "hot_path", "chaos", "failover", "blast_radius",
 )  # fmt: skip
 
 
@@ -75,6 +77,7 @@ class Sizes:
     peer: peer.Shape = peer.FULL
     rate_limit: tuple[int, int, int] = (400, 2, 60)  # deliveries per round, rounds, warm-up
     failover: tuple[str, ...] = ("--rate", "10", "--phase-s", "30", "--failovers", "2")
+    blast_radius: tuple[str, ...] = ()  # bench.blast_radius options
 
 
 FULL = Sizes(
@@ -83,7 +86,7 @@ FULL = Sizes(
 )  # fmt: skip
 QUICK = Sizes(
     2, 300, 30_000, 1200, 8.0, (10_000, 100_000), (10_000, 100_000), ("--short",), peer.QUICK,
-    (200, 1, 40),
+    (200, 1, 40), blast_radius=("--quick",),
 )  # fmt: skip
 
 
@@ -204,6 +207,14 @@ async def run_section(
     if "peer" in wanted:
         say("[bold]peer shape[/] (issue 12): receiver alone, then bare loops, then workers")
         results["peer"] = await peer.measure(settings, stack, sizes.peer, progress)
+    if "independent" in wanted:
+        say(
+            "[bold]independent agents[/] (issue 31): the SDK's transaction and record modes, "
+            "then 32 HTTP clients, each to our workers and the verifying receiver"
+        )
+        results["independent"] = await peer.measure_independent(
+            settings, stack, sizes.peer, progress
+        )
     if "memory" in wanted:
         say("[bold]worker memory[/] with open deliveries (and timer ticks inside it)")
         results["memory"] = await memory.measure(
@@ -232,6 +243,16 @@ async def run_section(
             rounds=sizes.rounds,
             progress=progress,
         )
+    if "hot_path" in wanted:
+        say("[bold]hot path[/] (issue 31 item 3): worker CPU per delivery, the hot events' codec")
+        results["hot_path"] = await hot_path.measure(
+            settings,
+            urls,
+            stack,
+            backlog=sizes.backlog // 2,
+            rounds=sizes.rounds,
+            progress=progress,
+        )
     if "chaos" in wanted:
         say(f"[bold]chaos[/] nemesis run, its own broker and stack: {' '.join(sizes.chaos)}")
         results["chaos"] = await asyncio.to_thread(
@@ -241,6 +262,11 @@ async def run_section(
         say(f"[bold]failover[/] a three-node cluster of its own: {' '.join(sizes.failover)}")
         results["failover"] = await asyncio.to_thread(
             run_detached, "bench.failover", list(sizes.failover), tmp
+        )
+    if "blast_radius" in wanted:
+        say("[bold]blast radius[/] (issue 31): kills and a rolling restart, its own broker")
+        results["blast_radius"] = await asyncio.to_thread(
+            run_detached, "bench.blast_radius", list(sizes.blast_radius), tmp
         )
 
 
@@ -362,6 +388,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "peer" in results:
         peer.rows(results["peer"], row)
         notes.append(peer.note(results["peer"]))
+    if "independent" in results:
+        peer.independent_rows(results["independent"], row)
+        notes.append(peer.independent_note(results["independent"]))
     if "memory" in results:
         memory.rows(results["memory"], row)
         notes.append(memory.note(results["memory"]))
@@ -377,6 +406,9 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     if "tracing" in results:
         tracing.rows(results["tracing"], row)
         notes.append(tracing.note(results["tracing"]))
+    if "hot_path" in results:
+        hot_path.rows(results["hot_path"], row)
+        notes.append(hot_path.note(results["hot_path"]))
     for section, error in results.get("errors", {}).items():
         notes.append(f"**{section} failed in this run**: {error}")
     out += ["", "Targets:", ""] + [f"- {t}" for t in targets]
@@ -385,6 +417,8 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
         out += ["", *chaos.markdown(results["chaos"])]
     if "failover" in results:
         out += ["", *failover.markdown(results["failover"])]
+    if "blast_radius" in results:
+        out += ["", *blast_radius.markdown(results["blast_radius"])]
     return "\n".join(out) + "\n"
 
 

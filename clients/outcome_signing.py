@@ -9,7 +9,9 @@ outcomes, reconciliations, duplicate reports: every delivery event but
 folds the log (the worker, the projector, ``rebuild``, ``verify``) checks it against the
 public keys it is given: an outcome without a valid signature is no event of the log —
 the worker dead-letters it, the projector skips it. The public keys are not secret, so a
-reader can check but not sign. Several keys may be listed during a rotation.
+reader can check but not sign. Several keys may be listed during a rotation. A worker
+does not check again a record it wrote itself and reads back byte for byte with the
+signature it made (streams/own_records.py): that check could only pass.
 
 Operator events (events/operator.py: resolve, redrive) are signed the same way with an
 operator key, a separate pair held by whoever may act as an operator (the CLI, the

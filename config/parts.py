@@ -356,6 +356,12 @@ class WorkerSettings(Part):
     """Lookups of one UNKNOWN attempt before it is left to an operator (stays UNKNOWN)."""
     max_open_claims: int = Field(default=0, ge=0)
     """Claims a worker keeps open at once (0: learnt from its sends, streams/claim_budget.py)."""
+    static_membership: bool = True
+    """Join the consumer group as a static member named after the worker and its host
+    (``--name``@hostname): a worker restarted under the same name on the same host (a crash
+    and its supervisor, a rolling restart) takes its own partitions back without a
+    rebalance of the whole group; one stopped for good hands them over after the session
+    timeout (10 s). Names must then be unique per host (their data dirs already are)."""
     max_sent_polls: int = Field(default=20, ge=1)
     """Lookups of a SENT delivery before it becomes UNKNOWN ("polling gave up")."""
 

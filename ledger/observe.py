@@ -30,6 +30,8 @@ class LedgerObserver:
     settled_at: dict[str, float] = field(default_factory=dict)
     went_unknown: set[str] = field(default_factory=set)
     reconciled: set[str] = field(default_factory=set)
+    # Events folded, by type (``delivery.claimed``, ``delivery.unknown``, ...).
+    counts: Counter[str] = field(default_factory=Counter)
     undecodable: int = 0
     _log: CommittedLog | None = None
 
@@ -77,6 +79,7 @@ class LedgerObserver:
         if state is None:
             return
         self.states[key] = state
+        self.counts[event.type] += 1
         if isinstance(event, DeliveryUnknown):
             self.went_unknown.add(key)
         if isinstance(event, DeliveryReconciled):

@@ -63,12 +63,20 @@ from streams.gates import Gate, Gates
 from streams.heartbeat import Heartbeat
 from streams.metrics import WorkerMetrics
 from streams.outcome_producer import OutcomeProducer
+from streams.own_records import OwnRecords
 from streams.processor import DeliveryProcessor, Record
 from streams.rate_gate import RATE_TICK_S, RateGate
 from streams.rate_limits import FirstRateLimit, RegistryRateLimits, SettingsRateLimits
 from streams.retry import RegistryRetryPolicies
 from streams.send_pacer import PaceRule, SendPacer
-from streams.sender import REVOKED, SHUTDOWN, Sender
+from streams.sender import (
+    MOVED_UNREAD,
+    REVOKED,
+    SHUTDOWN,
+    SHUTDOWN_UNREAD,
+    Refusal,
+    Sender,
+)
 from streams.table_store import TableStore
 from streams.timers import DueIndex
 from streams.transport import LedgerApp
@@ -118,10 +126,12 @@ class Worker:
         self.settings = settings
         self.worker_id = new_worker_id(name)
         self.owned: set[int] = set()
+        # Revoked and not yet known to come back: decided at the next assignment.
+        self._revoked: set[int] = set()
         self.datadir = settings.data_dir / "worker" / settings.worker.group / name
         private_dir(settings.data_dir)
         private_dir(self.datadir)
-        self.app: Any = _faust_app(settings, self.datadir)
+        self.app: Any = _faust_app(settings, self.datadir, name)
         self.deliveries: Any = _raw_topic(
             self.app, settings.kafka.topic_deliveries, settings.kafka.partitions
         )
@@ -142,8 +152,14 @@ class Worker:
         # One clock for every worker: the broker's, measured by a heartbeat.
         self.clock = BrokerClock(settings.worker.clock_skew_limit_s, settings.worker.clock_stale_s)
         self.heartbeat = Heartbeat(settings.kafka, settings.worker, self.worker_id, self.clock)
-        self.outcomes = OutcomeProducer(settings)
         self.signer = signer_for(settings)
+        # The worker's own claims and outcomes, taken back by the processor without a second
+        # decode and signature check (streams/own_records.py). Not when it signs nothing
+        # but checks signatures: then its own outcomes are refused, as before.
+        self.own = (
+            OwnRecords() if self.signer is not None or verifier_for(settings) is None else None
+        )
+        self.outcomes = OutcomeProducer(settings, self.own)
         self.metrics = WorkerMetrics()
         self.registry = ChannelRegistry(settings, metrics=self.metrics)
         # The endpoint registry (ledger.endpoints), followed while the worker runs: its
@@ -245,7 +261,9 @@ class Worker:
             faults=settings.faults,
             metrics=self.metrics,
             verifier=verifier_for(settings),
-            acting=lambda: not self.clock.skewed,
+            own=self.own,
+            # Neither while the clock is off the broker's nor once the worker is stopping.
+            acting=lambda: not self.clock.skewed and not self.app.should_stop,
             gate=Gates(self._gates()),
         )
         self.fan_out = RunFanOut(
@@ -391,6 +409,8 @@ class Worker:
         for event in events:
             value = encode(event)
             headers = None if self.signer is None else self.signer.headers(value)
+            if self.own is not None:
+                self.own.remember(value, event, headers)
             await self.deliveries.send(key=record_key(event), value=value, headers=headers)  # type: ignore[arg-type]
 
     async def append_request(
@@ -477,28 +497,48 @@ class Worker:
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
         """New assignment: forget what moved away, start checking continuity."""
+        if self.app.should_stop:
+            # A rebalance while stopping: nothing is taken on (reading the new partitions'
+            # ends could hold the exit for the consumer's 40 s timeout); held sends and
+            # unread claims are released by on_shutdown.
+            log.info("stopping: assignment ignored")
+            return
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.kafka.topic_deliveries}
-        gone = self.owned - mine
+        # What moved away since the last assignment (an eager rebalance revokes everything
+        # first): its held sends are taken back, its unread claims recorded not sent.
+        gone = (self.owned | self._revoked) - mine
+        self._revoked.clear()
         for partition in gone:
             self.processor.forget(partition)
         await self.sender.stop_partitions(gone, REVOKED)
+        await self.release_unread(gone, MOVED_UNREAD)
         self.store.forget()  # the table is recovered for what this worker now owns
         self.owned.clear()
         self.owned.update(mine)
+        # What stayed: its held sends go on, each through the write guard (lease, token).
+        self.sender.resume()
         self.rate_gate.share(len(mine), self.settings.kafka.partitions)
         self.pacer.share(len(mine), self.settings.kafka.partitions)
         await self.continuity.on_assigned(mine)
         log.info("worker %s owns partitions %s", self.worker_id, sorted(mine))
 
     async def on_revoked(self, _app: Any, revoked: set[Any], **_: Any) -> None:
-        """Revocation: no queued send of those partitions may go out any more."""
+        """Revocation: no send of those partitions may go out while they are not ours.
+
+        The sends not yet written wait (``Sender.hold``) rather than being taken back: an
+        eager rebalance revokes every partition and gives most of them straight back, and
+        taking back every queued send at each rebalance recorded thousands "not sent" (and
+        claimed them again) while a group churned. The next assignment takes back those of
+        the partitions that moved away; the write guard still checks ownership, the token
+        and the lease right before each first byte."""
         gone = {tp.partition for tp in revoked if tp.topic == self.settings.kafka.topic_deliveries}
+        self.sender.hold()
+        self._revoked |= gone
         self.owned.difference_update(gone)
         self.rate_gate.share(len(self.owned), self.settings.kafka.partitions)
         self.pacer.share(len(self.owned), self.settings.kafka.partitions)
         for partition in gone:
             self.processor.forget(partition)
-        await self.sender.stop_partitions(gone, REVOKED)
         # faust flushed its producer before this signal: what the table still holds goes
         # to the changelog now, before the partitions' next owner recovers them.
         written = self.store.flush()
@@ -568,11 +608,26 @@ class Worker:
         except TRANSIENT as exc:  # saved again next time; never stops the worker
             log.warning("could not save continuity marks: %s", exc)
 
+    async def release_unread(self, partitions: set[int] | None, why: Refusal) -> int:
+        """Record not sent the claims this worker appended in ``partitions`` (None: all) and
+        will not read back. Their appends are flushed first (acknowledged), so each "not
+        sent" lands after its claim: the fold ignores one that comes first."""
+        claims = self.processor.unread_claims(partitions)
+        if not claims:
+            return 0
+        await self.app.producer.flush()
+        return await self.sender.release(claims, why)
+
     async def on_shutdown(self, _app: Any, **_: Any) -> None:
-        """Queued sends are taken back (recorded as not sent); written ones finish,
-        bounded by the deadline; what does not finish is left to its lease."""
-        self.owned.clear()
+        """A graceful stop (SIGTERM, a rolling restart) leaves no UNKNOWN behind: no new
+        claim (``acting`` is false once faust stops), queued sends taken back and claims
+        not read back recorded not sent; written sends finish, bounded by the deadline.
+        faust then commits and leaves the group."""
+        self.processor.stop_claiming()
+        async with self._ticking:  # a tick under way finishes its appends first
+            self.owned.clear()
         await self.sender.stop_partitions(self.sender.partitions_in_use, SHUTDOWN)
+        await self.release_unread(None, SHUTDOWN_UNREAD)
         await self.sender.drain(timeout_s=self.settings.channels.longest_send_deadline_s + 1)
         await self.outcomes.stop()
         await self.send_budgets.stop()
@@ -588,7 +643,7 @@ def create_app(settings: Settings, name: str = "worker") -> Worker:
     return Worker(settings, name)
 
 
-def _faust_app(settings: Settings, datadir: Any) -> Any:
+def _faust_app(settings: Settings, datadir: Any, name: str) -> Any:
     # faust's decorators and signals are loosely typed; the app is handled as Any here.
     app = LedgerApp(
         settings.worker.group,
@@ -622,6 +677,12 @@ def _faust_app(settings: Settings, datadir: Any) -> Any:
         # Fanned-out requests may be as large as any record the publisher writes.
         producer_max_request_size=MAX_RECORD_BYTES,
         table_standby_replicas=settings.worker.standby_replicas,
+        # A worker restarted under its name (SIGKILL and a supervisor, a rolling restart)
+        # rejoins as the same static member and gets its partitions back without a
+        # rebalance: the other workers keep sending (issue 31, blast radius).
+        consumer_group_instance_id=(
+            f"{name}@{socket.gethostname()}" if settings.worker.static_membership else None
+        ),
     )
     app.fetch_wait_ms = settings.worker.fetch_wait_s * 1000
     return app

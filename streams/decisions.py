@@ -190,6 +190,22 @@ def after_send(
             return [DeliveryUnknown(**common, **attempt, error_class=error, reason=reason)]
 
 
+def released(claim: DeliveryClaimed, reason: str, now: datetime, ctx: Context) -> DeliveryNotSent:
+    """A claim this worker appended and will never read back (it stops, or the claim's
+    partition moved away): nothing was sent under it, and this worker is its holder."""
+    return DeliveryNotSent(
+        idempotency_key=claim.idempotency_key,
+        run_id=claim.run_id,
+        producer=ctx.producer,
+        occurred_at=now,
+        attempt=claim.attempt,
+        fencing_token=claim.fencing_token,
+        worker_id=ctx.worker_id,
+        error_class=ErrorClass.FENCED,
+        reason=reason,
+    )
+
+
 def after_lookup(
     state: DeliveryState, result: LookupResult, now: datetime, ctx: Context
 ) -> list[Event]:

@@ -18,13 +18,16 @@ from config.settings import Settings
 from events.base import Event
 from events.codec import encode
 from events.topics import record_key
+from streams.own_records import OwnRecords
 
 
 class OutcomeProducer:
     """Lazily started idempotent producer to ``ledger.deliveries`` (at-least-once)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, own: OwnRecords | None = None) -> None:
         self._settings = settings
+        # What this worker appends, for its processor to take back without decoding.
+        self._own = own
         self._signer = signer_for(settings)
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
@@ -54,6 +57,8 @@ class OutcomeProducer:
         for event in events:
             value = encode(event)
             headers = None if self._signer is None else self._signer.headers(value)
+            if self._own is not None:
+                self._own.remember(value, event, headers)
             futures.append(
                 await producer.send(topic, value, key=record_key(event), headers=headers)  # type: ignore[arg-type]
             )

@@ -27,6 +27,7 @@ from streams.decisions import Context, TimerAction, claim, due_at, held, on_requ
 from streams.delivery_spans import ClaimSpans
 from streams.gates import Gate, Hold, OpenGate
 from streams.metrics import WorkerMetrics
+from streams.own_records import OwnRecords
 from streams.sender import Sender
 from streams.timers import DueIndex
 
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 TIMER_GUARD_S = 5.0
 # A claim held back for want of capacity is looked at again this soon.
 NO_ROOM_RETRY_S = 1.0
+# Deliveries waiting for room in memory, claimed in order as room frees, with no timer:
+# a backlog's timers re-read every waiting state from the table each second otherwise (a
+# tick of 1000 states took more than its 0.5 s interval and starved the sends). Past this
+# many, the claim-grace timer is the backstop (bounded memory).
+MAX_WAITING = 20_000
 # A gate that raised is asked again this much later.
 GATE_FAILED_RETRY_S = 10.0
 BEFORE_CLAIM = "worker.before_claim"
@@ -126,6 +132,7 @@ class DeliveryProcessor:
         faults: frozenset[str] = frozenset(),
         metrics: WorkerMetrics | None = None,
         verifier: OutcomeVerifier | None = None,
+        own: OwnRecords | None = None,
         acting: Callable[[], bool] = lambda: True,
         gate: Gate | None = None,
     ) -> None:
@@ -137,6 +144,8 @@ class DeliveryProcessor:
         self._acting = acting
         # Signed outcome events (clients/outcome_signing.py): None when checking is off.
         self._verifier = verifier
+        # What this worker appended itself: read back, taken as the event it encoded.
+        self._own = own
         # Admission control: claims this worker proposed and has not read back, plus the
         # sends and lookups it runs, stay under this. A claim read back after its lease
         # could only be refused; a backlog of them would expire faster than it is sent.
@@ -145,6 +154,12 @@ class DeliveryProcessor:
         # known or suspected to be missing): the continuity guard's word.
         self._continuous = continuous
         self._claims_out: set[str] = set()
+        # The claims this worker appended and has not read back yet (key -> partition and
+        # claim): nothing can have been sent under them, so a worker that will never read
+        # them back (it stops, or their partition moved away) records them not sent.
+        self._unread: dict[str, tuple[int, DeliveryClaimed]] = {}
+        # Stopping (SIGTERM): no new claim, no timer; what is held is released.
+        self._stopping = False
         self._metrics = metrics
         self.faults = faults
         self._store = store
@@ -206,7 +221,14 @@ class DeliveryProcessor:
         )
 
     def _admit(self, record: Record) -> AnyDeliveryEvent:
-        """The record's event, if this worker may fold it (pure)."""
+        """The record's event, if this worker may fold it (pure but for the use of an own
+        record's entry). A record this worker appended, byte for byte and with its own
+        signature, is the event it encoded: not decoded or verified again."""
+        own = None if self._own is None else self._own.known(record.value, record.headers)
+        if isinstance(own, DeliveryEvent) and (
+            record.key is None or record.key == own.idempotency_key.encode()
+        ):
+            return own  # type: ignore[return-value]  # a DeliveryEvent is one of the union
         try:
             event = decode(record.value)
         except EventDecodeError as exc:
@@ -257,6 +279,11 @@ class DeliveryProcessor:
             self._store.put(key, after)
             self._proposed.pop(key, None)  # the state moved: what was proposed landed or is moot
             self._claims_out.discard(key)
+            unread = self._unread.get(key)
+            if unread is not None and (
+                after.fencing_token >= unread[1].fencing_token or after.status.terminal
+            ):
+                del self._unread[key]  # read back (or moot): the sender decides from here
             if after.status is not Status.PENDING:
                 self._held.pop(key, None)
         if self._metrics is not None:
@@ -273,10 +300,17 @@ class DeliveryProcessor:
                 self._due.schedule(record.partition, key, hold.recheck_at)
                 return
             if plan.claiming and (self._waiting or self._room() <= 0):
-                # No room now (or others wait first): it stays PENDING in the waiting room;
-                # its claim-grace timer is the backstop.
-                self._waiting[key] = record.partition
+                # No room now (or others wait first): it stays PENDING in the waiting room,
+                # claimed in order as room frees; past MAX_WAITING its claim-grace timer
+                # is the backstop.
+                if len(self._waiting) < MAX_WAITING:
+                    self._waiting[key] = record.partition
+                    if self._waiting and self._room() > 0:
+                        await self.claim_waiting()
+                    return
             elif plan.decided:
+                if plan.claiming:
+                    self._note_unread(record.partition, plan.decided)
                 await self._traced(self._append_claims, [(after, e) for e in plan.decided])
                 if plan.claiming:
                     self._claims_out.add(key)
@@ -308,8 +342,8 @@ class DeliveryProcessor:
         for key, partition in taken:
             del self._waiting[key]
             state = self._store.get(key)
-            if state is None or state.status is not Status.PENDING:
-                continue  # claimed meanwhile (a timer, another worker) or settled
+            if state is None or state.status not in (Status.PENDING, Status.RETRY_SCHEDULED):
+                continue  # claimed meanwhile (another worker) or settled
             hold = self._gate_hold(state, now)
             if hold is not None:
                 await self._hold(state, hold)
@@ -325,6 +359,7 @@ class DeliveryProcessor:
             if self._proposed.get(key) == _proposal(state, [event]):
                 continue
             claims.append((state, event))
+            self._note_unread(partition, [event])
             proposed[key] = _proposal(state, [event])
             self._due.schedule(partition, key, now + timedelta(seconds=TIMER_GUARD_S))
         if claims:
@@ -358,7 +393,7 @@ class DeliveryProcessor:
         Each decision is proposed once (until the state moves), and all of one tick's
         proposals go out in one append. Partitions that are not ``continuous`` wait.
         """
-        if not self._acting():
+        if not self._acting() or self._stopping:
             return 0  # timers wait for the clock; nothing is lost, nothing decided
         now = self._clock()
         due = self._due.due([p for p in partitions if self._continuous(p)], now, TICK_BATCH)
@@ -400,9 +435,16 @@ class DeliveryProcessor:
                 self._held.pop(key, None)
             if claiming and self._proposed.get(key) != _proposal(state, events):
                 if self._room() - len(claims) <= 0:
-                    self._due.schedule(partition, key, now + timedelta(seconds=NO_ROOM_RETRY_S))
+                    if len(self._waiting) < MAX_WAITING:
+                        # Claimed in order as room frees (claim_waiting), no timer meanwhile.
+                        self._waiting[key] = partition
+                        self._due.schedule(partition, key, None)
+                    else:
+                        retry = now + timedelta(seconds=NO_ROOM_RETRY_S)
+                        self._due.schedule(partition, key, retry)
                     continue
                 claims.add(key)
+                self._note_unread(partition, events)
             if events and self._proposed.get(key) != _proposal(state, events):
                 proposed[key] = _proposal(state, events)
                 proposals.extend(events)
@@ -462,12 +504,37 @@ class DeliveryProcessor:
 
     def _room(self) -> int:
         """How many more claims this worker may propose now (none while it must not act)."""
-        if not self._acting():
+        if not self._acting() or self._stopping:
             return 0
         limit = self._max_open_claims
         if callable(limit):
             limit = limit()
         return limit - len(self._claims_out) - self._sender.in_flight
+
+    def _note_unread(self, partition: int, events: Sequence[Event]) -> None:
+        """Remember claims before they are appended: a release that runs while their
+        append is under way still finds them (and flushes the append before it)."""
+        for event in events:
+            if isinstance(event, DeliveryClaimed):
+                self._unread[event.idempotency_key] = (partition, event)
+
+    def stop_claiming(self) -> None:
+        """From now on propose no claim and act on no timer (the worker is stopping)."""
+        self._stopping = True
+
+    def unread_claims(self, partitions: Iterable[int] | None = None) -> list[DeliveryClaimed]:
+        """Take the claims this worker appended and has not read back, of ``partitions``
+        (None: all): it will not read them back, so it never sends under them."""
+        wanted = None if partitions is None else set(partitions)
+        taken = [
+            (key, claim)
+            for key, (partition, claim) in self._unread.items()
+            if wanted is None or partition in wanted
+        ]
+        for key, _claim in taken:
+            del self._unread[key]
+            self._claims_out.discard(key)
+        return [claim for _key, claim in taken]
 
     def reindex(self, partition: int, states: Iterable[DeliveryState]) -> int:
         """Rebuild the timers of a newly assigned partition from its table states."""

@@ -31,7 +31,7 @@ from clients import tracing
 from clients.tracing import span
 from events.admission import refusal
 from events.base import Event
-from events.delivery import DeliveryConfirmed
+from events.delivery import DeliveryClaimed, DeliveryConfirmed
 from events.delivery_state import DeliveryState, Status, lookup_turn
 from events.faults import crash_if_enabled
 from events.outcomes import ErrorClass, LookupOutcome
@@ -44,7 +44,7 @@ from streams.channels.base import (
     SendResult,
 )
 from streams.channels.write_guard import SendRefused, WriteGuard
-from streams.decisions import Context, after_lookup, after_send
+from streams.decisions import Context, after_lookup, after_send, released
 from streams.delivery_spans import attempt_attributes, outcome_attributes
 from streams.metrics import WorkerMetrics
 from streams.send_pacer import SendPacer
@@ -83,6 +83,12 @@ class Refusal:
 
 REVOKED = Refusal(SendRefusal.REVOKED, "partition revoked before the send began")
 SHUTDOWN = Refusal(SendRefusal.SHUTDOWN, "worker shutting down before the send began")
+MOVED_UNREAD = Refusal(
+    SendRefusal.REVOKED, "the claim's partition moved to another worker before it was read back"
+)
+SHUTDOWN_UNREAD = Refusal(
+    SendRefusal.SHUTDOWN, "worker shutting down before the claim was read back"
+)
 
 
 @dataclass
@@ -153,6 +159,10 @@ class Sender:
         self._started: OrderedDict[Marker, None] = OrderedDict()
         self._work: dict[asyncio.Task[None], _Work] = {}
         self._open_sends: set[tuple[str, int]] = set()
+        # Cleared while the worker's partitions are being reassigned: sends wait before
+        # their first byte until it is known which partitions stay (streams/app.py).
+        self._go = asyncio.Event()
+        self._go.set()
         self.failures = 0
 
     @property
@@ -295,6 +305,32 @@ class Sender:
             )
         return len(stopped)
 
+    def hold(self) -> None:
+        """Sends not yet written wait before their first byte (a rebalance is under way:
+        a partition may come back to this worker, and its sends may then still go)."""
+        self._go.clear()
+
+    def resume(self) -> None:
+        """Held sends go on: each still passes the write guard (lease, token, owner)."""
+        self._go.set()
+
+    async def release(self, claims: Sequence[DeliveryClaimed], why: Refusal) -> int:
+        """Claims this process appended and will never read back: it never sends under
+        them, and says so (``DeliveryNotSent``), so no lease has to expire into UNKNOWN
+        and no lookup is needed. The caller makes sure the claims are in the log first."""
+        now = self._clock()
+        events: list[Event] = []
+        for claim in claims:
+            # Never one this process started: that one's outcome is the send's to record.
+            if self._mark((claim.idempotency_key, "send", claim.fencing_token)):
+                events.append(released(claim, f"not sent: {why.reason}", now, self._ctx))
+        if events:
+            if self._metrics is not None:
+                self._metrics.refused_sends.labels(why.label).inc(len(events))
+            await self._append(events)
+            log.info("%d claim(s) not read back, recorded not sent (%s)", len(events), why.reason)
+        return len(events)
+
     async def drain(self, timeout_s: float) -> None:
         """Wait for in-flight work (bounded); what does not finish is left to leases."""
         if self._work:
@@ -362,6 +398,9 @@ class Sender:
                 # After the pacer: the claim budget learns how long sends take, not waits.
                 began = time.perf_counter()
                 if result is None:
+                    if not self._go.is_set():
+                        await self._go.wait()
+                        began = time.perf_counter()
                     result = await self._send_admitted(state, work)
         except asyncio.CancelledError:
             if work.stopped is None or work.guard.written:

@@ -7,8 +7,11 @@ before any worker test does. The commit path runs a small faust app on the real 
 from __future__ import annotations
 
 import asyncio
+import gc
+import inspect
 import logging
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -16,6 +19,7 @@ from typing import Any, cast
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from faust.transport import consumer as faust_consumer
 from faust.types import TP
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
@@ -95,6 +99,54 @@ async def test_a_resume_while_flowing_keeps_what_the_agents_queues_hold(worker: 
     flow.suspend()  # a revocation: what the queues hold is the old assignment's
     flow.resume()
     assert kept.qsize() == 0
+
+
+async def test_the_fetcher_hands_each_record_over_through_wait_first() -> None:
+    """``Consumer._drain_messages`` delivers every record with
+    ``wait_first(callback(message), suspend_flow.wait())``: the call the consumer's
+    ``wait_first`` shortcut is for."""
+    source = inspect.getsource(faust_consumer.Consumer._drain_messages)
+    assert "await self.wait_first(\n" in source
+    assert "callback(message), self.suspend_flow.wait()" in source
+
+
+async def test_a_delivery_that_finishes_at_once_wins_and_one_that_waits_is_raced(
+    worker: Worker,
+) -> None:
+    """The shortcut gives mode's answers: a delivery finished in its first step wins (the
+    flow's waiter closed, never awaited); one that waits is cancelled when the flow stops
+    first; an exception propagates."""
+    consumer = worker.app.consumer
+    flow = asyncio.Event()
+
+    async def at_once() -> str:
+        return "delivered"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would fail here
+        first = at_once()
+        done = await consumer.wait_first(first, flow.wait())
+        gc.collect()
+    assert (done.done, done.results, done.stopped) == ([first], ["delivered"], False)
+    cancelled = asyncio.Event()
+
+    async def waits() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    asyncio.get_running_loop().call_later(0.01, flow.set)
+    raced = await consumer.wait_first(waits(), flow.wait())
+    assert raced.results == [True]
+    await asyncio.wait_for(cancelled.wait(), 5)
+
+    async def fails() -> None:
+        raise ValueError("bad record")
+
+    with pytest.raises(ValueError, match="bad record"):
+        await consumer.wait_first(fails(), flow.wait())
 
 
 async def test_an_agents_log_line_starts_with_its_label(worker: Worker) -> None:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from clients.outcome_signing import OutcomeVerifier
 from events.base import Event
 from events.codec import encode
 from events.delivery import DeliveryClaimed, DeliveryConfirmed, DeliveryRequested
 from events.delivery_state import apply
+from streams.own_records import OwnRecords
 from streams.processor import DeliveryProcessor, MemoryStore, Record
 from streams.sender import Append, Sender
 from streams.timers import DueIndex
@@ -35,6 +37,8 @@ def processor_for(
     due: DueIndex,
     continuous: Callable[[int], bool] = lambda _p: True,
     dead_letter: Callable[[Record, str], Awaitable[None]] | None = None,
+    verifier: OutcomeVerifier | None = None,
+    own: OwnRecords | None = None,
 ) -> DeliveryProcessor:
     sender = Sender(
         channels={"webhook": FakeChannel()},
@@ -61,6 +65,8 @@ def processor_for(
         due=due,
         clock=clock,
         continuous=continuous,
+        verifier=verifier,
+        own=own,
     )
 
 
