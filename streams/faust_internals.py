@@ -17,10 +17,12 @@ The classes here only add hooks; what the worker does in them is in streams/tran
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import faust
+from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
 from faust.types import TP, FutureMessage
@@ -223,3 +225,14 @@ class HookedApp(faust.App):
 def aiokafka_producer_of(app: Any) -> Any:
     """The aiokafka producer the app's transport builds for its sends (not started)."""
     return app.producer._new_producer()
+
+
+def fetcher_hands_over_through_wait_first() -> bool:
+    """Whether faust's fetcher (``Consumer._drain_messages``) delivers each record with
+    ``wait_first(callback(message), suspend_flow.wait())``: the call the shortcut in
+    ``HookedConsumer.wait_first`` is for."""
+    source = inspect.getsource(faust_consumer.Consumer._drain_messages)
+    return (
+        "await self.wait_first(\n" in source
+        and "callback(message), self.suspend_flow.wait()" in source
+    )
