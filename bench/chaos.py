@@ -241,6 +241,8 @@ async def drive(
                     raise RuntimeError("publishing failed") from publisher.exception()
                 if time.monotonic() - last_check < 2 or not publisher.done():
                     continue
+                if len(nemesis.log) < args.min_actions and not chaos.done():
+                    continue  # settled already: the nemesis has kinds of fault left to show
                 last_check = time.monotonic()
                 keys = set(published)
                 if stuck_keys(keys, states):
@@ -480,6 +482,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nemesis-interval", type=float, default=10.0, help="seconds")
     parser.add_argument("--duration-limit", type=float, default=3600.0, help="seconds")
     parser.add_argument("--rate", type=float, default=0.0, help="deliveries/s (0: all at once)")
+    parser.add_argument("--min-actions", type=int, default=0,
+                        help="not done before the nemesis made this many actions (while it "
+                        "may still act), however fast the run settles")  # fmt: skip
     parser.add_argument("--broker-port", type=int, default=BROKER_PORT)
     parser.add_argument("--json", type=Path, help="write the JSON summary here (else stdout)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")

@@ -417,7 +417,11 @@ async def measure_system(
 
 
 async def measure(
-    settings: Settings, stack: Stack, shape: Shape, progress: Progress | None = None
+    settings: Settings,
+    stack: Stack,
+    shape: Shape,
+    progress: Progress | None = None,
+    fractions: bool = True,
 ) -> dict[str, Any]:
     """The receiver alone, then the bare loop, then our workers, on one receiver."""
     broker_pid = LocalBroker(settings).pid()
@@ -449,7 +453,9 @@ async def measure(
         pids = {"broker": [broker_pid], "receiver": [receiver.process.pid]}
         pids["publisher"] = [os.getpid()]
         systems = {
-            kind: await measure_system(kind, configured, base, stack, pids, shape, progress)
+            kind: await measure_system(
+                kind, configured, base, stack, pids, shape, progress, fractions_too=fractions
+            )
             for kind in ("bare", "worker")
         }
         async with httpx.AsyncClient(trust_env=False) as client:
@@ -653,7 +659,7 @@ def rows(results: dict[str, Any], row: Row) -> None:
         wl = _figure(w, "paced", f"{q}_ms")
         pair(f"publish -> arrival {q} at half of own peak (ms)", wl,
              _figure(b, "paced", f"{q}_ms"), "{:,.0f}", f"<= {limit}", wl <= limit)  # fmt: skip
-    for fraction in ("0.25", "0.9"):
+    for fraction in ("0.25", "0.9") if w["fractions"] and b["fractions"] else ():
         for q in ("p50", "p99"):
             wf, bf = w["fractions"][fraction], b["fractions"][fraction]
             pair(f"publish -> arrival {q} at {float(fraction):.0%} of own peak (ms)",
@@ -739,6 +745,8 @@ def main() -> None:
     parser.add_argument("--independent", action="store_true",
                         help="our workers only, agents publishing in each of the publisher's "
                         "modes (transaction, record)")  # fmt: skip
+    parser.add_argument("--no-fractions", action="store_true",
+                        help="no paced rounds at 25%% and 90%% of the peak")  # fmt: skip
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         help="with --independent: these shapes only")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the raw results here")
@@ -770,7 +778,7 @@ def main() -> None:
                     modes = tuple(args.modes)
                     job = measure_independent(settings, stack, shape, progress, modes)
                 else:
-                    job = measure(settings, stack, shape, progress)
+                    job = measure(settings, stack, shape, progress, not args.no_fractions)
                 results = asyncio.run(job)
         except BaseException:
             console.print(f"[red]failed[/]: logs kept in {tmp}/logs")

@@ -2,15 +2,14 @@
 
 A SIGTERM (a rolling restart) leaves no UNKNOWN: the worker stops claiming, records "not
 sent" for what never left, finishes what did, and its replacement sends the rest, each
-once, at a receiver that does not dedupe. A SIGKILL turns at most the worker's claim
-budget into UNKNOWN (what it can send in a short horizon), not its whole backlog.
+once, at a receiver that does not dedupe. What a SIGKILL turns into UNKNOWN is bounded by
+the claim budget (tests/streams/test_claim_budget.py; measured by bench.blast_radius):
+a SIGKILL here cost the suite 15 s and passed on the code before the budget changed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 
 from clients import DeliverySpec
 from events.delivery import DeliveryUnknown
@@ -51,7 +50,7 @@ def specs_for(webhook: Stack[WebhookDriver], prefix: str, n: int) -> list[Delive
 
 
 @PLAIN_ONLY
-async def test_a_rolling_restart_leaves_no_unknown_and_a_crash_at_most_the_budget(
+async def test_a_rolling_restart_leaves_no_unknown(
     webhook: Stack[WebhookDriver], read_topic: ReadTopic
 ) -> None:
     receiver = webhook.driver.receiver
@@ -63,15 +62,7 @@ async def test_a_rolling_restart_leaves_no_unknown_and_a_crash_at_most_the_budge
     # are proposed and linger unread as long: the SIGTERM lands in that window.
     await asyncio.sleep(1.5 * LINGER_S)
     assert await asyncio.to_thread(first.stop) == 0  # SIGTERM mid-backlog: a clean exit
-    doomed = webhook.workers.start("w1")  # its replacement (a rolling restart: same name)
-    # Fast sends: the old budget (by latency alone) grew towards 16 rounds of the slots
-    # while the worker, its claims and outcomes lingering, sent one round in 2 s.
-    assert await asyncio.to_thread(receiver.wait_for, lambda: len(receiver.requests()) >= 20, 60)
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    await asyncio.to_thread(doomed.process.wait, 30)
-    successor = webhook.workers.start("w1")
+    successor = webhook.workers.start("w1")  # its replacement (a rolling restart: same name)
     await settled_once(webhook.view, receiver, webhook.projection, keys, [successor])
     # The SIGTERMed worker's claims: each sent, or recorded not sent; none left to a lease.
     assert await unknowns_of(read_topic, webhook, keys, first) == 0
-    # The SIGKILLed worker held what its sends complete in the horizon (>= one round).
-    assert await unknowns_of(read_topic, webhook, keys, doomed) <= 2 * SLOTS
