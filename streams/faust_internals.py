@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import faust
+from aiokafka import TopicPartition
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.transport.producer import ProducerBuffer
@@ -101,10 +102,16 @@ class HookedConsumer(faust_aiokafka.Consumer):
         is committed). The run fan-out lost whole runs so."""
         committed = await super().seek_to_committed()
         fresh = [
-            tp for tp, offset in committed.items() if not offset and not self._is_changelog_tp(tp)
+            TopicPartition(tp.topic, tp.partition)
+            for tp, offset in committed.items()
+            if not offset and not self._is_changelog_tp(tp)
         ]
         if fresh:
-            await self._thread.seek_to_beginning(*fresh)
+            # To the first offsets by number, not ``seek_to_beginning``: that leaves the
+            # position unset until a ListOffsets answers, and faust's livelock detector
+            # asserts on an unset position (``verify_event_path``): it crashed a worker.
+            firsts = await self._thread.earliest_offsets(*fresh)
+            await self._thread.seek_wait(firsts)
         return committed
 
     async def _commit_offsets(
