@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from aiokafka.errors import KafkaError
 from faust.types import TP
@@ -436,63 +436,24 @@ class Worker:
     async def state_machine(self, stream: Any) -> AsyncIterator[None]:
         """The agent: every record, in partition order, through the processor."""
         async for event in stream.events():
-            message = event.message
-            record = Record(
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-                headers=_headers(message.headers),
-            )
+            record = _record_of(event.message)
             try:
                 self.continuity.note(record.partition, record.offset)
                 await self.processor.handle(record)
-            except BaseException as exc:
-                # Not about this record (the processor dead-letters what is): the table,
-                # the producer or the disk failed. Crash loudly and WITHOUT committing this
-                # record: faust's supervisors would commit it first (it would be lost) or
-                # restart the agent quietly. The record's coordinates, never its bytes.
-                log.critical(
-                    "delivery agent failed on %s[%d]@%d, not because of the record (%s); exiting",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    one_line(exc),
-                    exc_info=True,
-                )
-                logging.shutdown()
-                os._exit(70)
+            except BaseException as exc:  # noqa: BLE001 - the process exits, below
+                _exit_without_commit("delivery agent", record, exc)
             self.watchdog.progressed()
             yield None
 
     async def run_fan_out(self, stream: Any) -> AsyncIterator[None]:
         """The agent of ``ledger.runs``: each run record's deliveries, fanned out."""
         async for event in stream.events():
-            message = event.message
-            record = Record(
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-                headers=_headers(message.headers),
-            )
+            record = _record_of(event.message)
             try:
                 await self.fan_out.handle(record)
-            except BaseException as exc:
-                # As the delivery agent: not about the record (the fan-out dead-letters what
-                # is), so exit without committing it; the next owner fans it out again.
-                log.critical(
-                    "fan-out agent failed on %s[%d]@%d, not because of the record (%s); exiting",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    one_line(exc),
-                    exc_info=True,
-                )
-                logging.shutdown()
-                os._exit(70)
+            except BaseException as exc:  # noqa: BLE001 - the process exits, below
+                # The next owner fans the run out again.
+                _exit_without_commit("fan-out agent", record, exc)
             yield None
 
     async def on_assigned(self, _app: Any, assigned: set[Any], **_: Any) -> None:
@@ -705,3 +666,33 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
         return ()
     pairs = raw.items() if isinstance(raw, dict) else raw
     return tuple((str(name), bytes(value or b"")) for name, value in pairs)
+
+
+def _record_of(message: Any) -> Record:
+    """A faust message as the processors' ``Record``."""
+    return Record(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        headers=_headers(message.headers),
+    )
+
+
+def _exit_without_commit(agent: str, record: Record, exc: BaseException) -> NoReturn:
+    """An agent failed, not because of ``record`` (the processors dead-letter what is): the
+    table, the producer or the disk failed. Crash loudly and WITHOUT committing the record:
+    faust's supervisors would commit it first (it would be lost) or restart the agent
+    quietly. The record's coordinates, never its bytes."""
+    log.critical(
+        "%s failed on %s[%d]@%d, not because of the record (%s); exiting",
+        agent,
+        record.topic,
+        record.partition,
+        record.offset,
+        one_line(exc),
+        exc_info=True,
+    )
+    logging.shutdown()
+    os._exit(70)
