@@ -29,7 +29,7 @@ def test_a_revocation_is_final_and_a_key_is_issued_once() -> None:
     issued = ApiKeyIssued(key=key, producer="op")
     assert decode_api_key_event(encode(issued)) == issued
     assert fold(None, issued).accepts(secret)
-    assert not fold(None, issued).accepts(secret[:-1] + "A")
+    assert not fold(None, issued).accepts(secret[:-1] + ("B" if secret.endswith("A") else "A"))
     revoked_key = ApiKey.model_validate({**key.model_dump(), "revoked_at": utc_now()})
     revoked = ApiKeyRevoked(key=revoked_key, producer="op")
     after = fold(fold(None, issued), revoked)
